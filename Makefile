@@ -1,0 +1,31 @@
+# The README's two commands. Each does all of its own set-up on a fresh machine with Python 3.11+.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
+
+.PHONY: demo test install lint bench down
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/reelqueue demo
+
+down: install
+	$(BIN)/reelqueue dev down
+
+lint: install
+	$(BIN)/ruff check .
+
+# pytest exits 5 when it collected nothing: that is a failure here, not a pass.
+test: install lint
+	$(BIN)/pytest -q -p no:cacheprovider tests
+
+bench: install
+	$(BIN)/python -m bench.import_bench

@@ -1,0 +1,128 @@
+"""The normalized provider interface (shared/notes/providers.md, last section).
+
+Activities speak only these models; each provider module turns them into its own HTTP API and
+back. Nothing provider-specific leaks past an adapter.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+
+class SubmitOutcome(StrEnum):
+    ACCEPTED = "accepted"  # the provider returned a job id
+    REJECTED_RETRYABLE = "rejected_retryable"  # refused before accepting (429, 5xx with no job, connect error)
+    REJECTED_FINAL = "rejected_final"  # validation, moderation, auth: do not resubmit
+    UNKNOWN = "unknown"  # sent, no answer: reconcile before any resubmit
+
+
+class ErrorClass(StrEnum):
+    RETRYABLE = "retryable"
+    NON_RETRYABLE = "non_retryable"
+    MODERATION = "moderation"
+    UNKNOWN_OUTCOME = "unknown_outcome"
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    THROTTLED = "throttled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    EXPIRED = "expired"
+
+
+class GenerationRequest(BaseModel):
+    """What we ask a provider to render. `request_key` is ours: task id + attempt number."""
+
+    request_key: str
+    model: str
+    prompt: str
+    image_url: str | None = None
+    aspect_ratio: str  # "9:16", "16:9", "1:1"
+    duration_s: float
+    overlay_lines: list[str] = Field(default_factory=list)  # text burned into the video (title, price, hook)
+    webhook_url: str | None = None
+
+
+class SubmitResult(BaseModel):
+    outcome: SubmitOutcome
+    provider: str
+    request_key: str
+    job_id: str | None = None
+    http_status: int | None = None
+    error_class: ErrorClass | None = None
+    error_message: str | None = None
+    retry_after_s: float | None = None
+    raw_summary: dict = Field(default_factory=dict)
+
+
+class OutputRef(BaseModel):
+    url: str
+    expires_at: datetime | None = None
+    content_type: str | None = None
+
+
+class Usage(BaseModel):
+    seconds: float | None = None
+    cost: float | None = None  # in credits, as the provider reports it
+    currency: str = "credits"
+
+
+class JobState(BaseModel):
+    provider: str
+    job_id: str
+    request_key: str | None = None
+    status: JobStatus
+    raw_status: str
+    progress: float | None = None  # 0..1, display only: never drives a terminal status
+    outputs: list[OutputRef] = Field(default_factory=list)
+    usage: Usage | None = None
+    error_class: ErrorClass | None = None
+    error_message: str | None = None
+    updated_at: datetime | None = None
+
+
+class Capabilities(BaseModel):
+    webhooks: bool = False
+    cancel: bool = True
+    reconcile_by_request_key: bool = False
+    reconcile_by_list: bool = False
+    aspect_ratios: list[str] = Field(default_factory=lambda: ["9:16", "16:9", "1:1"])
+    min_duration_s: float = 1.0
+    max_duration_s: float = 10.0
+    min_poll_interval_s: float = 1.0
+
+
+class ProviderError(Exception):
+    """A query/cancel call failed; `retryable` says whether asking again may help."""
+
+    def __init__(self, message: str, *, retryable: bool, http_status: int | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.http_status = http_status
+
+
+@runtime_checkable
+class VideoProvider(Protocol):
+    """One outside video provider. Implementations must not retry submit on their own."""
+
+    name: str
+    capabilities: Capabilities
+
+    def submit(self, request: GenerationRequest) -> SubmitResult:
+        """Create a job. Never raises for provider answers: the outcome says what happened."""
+
+    def get_job(self, job_id: str) -> JobState:
+        """Current status; raises ProviderError when the provider cannot be asked."""
+
+    def find_by_request_key(self, request_key: str) -> list[JobState]:
+        """Jobs the provider holds for our request key (reconcile an unknown submit)."""
+
+    def cancel(self, job_id: str) -> JobState:
+        """Ask the provider to stop; returns the state after the call."""

@@ -1,0 +1,101 @@
+"""One settings object for every process (CLI, worker, gateway, emulator).
+
+Precedence: environment variables (prefix ``REELQUEUE_``; ``DATABASE_URL`` too) override the
+endpoints that ``reelqueue dev up`` wrote to ``$REELQUEUE_HOME/stack.json``, which override the
+defaults below. docker-compose.yml sets the same variable names (a test checks that).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+STACK_FILE = "stack.json"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REELQUEUE_", extra="ignore")
+
+    home: Path = Field(default=Path(".reelqueue"), description="pids, logs, data of the embedded stack")
+    database_url: str = Field(
+        default="postgresql+psycopg://reelqueue@127.0.0.1:5432/reelqueue",
+        validation_alias=AliasChoices("DATABASE_URL", "REELQUEUE_DATABASE_URL"),
+    )
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    temporal_ui_url: str = "http://127.0.0.1:8233"
+    task_queue: str = "reelqueue-generation"
+
+    s3_endpoint: str = "127.0.0.1:8333"
+    s3_access_key: str = "reelqueue"
+    s3_secret_key: str = "reelqueue-secret"
+    s3_bucket: str = "reelqueue"
+    s3_secure: bool = False
+    s3_region: str = "us-east-1"
+
+    emulator_url: str = "http://127.0.0.1:8900"
+    gateway_url: str = "http://127.0.0.1:8000"
+    provider: str = "emulator"
+
+    # Hosts the SSRF-safe fetcher may reach although they resolve to private or loopback
+    # addresses (the embedded emulator and S3). Everything else must be a global address.
+    fetch_allowed_hosts: list[str] = Field(default_factory=list)
+    fetch_max_bytes: int = 512 * 1024 * 1024
+    fetch_timeout_s: float = 60.0
+
+    tenant: str = "default"
+    tenant_credit_limit: float = 1_000_000.0
+    worker_id: str = ""
+
+    @property
+    def stack_file(self) -> Path:
+        return self.home / STACK_FILE
+
+    def allowed_fetch_hosts(self) -> set[str]:
+        """Configured hosts plus the emulator and S3 endpoints this process was pointed at."""
+        from urllib.parse import urlsplit
+
+        hosts = {h.lower() for h in self.fetch_allowed_hosts}
+        for url in (self.emulator_url, f"http://{self.s3_endpoint}"):
+            host = urlsplit(url).hostname
+            if host:
+                hosts.add(host.lower())
+        return hosts
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, StackFileSource(settings_cls), file_secret_settings)
+
+
+class StackFileSource(PydanticBaseSettingsSource):
+    """Reads the endpoints that `reelqueue dev up` chose (free ports) from stack.json."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        import os
+
+        home = Path(os.environ.get("REELQUEUE_HOME", ".reelqueue"))
+        path = home / STACK_FILE
+        if not path.exists():
+            return {}
+        data = json.loads(path.read_text())
+        return {k: v for k, v in data.get("settings", {}).items() if k in Settings.model_fields}
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
