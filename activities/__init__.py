@@ -1,0 +1,45 @@
+"""Activities, one module per concern; `build_activities` wires their dependencies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def build_activities(settings) -> list[Callable[..., Any]]:  # noqa: ANN001 - config.Settings
+    from activities.fetch import FetchActivities
+    from activities.ledger import LedgerActivities
+    from activities.media import MediaActivities
+    from activities.poll import PollActivities
+    from activities.submit import SubmitActivities
+    from activities.tasks import TaskActivities
+    from adapters.fetcher import SafeFetcher
+    from adapters.providers import build_providers
+    from adapters.storage import ObjectStorage
+    from schema.db import Database
+
+    db = Database(settings.database_url)
+    storage = ObjectStorage.from_settings(settings)
+    providers = build_providers(settings)
+    fetcher = SafeFetcher(
+        settings.allowed_fetch_hosts(), max_bytes=settings.fetch_max_bytes, timeout_s=settings.fetch_timeout_s
+    )
+    tasks = TaskActivities(db, storage, providers)
+    ledger = LedgerActivities(db)
+    submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker")
+    poll = PollActivities(db, providers)
+    fetch = FetchActivities(db, storage, providers, fetcher)
+    media = MediaActivities(db, storage)
+    return [
+        tasks.validate_task,
+        tasks.record_transition,
+        ledger.reserve_credit,
+        ledger.settle,
+        ledger.release_credit,
+        submit.submit,
+        submit.reconcile_submit,
+        poll.poll_job,
+        poll.cancel_job,
+        fetch.fetch_output,
+        media.transcode,
+    ]

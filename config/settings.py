@@ -19,7 +19,7 @@ STACK_FILE = "stack.json"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="REELQUEUE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="REELQUEUE_", extra="ignore", populate_by_name=True)
 
     home: Path = Field(default=Path(".reelqueue"), description="pids, logs, data of the embedded stack")
     database_url: str = Field(
@@ -39,6 +39,7 @@ class Settings(BaseSettings):
     s3_region: str = "us-east-1"
 
     emulator_url: str = "http://127.0.0.1:8900"
+    emulator_api_key: str = "emulator-dev-key"
     gateway_url: str = "http://127.0.0.1:8000"
     provider: str = "emulator"
 
@@ -57,14 +58,17 @@ class Settings(BaseSettings):
         return self.home / STACK_FILE
 
     def allowed_fetch_hosts(self) -> set[str]:
-        """Configured hosts plus the emulator and S3 endpoints this process was pointed at."""
+        """Configured hosts plus the emulator endpoint this process was pointed at.
+
+        The emulator is allowed by its exact `host:port`, so allowing it opens no other port of the
+        same (loopback) address: Postgres or Temporal stay unreachable through the fetcher.
+        """
         from urllib.parse import urlsplit
 
         hosts = {h.lower() for h in self.fetch_allowed_hosts}
-        for url in (self.emulator_url, f"http://{self.s3_endpoint}"):
-            host = urlsplit(url).hostname
-            if host:
-                hosts.add(host.lower())
+        netloc = urlsplit(self.emulator_url).netloc.lower()
+        if netloc:
+            hosts.add(netloc)
         return hosts
 
     @classmethod

@@ -1,0 +1,117 @@
+"""Credit ledger steps: reserve before submit, settle the reported cost, release the rest.
+
+Append-only rows, each with a unique business key, so a repeated activity adds nothing:
+RESERVE = SETTLE + RELEASE for every finished task; a cost above the reservation is an ADJUSTMENT.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+from temporalio import activity
+
+from activities.errors import INSUFFICIENT_CREDIT, business_failure
+from schema.contracts import LedgerResult, ReleaseInput, SettleInput, TaskRef
+from schema.db import Database
+from schema.models import CreditEntry, Task, Tenant
+
+CENT = Decimal("0.000001")
+
+
+class LedgerActivities:
+    def __init__(self, db: Database):
+        self.db = db
+
+    @activity.defn(name="reserve_credit")
+    def reserve_credit(self, ref: TaskRef) -> LedgerResult:
+        with self.db.transaction() as session:
+            task = session.get(Task, ref.task_id)
+            if task is None:
+                raise business_failure(f"task {ref.task_id} not found", "TaskNotFound")
+            if _entry(session, f"reserve:{task.id}") is None:
+                # Serialize reservations per tenant: the balance check and the insert must agree.
+                tenant = session.scalar(select(Tenant).where(Tenant.id == task.tenant_id).with_for_update())
+                available = tenant.credit_limit - _committed(session, task.tenant_id)
+                if available < task.estimated_cost:
+                    raise business_failure(
+                        f"tenant {task.tenant_id} has {available} credits, task needs {task.estimated_cost}",
+                        INSUFFICIENT_CREDIT,
+                    )
+                _append(session, task, "RESERVE", task.estimated_cost, f"reserve:{task.id}")
+            return balance(session, task.id)
+
+    @activity.defn(name="settle")
+    def settle(self, req: SettleInput) -> LedgerResult:
+        """Settle what the provider charged (capped at the reservation) and release the rest."""
+        with self.db.transaction() as session:
+            task = session.get(Task, req.task_id)
+            reserved = _amount(session, f"reserve:{req.task_id}")
+            cost = Decimal(str(req.cost)).quantize(CENT)
+            settled = min(cost, reserved)
+            _append(session, task, "SETTLE", settled, f"settle:{task.id}", req.attempt_no)
+            _append(session, task, "RELEASE", reserved - settled, f"release:{task.id}", req.attempt_no)
+            if cost > reserved:
+                _append(session, task, "ADJUSTMENT", cost - reserved, f"adjustment:{task.id}:{req.attempt_no}",
+                        req.attempt_no, note="provider cost above reservation")
+            return balance(session, task.id)
+
+    @activity.defn(name="release_credit")
+    def release_credit(self, req: ReleaseInput) -> LedgerResult:
+        """Nothing was charged (invalid, canceled before submit, refused): free the whole hold."""
+        with self.db.transaction() as session:
+            task = session.get(Task, req.task_id)
+            reserved = _amount(session, f"reserve:{req.task_id}")
+            if reserved > 0:
+                _append(session, task, "RELEASE", reserved, f"release:{task.id}", note=req.reason)
+            return balance(session, task.id)
+
+
+def _entry(session: Session, key: str) -> CreditEntry | None:
+    return session.scalar(select(CreditEntry).where(CreditEntry.business_key == key))
+
+
+def _amount(session: Session, key: str) -> Decimal:
+    entry = _entry(session, key)
+    return entry.amount if entry else Decimal(0)
+
+
+def _append(
+    session: Session, task: Task, entry_type: str, amount: Decimal, key: str, attempt_no: int | None = None,
+    note: str | None = None,
+) -> None:
+    session.execute(
+        insert(CreditEntry)
+        .values(tenant_id=task.tenant_id, task_id=task.id, entry_type=entry_type, amount=amount,
+                business_key=key, attempt_no=attempt_no, note=note)
+        .on_conflict_do_nothing(index_elements=["business_key"])
+    )
+
+
+def _committed(session: Session, tenant_id: str) -> Decimal:
+    """Credits not available to new work: held reservations plus spending."""
+    sums = dict(
+        session.execute(
+            select(CreditEntry.entry_type, func.coalesce(func.sum(CreditEntry.amount), 0))
+            .where(CreditEntry.tenant_id == tenant_id)
+            .group_by(CreditEntry.entry_type)
+        ).all()
+    )
+    get = lambda k: Decimal(sums.get(k, 0))  # noqa: E731
+    return get("RESERVE") - get("RELEASE") + get("ADJUSTMENT") - get("REFUND")
+
+
+def balance(session: Session, task_id: str) -> LedgerResult:
+    sums = dict(
+        session.execute(
+            select(CreditEntry.entry_type, func.sum(CreditEntry.amount))
+            .where(CreditEntry.task_id == task_id)
+            .group_by(CreditEntry.entry_type)
+        ).all()
+    )
+    return LedgerResult(
+        reserved=float(sums.get("RESERVE", 0)), settled=float(sums.get("SETTLE", 0)),
+        released=float(sums.get("RELEASE", 0)), adjusted=float(sums.get("ADJUSTMENT", 0)),
+    )

@@ -1,0 +1,88 @@
+"""Task facts for the workflow: input validation and recording state transitions."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from temporalio import activity
+
+from adapters.providers.base import VideoProvider
+from adapters.storage import ObjectStorage
+from schema import task_store
+from schema.contracts import TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
+from schema.db import Database
+from schema.models import Asset, Task
+
+DEFAULT_DEADLINE_S = 3600.0
+
+
+class TaskActivities:
+    def __init__(self, db: Database, storage: ObjectStorage, providers: dict[str, VideoProvider]):
+        self.db = db
+        self.storage = storage
+        self.providers = providers
+
+    @activity.defn(name="record_transition")
+    def record_transition(self, req: TransitionInput) -> TransitionResult:
+        """Apply one state-machine event; idempotent per source_event_id."""
+        updates = {}
+        if req.error_class is not None or req.error is not None:
+            updates = {"last_error_class": req.error_class, "last_error": req.error}
+        if req.cancel_outcome is not None:
+            updates["cancel_outcome"] = req.cancel_outcome
+        payload = dict(req.payload)
+        if req.error:
+            payload.setdefault("error", req.error)
+        with self.db.transaction() as session:
+            out = task_store.transition(
+                session, req.task_id, req.event, source=req.source, source_event_id=req.source_event_id,
+                attempt_no=req.attempt_no, payload=payload, task_updates=updates,
+            )
+        return TransitionResult(applied=out.applied, status=out.status, version=out.version)
+
+    @activity.defn(name="validate_task")
+    def validate_task(self, ref: TaskRef) -> ValidationResult:
+        """Check inputs before anything costs money: image stored intact, route supported."""
+        with self.db.transaction() as session:
+            task = session.get(Task, ref.task_id)
+            if task is None:
+                raise task_store.TaskNotFound(ref.task_id)
+            image = session.get(Asset, task.image_asset_id) if task.image_asset_id else None
+        provider = self.providers.get(task.provider)
+        info = TaskInfo(
+            task_id=task.id, tenant_id=task.tenant_id, status=task.status, provider=task.provider,
+            model=task.model, aspect_ratio=task.aspect_ratio, duration_s=float(task.duration_s),
+            estimated_cost=float(task.estimated_cost),
+            min_poll_interval_s=provider.capabilities.min_poll_interval_s if provider else 1.0,
+            deadline_s=DEFAULT_DEADLINE_S, current_attempt_no=task.current_attempt_no,
+        )
+        reason = _invalid_reason(task, provider, image, self.storage)
+        return ValidationResult(ok=reason is None, reason=reason, info=info)
+
+
+def _invalid_reason(
+    task: Task, provider: VideoProvider | None, image: Asset | None, storage: ObjectStorage
+) -> str | None:
+    if provider is None:
+        return f"no adapter for provider {task.provider!r}"
+    caps = provider.capabilities
+    if task.aspect_ratio not in caps.aspect_ratios:
+        return f"{task.provider} does not render {task.aspect_ratio}"
+    if not caps.min_duration_s <= float(task.duration_s) <= caps.max_duration_s:
+        return f"duration {task.duration_s}s outside {caps.min_duration_s}-{caps.max_duration_s}s"
+    if not task.prompt.strip():
+        return "empty prompt"
+    if task.image_asset_id:
+        if image is None:
+            return "input image asset record missing"
+        stored = storage.stat(image.key)
+        if stored is None or stored.sha256 != image.sha256:
+            return f"input image {image.key} missing or changed in storage"
+    return None
+
+
+def load_task(db: Database, task_id: str) -> Task:
+    with db.transaction() as session:
+        task = session.scalar(select(Task).where(Task.id == task_id))
+    if task is None:
+        raise task_store.TaskNotFound(task_id)
+    return task

@@ -1,0 +1,182 @@
+"""The media steps of the transcode activity: probe, proxy MP4, HLS VOD, thumbnail.
+
+Every output goes to a path the caller chose (deterministic per asset + profile) through a temp
+file that replaces it only when ffmpeg succeeded, so an activity retry just runs the step again.
+Presets favour speed on small machines: a proxy is a preview, not a master.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import ffmpeg
+from pydantic import BaseModel, computed_field
+
+from adapters.media.ffmpeg_tools import MediaError, atomic_directory, atomic_output, probe_json, run_ffmpeg
+
+__all__ = [
+    "PROXY_FRAME",
+    "HLS_SEGMENT_S",
+    "HlsOutput",
+    "MediaError",
+    "MediaInfo",
+    "frame_size",
+    "make_hls",
+    "make_proxy",
+    "make_thumbnail",
+    "probe",
+]
+
+# The one table of frame sizes per aspect ratio (proxy size; renders scale it).
+PROXY_FRAME: dict[str, tuple[int, int]] = {"9:16": (360, 640), "16:9": (640, 360), "1:1": (480, 480)}
+HLS_SEGMENT_S = 2
+HLS_PLAYLIST = "index.m3u8"
+# Keyframes every HLS_SEGMENT_S so that the HLS step can cut the proxy by stream copy.
+_H264_AAC: dict[str, Any] = {
+    "vcodec": "libx264",
+    "preset": "veryfast",
+    "crf": 26,
+    "pix_fmt": "yuv420p",
+    "force_key_frames": f"expr:gte(t,n_forced*{HLS_SEGMENT_S})",
+    "acodec": "aac",
+    "audio_bitrate": "96k",
+    "ac": 2,
+    "ar": 48000,
+}
+
+PathLike = str | os.PathLike[str]
+
+
+class MediaInfo(BaseModel):
+    """What the pipeline records about a media file (asset rows, output checks)."""
+
+    format_name: str
+    duration_s: float | None = None
+    width: int | None = None
+    height: int | None = None
+    video_codec: str | None = None
+    audio_codec: str | None = None
+    bit_rate: int | None = None
+    size: int | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def has_audio(self) -> bool:
+        return self.audio_codec is not None
+
+
+class HlsOutput(BaseModel):
+    playlist: Path
+    segments: list[Path]
+
+
+def _num(value: Any, kind: type[int] | type[float]) -> Any:
+    try:
+        return kind(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def probe(path: PathLike) -> MediaInfo:
+    """Probe a file; MediaError if ffprobe cannot read it or finds no streams."""
+    data = probe_json(path)
+    fmt = data.get("format") or {}
+    streams = data.get("streams") or []
+    if not fmt.get("format_name") or not streams:
+        raise MediaError(f"cannot probe {path}: not a media file")
+    video = next((s for s in streams if s.get("codec_type") == "video"), {})
+    audio = next((s for s in streams if s.get("codec_type") == "audio"), {})
+    return MediaInfo(
+        format_name=fmt["format_name"],
+        duration_s=_num(fmt.get("duration"), float),
+        width=_num(video.get("width"), int),
+        height=_num(video.get("height"), int),
+        video_codec=video.get("codec_name"),
+        audio_codec=audio.get("codec_name"),
+        bit_rate=_num(fmt.get("bit_rate"), int),
+        size=_num(fmt.get("size"), int),
+    )
+
+
+def _even(value: float) -> int:
+    return max(2, int(round(value / 2)) * 2)
+
+
+def frame_size(aspect_ratio: str, *, scale: float = 1.0) -> tuple[int, int]:
+    """Width and height for a ratio from PROXY_FRAME, scaled and kept even (yuv420p needs it)."""
+    try:
+        width, height = PROXY_FRAME[aspect_ratio]
+    except KeyError:
+        raise MediaError(f"unsupported aspect ratio {aspect_ratio!r} (use {list(PROXY_FRAME)})") from None
+    return _even(width * scale), _even(height * scale)
+
+
+def make_proxy(src: PathLike, dst: PathLike, aspect_ratio: str, *, height: int | None = None) -> MediaInfo:
+    """H.264/AAC MP4 (+faststart) at exactly the ratio's frame size, letterboxed, always with audio.
+
+    `height` overrides the table's height (width follows the ratio). A silent AAC track is added
+    when the source has none, so players and the HLS step can rely on one audio stream.
+    """
+    info = probe(src)
+    width, out_height = frame_size(aspect_ratio)
+    if height:
+        width, out_height = frame_size(aspect_ratio, scale=height / out_height)
+    source = ffmpeg.input(os.fspath(src))
+    video = (
+        source.video.filter("scale", width, out_height, force_original_aspect_ratio="decrease")
+        .filter("pad", width, out_height, "(ow-iw)/2", "(oh-ih)/2")
+        .filter("setsar", 1)
+    )
+    if info.has_audio:
+        audio = source.audio
+    else:
+        silence = {"t": info.duration_s} if info.duration_s else {}
+        audio = ffmpeg.input("anullsrc=r=48000:cl=stereo", f="lavfi", **silence).audio
+    with atomic_output(dst) as tmp:
+        out = ffmpeg.output(
+            video, audio, os.fspath(tmp), f="mp4", movflags="+faststart", shortest=None, **_H264_AAC
+        )
+        run_ffmpeg(out, f"proxy of {src}")
+    return probe(dst)
+
+
+def make_hls(src: PathLike, out_dir: PathLike) -> HlsOutput:
+    """HLS VOD rendition (index.m3u8 + ~2 s .ts segments); stream copy for H.264/AAC sources."""
+    info = probe(src)
+    copy = info.video_codec == "h264" and info.audio_codec in (None, "aac")
+    codecs: dict[str, Any] = {"c": "copy"} if copy else _H264_AAC
+    out_dir = Path(out_dir)
+    with atomic_directory(out_dir) as tmp:
+        out = ffmpeg.input(os.fspath(src)).output(
+            os.fspath(tmp / HLS_PLAYLIST),
+            f="hls",
+            hls_time=HLS_SEGMENT_S,
+            hls_list_size=0,
+            hls_playlist_type="vod",
+            hls_segment_filename=os.fspath(tmp / "seg_%04d.ts"),
+            **codecs,
+        )
+        run_ffmpeg(out, f"HLS of {src}")
+        names = [
+            line.strip()
+            for line in (tmp / HLS_PLAYLIST).read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        ]
+    if not names:
+        raise MediaError(f"HLS of {src}: playlist has no segments")
+    return HlsOutput(playlist=out_dir / HLS_PLAYLIST, segments=[out_dir / Path(n).name for n in names])
+
+
+def make_thumbnail(src: PathLike, dst: PathLike) -> Path:
+    """JPEG of the frame a third into the video (the first frame when it is under a second)."""
+    info = probe(src)
+    duration = info.duration_s or 0.0
+    at = duration / 3 if duration >= 1.0 else 0.0
+    with atomic_output(dst) as tmp:
+        out = ffmpeg.input(os.fspath(src), ss=f"{at:.3f}").output(
+            os.fspath(tmp), f="image2", vcodec="mjpeg", vframes=1, update=1, **{"q:v": 3}
+        )
+        run_ffmpeg(out, f"thumbnail of {src}")
+    return Path(dst)

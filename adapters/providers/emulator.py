@@ -1,0 +1,220 @@
+"""The bundled provider emulator behind the VideoProvider interface.
+
+httpx directly, with no retries anywhere: a submit is sent at most once per call, and a submit
+that was sent but got no answer is reported as UNKNOWN so the caller reconciles by request key
+before sending again (shared/notes/providers.md).
+"""
+
+from __future__ import annotations
+
+import time
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from adapters.providers.base import (
+    Capabilities,
+    ErrorClass,
+    GenerationRequest,
+    JobState,
+    JobStatus,
+    OutputRef,
+    ProviderError,
+    SubmitOutcome,
+    SubmitResult,
+    Usage,
+)
+from emulator.wire import ASPECT_RATIOS, MAX_DURATION_S, MIN_DURATION_S, ErrorOut, JobList, JobOut
+
+_STATUS = {
+    "queued": JobStatus.QUEUED,
+    "running": JobStatus.RUNNING,
+    "succeeded": JobStatus.SUCCEEDED,
+    "failed": JobStatus.FAILED,
+    "canceled": JobStatus.CANCELED,
+}
+# Failures caused by what we sent: sending the same again fails the same way.
+_NON_RETRYABLE_PREFIXES = ("INPUT.", "VALIDATION.")
+
+
+def _retryable_status(status: int) -> bool:
+    return status in (408, 429) or status >= 500
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
+    if (ms := resp.headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = resp.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _body(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return {"text": resp.text[:500]}
+
+
+def _error_text(resp: httpx.Response, body: Any) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        return f"{error.get('code', resp.status_code)}: {error.get('message', '')}"
+    return f"HTTP {resp.status_code} {resp.reason_phrase}"
+
+
+class EmulatorProvider:
+    """VideoProvider for the reelqueue emulator (`python -m emulator`)."""
+
+    name = "emulator"
+    capabilities = Capabilities(
+        webhooks=True,
+        cancel=True,
+        reconcile_by_request_key=True,
+        reconcile_by_list=False,
+        aspect_ratios=ASPECT_RATIOS,
+        min_duration_s=MIN_DURATION_S,
+        max_duration_s=MAX_DURATION_S,
+        min_poll_interval_s=1.0,
+    )
+
+    def __init__(
+        self, base_url: str, api_key: str, *, timeout_s: float = 10.0, submit_timeout_s: float = 30.0
+    ):
+        # httpx itself never retries a request; no transport-level retries are configured either.
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s
+        )
+        self._submit_timeout = httpx.Timeout(submit_timeout_s, connect=min(timeout_s, submit_timeout_s))
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> EmulatorProvider:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def submit(self, request: GenerationRequest) -> SubmitResult:
+        def result(
+            outcome: SubmitOutcome, error_class: ErrorClass | None, message: str | None, **fields: Any
+        ) -> SubmitResult:
+            return SubmitResult(
+                outcome=outcome,
+                provider=self.name,
+                request_key=request.request_key,
+                error_class=error_class,
+                error_message=message,
+                **fields,
+            )
+
+        try:
+            resp = self._client.post(
+                "/v1/jobs", json=request.model_dump(mode="json"), timeout=self._submit_timeout
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            return result(SubmitOutcome.REJECTED_RETRYABLE, ErrorClass.RETRYABLE, f"not sent: {exc!r}")
+        except httpx.TransportError as exc:  # read timeout, dropped connection: the job may exist
+            return result(SubmitOutcome.UNKNOWN, ErrorClass.UNKNOWN_OUTCOME, f"sent, no answer: {exc!r}")
+
+        body = _body(resp)
+        answer = {
+            "http_status": resp.status_code,
+            "raw_summary": {"http_status": resp.status_code, "body": body},
+        }
+        if resp.is_success:
+            try:
+                job = JobOut.model_validate(body)
+            except ValidationError:
+                return result(
+                    SubmitOutcome.UNKNOWN, ErrorClass.UNKNOWN_OUTCOME, "accepted, unreadable answer", **answer
+                )
+            return result(SubmitOutcome.ACCEPTED, None, None, job_id=job.id, **answer)
+        message = _error_text(resp, body)
+        if resp.status_code == 504:  # a gateway gave up waiting: the provider may have created the job
+            return result(SubmitOutcome.UNKNOWN, ErrorClass.UNKNOWN_OUTCOME, message, **answer)
+        if _retryable_status(resp.status_code):
+            return result(
+                SubmitOutcome.REJECTED_RETRYABLE,
+                ErrorClass.RETRYABLE,
+                message,
+                retry_after_s=_retry_after(resp),
+                **answer,
+            )
+        return result(SubmitOutcome.REJECTED_FINAL, ErrorClass.NON_RETRYABLE, message, **answer)
+
+    def get_job(self, job_id: str) -> JobState:
+        return self._state(self._call("GET", f"/v1/jobs/{job_id}"))
+
+    def find_by_request_key(self, request_key: str) -> list[JobState]:
+        body = self._call("GET", "/v1/jobs", params={"request_key": request_key})
+        try:
+            jobs = JobList.model_validate(body).data
+        except ValidationError as exc:
+            raise ProviderError(f"unexpected job list: {exc}", retryable=False) from exc
+        return [self._job_state(job) for job in jobs]
+
+    def cancel(self, job_id: str) -> JobState:
+        return self._state(self._call("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    def _call(self, method: str, path: str, params: dict[str, str] | None = None) -> Any:
+        """One query call; ProviderError says whether asking again may help."""
+        try:
+            resp = self._client.request(method, path, params=params)
+        except httpx.TransportError as exc:
+            raise ProviderError(f"{method} {path}: {exc!r}", retryable=True) from exc
+        body = _body(resp)
+        if resp.is_error:
+            raise ProviderError(
+                f"{method} {path}: {_error_text(resp, body)}",
+                retryable=_retryable_status(resp.status_code),
+                http_status=resp.status_code,
+            )
+        return body
+
+    def _state(self, body: Any) -> JobState:
+        try:
+            return self._job_state(JobOut.model_validate(body))
+        except ValidationError as exc:
+            raise ProviderError(f"unexpected job: {exc}", retryable=False) from exc
+
+    def _job_state(self, job: JobOut) -> JobState:
+        return JobState(
+            provider=self.name,
+            job_id=job.id,
+            request_key=job.request_key,
+            status=_STATUS[job.status],
+            raw_status=job.status,
+            progress=job.progress,
+            outputs=[
+                OutputRef(url=o.url, expires_at=o.expires_at, content_type="video/mp4")
+                for o in job.output or []
+            ],
+            usage=Usage(seconds=job.usage.seconds, cost=job.usage.cost) if job.usage else None,
+            error_class=_error_class(job.error),
+            error_message=f"{job.error.code}: {job.error.message}" if job.error else None,
+            updated_at=job.updated_at,
+        )
+
+
+def _error_class(error: ErrorOut | None) -> ErrorClass | None:
+    if error is None:
+        return None
+    return (
+        ErrorClass.NON_RETRYABLE if error.code.startswith(_NON_RETRYABLE_PREFIXES) else ErrorClass.RETRYABLE
+    )

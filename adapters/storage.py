@@ -1,0 +1,185 @@
+"""Object storage behind one small interface (S3 API: SeaweedFS embedded, MinIO or S3 in production).
+
+Keys are always made by the server side (deterministic, from tenant/task/attempt), never by a
+client. The sha256 of every object we write is kept as object metadata so a repeated write can
+be checked against what is already there instead of blindly overwriting it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Iterable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+from minio import Minio
+from minio.commonconfig import CopySource
+from minio.error import S3Error
+from pydantic import BaseModel
+
+SHA_META = "sha256"
+PART_SIZE = 8 * 1024 * 1024
+
+
+class StoredObject(BaseModel):
+    bucket: str
+    key: str
+    size: int
+    sha256: str | None
+    content_type: str | None = None
+
+
+class ObjectStorage:
+    def __init__(
+        self,
+        endpoint: str,
+        access_key: str,
+        secret_key: str,
+        bucket: str,
+        *,
+        secure: bool = False,
+        region: str = "us-east-1",
+    ):
+        self.bucket = bucket
+        self.client = Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region)
+
+    @classmethod
+    def from_settings(cls, settings) -> ObjectStorage:  # noqa: ANN001 - config.Settings
+        return cls(
+            settings.s3_endpoint,
+            settings.s3_access_key,
+            settings.s3_secret_key,
+            settings.s3_bucket,
+            secure=settings.s3_secure,
+            region=settings.s3_region,
+        )
+
+    def ensure_bucket(self) -> None:
+        if not self.client.bucket_exists(self.bucket):
+            try:
+                self.client.make_bucket(self.bucket)
+            except S3Error as exc:  # another process created it first
+                if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise
+
+    def stat(self, key: str) -> StoredObject | None:
+        try:
+            st = self.client.stat_object(self.bucket, key)
+        except S3Error as exc:
+            if exc.code in ("NoSuchKey", "NoSuchObject", "NotFound", "ResourceNotFound"):
+                return None
+            raise
+        meta = {k.lower(): v for k, v in (st.metadata or {}).items()}
+        sha = meta.get(f"x-amz-meta-{SHA_META}")
+        return StoredObject(bucket=self.bucket, key=key, size=st.size or 0, sha256=sha, content_type=st.content_type)
+
+    def put_file(self, key: str, path: Path, content_type: str = "application/octet-stream") -> StoredObject:
+        """Upload a local file; if the same bytes are already at `key`, leave them alone."""
+        sha, size = file_sha256(path)
+        existing = self.stat(key)
+        if existing and existing.sha256 == sha and existing.size == size:
+            return existing
+        self.client.fput_object(self.bucket, key, str(path), content_type=content_type, metadata={SHA_META: sha})
+        return StoredObject(bucket=self.bucket, key=key, size=size, sha256=sha, content_type=content_type)
+
+    def put_bytes(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> StoredObject:
+        sha = hashlib.sha256(data).hexdigest()
+        existing = self.stat(key)
+        if existing and existing.sha256 == sha:
+            return existing
+        self.client.put_object(
+            self.bucket, key, io.BytesIO(data), len(data), content_type=content_type, metadata={SHA_META: sha}
+        )
+        return StoredObject(bucket=self.bucket, key=key, size=len(data), sha256=sha, content_type=content_type)
+
+    def put_stream(self, key: str, chunks: Iterable[bytes], content_type: str) -> StoredObject:
+        """Stream chunks of unknown total length into `key` (multipart), hashing as they pass."""
+        reader = _HashingReader(iter(chunks))
+        self.client.put_object(self.bucket, key, reader, length=-1, part_size=PART_SIZE, content_type=content_type)
+        return StoredObject(
+            bucket=self.bucket, key=key, size=reader.size, sha256=reader.sha.hexdigest(), content_type=content_type
+        )
+
+    def promote(self, staging_key: str, final_key: str, sha256: str, content_type: str) -> StoredObject:
+        """Copy a verified staging object to its deterministic key, then drop the staging copy."""
+        existing = self.stat(final_key)
+        if not (existing and existing.sha256 == sha256):
+            self.client.copy_object(
+                self.bucket,
+                final_key,
+                CopySource(self.bucket, staging_key),
+                metadata={SHA_META: sha256, "Content-Type": content_type},
+                metadata_directive="REPLACE",
+            )
+        self.remove(staging_key)
+        promoted = self.stat(final_key)
+        assert promoted is not None
+        return promoted
+
+    def get_to_file(self, key: str, path: Path) -> Path:
+        self.client.fget_object(self.bucket, key, str(path))
+        return path
+
+    def read_bytes(self, key: str) -> bytes:
+        response = self.client.get_object(self.bucket, key)
+        try:
+            return response.read()
+        finally:
+            response.close()
+            response.release_conn()
+
+    def iter_object(self, key: str, chunk_size: int = 1024 * 1024) -> Iterator[bytes]:
+        response = self.client.get_object(self.bucket, key)
+        try:
+            yield from response.stream(chunk_size)
+        finally:
+            response.close()
+            response.release_conn()
+
+    def remove(self, key: str) -> None:
+        try:
+            self.client.remove_object(self.bucket, key)
+        except S3Error as exc:
+            if exc.code not in ("NoSuchKey", "NoSuchObject"):
+                raise
+
+    def presigned_url(self, key: str, expires: timedelta = timedelta(hours=12)) -> str:
+        return self.client.presigned_get_object(self.bucket, key, expires=expires)
+
+
+def file_sha256(path: Path) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1024 * 1024), b""):
+            h.update(block)
+            size += len(block)
+    return h.hexdigest(), size
+
+
+class _HashingReader(io.RawIOBase):
+    """A file-like view over an iterator of chunks that hashes and counts what it hands out."""
+
+    def __init__(self, chunks: Iterator[bytes]):
+        self._chunks = chunks
+        self._buffer = b""
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        while n < 0 or len(self._buffer) < n:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self._buffer += chunk
+        if n < 0:
+            out, self._buffer = self._buffer, b""
+        else:
+            out, self._buffer = self._buffer[:n], self._buffer[n:]
+        self.sha.update(out)
+        self.size += len(out)
+        return out

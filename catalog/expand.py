@@ -1,0 +1,179 @@
+"""Expansion: one product x plan -> deterministic task specs, with their identity.
+
+The task id is the hash of a canonical identity object (sorted-key JSON): catalog, product id,
+template version, locale, ratio, variant, plus the hashes of everything else that changes the
+output (prompt, source image, render parameters). Same inputs -> same id, whatever the row order
+or how often the expansion runs; a changed prompt or image -> a new task (seed 000).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+
+from pydantic import BaseModel
+
+from catalog.plan import LOCALE_RE, Plan, Template, Variant
+from catalog.records import Issue, IssueAction, ProductRecord
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def canonical_json(obj: object) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def task_identity(
+    *,
+    tenant: str,
+    catalog: str,
+    product_id: str,
+    template_version: str,
+    locale: str,
+    aspect_ratio: str,
+    variant: str,
+    prompt_sha256: str,
+    image_sha256: str,
+    render_sha256: str,
+) -> dict[str, str]:
+    return {
+        "tenant": tenant,
+        "catalog": catalog,
+        "product_id": product_id,
+        "template_version": template_version,
+        "locale": locale,
+        "aspect_ratio": aspect_ratio,
+        "variant": variant,
+        "prompt_sha256": prompt_sha256,
+        "image_sha256": image_sha256,
+        "render_sha256": render_sha256,
+    }
+
+
+def task_id_for(identity: dict[str, str]) -> str:
+    return sha256_text(canonical_json(identity))[:32]
+
+
+class TaskSpec(BaseModel):
+    id: str
+    identity: dict[str, str]
+    product_id: str
+    template_id: str
+    template_version: str
+    locale: str
+    aspect_ratio: str
+    variant: str
+    prompt: str
+    prompt_sha256: str
+    overlay: dict[str, str]
+    duration_s: Decimal
+    provider: str
+    model: str
+    estimated_cost: Decimal
+
+
+def format_price(product: ProductRecord) -> str:
+    if product.price is None:
+        return ""
+    return f"{product.price:.2f} {product.currency or ''}".strip()
+
+
+def _fields(product: ProductRecord, hook: str) -> dict[str, str]:
+    return {
+        "title": product.title,
+        "description": product.description,
+        "price": format_price(product),
+        "currency": product.currency or "",
+        "category": product.category or "",
+        "hook": hook,
+        "product_id": product.product_id,
+    }
+
+
+def check_plan_locales(plan: Plan) -> list[Issue]:
+    """Plan-level problems: a locale that is malformed or that a template has no prompt for."""
+    issues: list[Issue] = []
+    for locale in plan.locales:
+        if not LOCALE_RE.match(locale):
+            issues.append(
+                Issue(field="locale", value=locale, reason="not a BCP 47 locale code (e.g. en-US)",
+                      action=IssueAction.EXPANSION_INVALID)
+            )
+            continue
+        for template in plan.templates:
+            if locale not in template.prompts:
+                issues.append(
+                    Issue(field="locale", value=locale,
+                          reason=f"template {template.id} has no prompt for this locale",
+                          action=IssueAction.EXPANSION_INVALID)
+                )
+    return issues
+
+
+def _usable(template: Template, locale: str) -> bool:
+    return bool(LOCALE_RE.match(locale)) and locale in template.prompts
+
+
+def copy_issues(product: ProductRecord, plan: Plan) -> list[Issue]:
+    """Texts longer than a template allows go to copy review (the product makes no task)."""
+    issues: list[Issue] = []
+    row = product.rows[0] if product.rows else None
+    for template in plan.templates:
+        for field, limit in (("title", template.max_title_chars), ("description", template.max_description_chars)):
+            value = getattr(product, field)
+            if len(value) > limit:
+                issues.append(
+                    Issue(row=row, product_id=product.product_id, field=field, value=value[:80],
+                          reason=f"{len(value)} characters; template {template.id} allows {limit}",
+                          action=IssueAction.COPY_REVIEW)
+                )
+    return issues
+
+
+def expand(
+    product: ProductRecord, plan: Plan, *, tenant: str, catalog: str, image_sha256: str
+) -> Iterator[TaskSpec]:
+    """All task specs for one (valid) product; locales a template cannot serve are skipped."""
+    for template in plan.templates:
+        render_sha = sha256_text(canonical_json([template.provider, template.model, str(template.duration_s)]))
+        for locale in plan.locales:
+            if not _usable(template, locale):
+                continue
+            for ratio in plan.aspect_ratios:
+                for variant in plan.variants:
+                    yield _spec(product, plan, template, locale, ratio, variant, tenant, catalog,
+                                image_sha256, render_sha)
+
+
+def _spec(
+    product: ProductRecord,
+    plan: Plan,
+    template: Template,
+    locale: str,
+    ratio: str,
+    variant: Variant,
+    tenant: str,
+    catalog: str,
+    image_sha256: str,
+    render_sha: str,
+) -> TaskSpec:
+    hook = variant.hook.get(locale, "")
+    fields = _fields(product, hook)
+    prompt = template.prompts[locale].format(**fields)
+    prompt_sha = sha256_text(prompt)
+    overlay = {"title": product.title, "price": fields["price"], "hook": hook}
+    identity = task_identity(
+        tenant=tenant, catalog=catalog, product_id=product.product_id, template_version=template.version,
+        locale=locale, aspect_ratio=ratio, variant=variant.id, prompt_sha256=prompt_sha,
+        image_sha256=image_sha256, render_sha256=render_sha,
+    )
+    return TaskSpec(
+        id=task_id_for(identity), identity=identity, product_id=product.product_id, template_id=template.id,
+        template_version=template.version, locale=locale, aspect_ratio=ratio, variant=variant.id,
+        prompt=prompt, prompt_sha256=prompt_sha, overlay=overlay, duration_s=template.duration_s,
+        provider=template.provider, model=template.model, estimated_cost=template.cost_estimate,
+    )

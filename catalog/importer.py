@@ -1,0 +1,332 @@
+"""Import a catalog file with a plan: immutable, versioned import -> products -> deterministic tasks.
+
+Phases, so that no external call happens inside a database transaction and nothing is
+half-written:
+1. read + validate + resolve images (object storage writes are content-addressed, repeatable),
+   spooling normalized products to a temporary file (constant memory for large catalogs);
+2. one transaction: import row, products, issues, tasks (ON CONFLICT DO NOTHING: existing tasks
+   are reused, not duplicated), all in batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
+from pathlib import Path
+
+from pydantic import BaseModel
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from adapters.storage import ObjectStorage, file_sha256
+from catalog.expand import TaskSpec, check_plan_locales, copy_issues, expand
+from catalog.images import ImageOutcome, ImageResolver, image_key, is_url, url_identity
+from catalog.plan import Plan
+from catalog.readers import read_catalog
+from catalog.records import Issue, IssueAction, ProductRecord
+from catalog.report import write_report
+from schema.assets import record_asset
+from schema.db import Database
+from schema.models import CatalogImport, ImportTask, Product, Task, Tenant, ValidationIssue
+from schema.models import Plan as PlanRow
+from schema.state_machine import TaskStatus
+
+BATCH = 500
+IMAGE_WORKERS = 32
+
+
+class ImportSummary(BaseModel):
+    import_id: str | None
+    catalog: str
+    file_sha256: str
+    format: str
+    status: str  # ACCEPTED / REJECTED / DRY_RUN
+    version: int | None = None
+    rows: int
+    products: int
+    invalid_rows: int
+    tasks: int
+    tasks_new: int
+    tasks_reused: int
+    already_imported: bool = False
+    previous_import: str | None = None
+    supersedes: str | None = None
+    report: str | None = None
+    report_csv: str | None = None
+    issues_by_action: dict[str, int] = {}
+
+
+class ImportRejected(Exception):
+    """A stop-the-import issue (empty or duplicated product id): exit 2, report written."""
+
+    def __init__(self, summary: ImportSummary):
+        super().__init__(f"import rejected: see the report {summary.report}")
+        self.summary = summary
+
+
+class ImportOptions(BaseModel):
+    tenant: str
+    credit_limit: float
+    catalog: str | None = None
+    dry_run: bool = False
+    supersedes: str | None = None
+    check_urls: bool = True
+    reports_dir: Path
+
+
+class _Prepared(BaseModel):
+    """One product after phase 1, as spooled to disk."""
+
+    record: ProductRecord
+    image: ImageOutcome | None
+    image_sha256: str
+    makes_tasks: bool
+
+
+def import_id_for(tenant: str, catalog: str, file_sha: str, plan_id: str) -> str:
+    return "imp_" + hashlib.sha256(f"{tenant}\n{catalog}\n{file_sha}\n{plan_id}".encode()).hexdigest()[:20]
+
+
+class CatalogImporter:
+    def __init__(self, db: Database | None, storage: ObjectStorage | None, resolver_factory):  # noqa: ANN001
+        self.db = db
+        self.storage = storage
+        self.resolver_factory = resolver_factory  # (storage | None, base_dir) -> ImageResolver
+
+    def run(self, path: Path, plan: Plan, opts: ImportOptions) -> ImportSummary:
+        path = Path(path)
+        file_sha, _ = file_sha256(path)
+        catalog = opts.catalog or plan.catalog.name or path.stem
+        import_id = import_id_for(opts.tenant, catalog, file_sha, plan.plan_id)
+        if not opts.dry_run:
+            existing = self._existing(import_id)
+            if existing is not None:
+                return existing
+        storage = None if opts.dry_run else self.storage
+        read = read_catalog(path, mapping=plan.catalog.columns, default_currency=plan.catalog.default_currency)
+        issues: list[Issue] = check_plan_locales(plan)
+        resolver: ImageResolver = self.resolver_factory(storage, path.parent)
+        with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as spool:
+            counts = self._prepare(read.products, plan, opts, resolver, issues, spool)
+            issues.extend(read.issues)
+            stop = [i for i in issues if i.action is IssueAction.STOP_IMPORT]
+            status = "DRY_RUN" if opts.dry_run else ("REJECTED" if stop else "ACCEPTED")
+            summary = ImportSummary(
+                import_id=None if opts.dry_run else import_id, catalog=catalog, file_sha256=file_sha,
+                format=read.format, status=status, rows=read.rows, products=counts["products"],
+                invalid_rows=_invalid_rows(issues), tasks=0, tasks_new=0, tasks_reused=0,
+                supersedes=opts.supersedes, issues_by_action=_by_action(issues),
+            )
+            report_name = import_id if not opts.dry_run else f"dry-run-{file_sha[:12]}"
+            summary.report, summary.report_csv = (str(p) for p in write_report(opts.reports_dir / report_name,
+                                                                                 summary, issues))
+            if opts.dry_run:
+                spool.seek(0)
+                summary.tasks = sum(sum(1 for _ in self._specs(p, plan, opts.tenant, catalog))
+                                    for p in _read_spool(spool) if p.makes_tasks)
+                summary.tasks_new = summary.tasks
+                if stop:
+                    raise ImportRejected(summary)
+                return summary
+            raw_key = f"tenants/{opts.tenant}/catalogs/raw/{file_sha}{path.suffix.lower()}"
+            self.storage.put_file(raw_key, path, "text/csv")
+            spool.seek(0)
+            self._commit(summary, path, raw_key, plan, opts, issues, spool, stop_import=bool(stop))
+        if stop:
+            raise ImportRejected(summary)
+        return summary
+
+    # phase 1 -------------------------------------------------------------------------------
+    def _prepare(
+        self, products: Iterator[ProductRecord], plan: Plan, opts: ImportOptions, resolver: ImageResolver,
+        issues: list[Issue], spool,  # noqa: ANN001 - text file
+    ) -> dict[str, int]:
+        counts = {"products": 0}
+        with ThreadPoolExecutor(IMAGE_WORKERS) as pool:
+            while batch := list(islice(products, BATCH)):
+                images = list(pool.map(lambda p: self._image(p, resolver, opts), batch))
+                for product, image in zip(batch, images, strict=True):
+                    counts["products"] += 1
+                    spool.write(self._prepared(product, image, plan, issues).model_dump_json() + "\n")
+        return counts
+
+    @staticmethod
+    def _image(product: ProductRecord, resolver: ImageResolver, opts: ImportOptions) -> ImageOutcome | None:
+        source = product.main_image
+        if source is None or (is_url(source) and not opts.check_urls):
+            return None
+        return resolver.resolve(source)
+
+    @staticmethod
+    def _prepared(product: ProductRecord, image: ImageOutcome | None, plan: Plan, issues: list[Issue]) -> _Prepared:
+        row = product.rows[0] if product.rows else None
+        product_issues = copy_issues(product, plan)
+        if product.main_image is None:
+            product_issues.append(Issue(row=row, product_id=product.product_id, field="image_url",
+                                        reason="main image missing", action=IssueAction.ROW_INVALID))
+        elif image is not None and image.sha256 is None:
+            product_issues.append(Issue(
+                row=row, product_id=product.product_id, field="image_url", value=product.main_image,
+                reason=f"image unreachable after retries: {image.error}", action=IssueAction.HUMAN_REVIEW,
+            ))
+        issues.extend(product_issues)
+        sha = image.sha256 if image and image.sha256 else url_identity(product.main_image or "")
+        return _Prepared(record=product, image=image, image_sha256=sha, makes_tasks=not product_issues)
+
+    @staticmethod
+    def _specs(p: _Prepared, plan: Plan, tenant: str, catalog: str) -> Iterator[TaskSpec]:
+        return expand(p.record, plan, tenant=tenant, catalog=catalog, image_sha256=p.image_sha256)
+
+    # phase 2 -------------------------------------------------------------------------------
+    def _commit(
+        self, summary: ImportSummary, path: Path, raw_key: str, plan: Plan, opts: ImportOptions,
+        issues: list[Issue], spool, *, stop_import: bool,  # noqa: ANN001 - text file
+    ) -> None:
+        with self.db.transaction() as session:
+            _ensure_tenant(session, opts.tenant, opts.credit_limit)
+            session.execute(insert(PlanRow).values(id=plan.plan_id, tenant_id=opts.tenant, name=plan.name,
+                                                   content=plan.model_dump(mode="json"))
+                            .on_conflict_do_nothing(index_elements=["id"]))
+            previous = session.scalar(
+                select(CatalogImport).where(CatalogImport.tenant_id == opts.tenant,
+                                            CatalogImport.catalog == summary.catalog)
+                .order_by(CatalogImport.version.desc()).limit(1)
+            )
+            summary.version = (previous.version + 1) if previous else 1
+            summary.previous_import = previous.id if previous else None
+            row = CatalogImport(
+                id=summary.import_id, tenant_id=opts.tenant, catalog=summary.catalog, version=summary.version,
+                file_name=path.name, file_sha256=summary.file_sha256, raw_key=raw_key,
+                detected_format=summary.format, plan_id=plan.plan_id, status=summary.status, rows=summary.rows,
+                products=summary.products, invalid_rows=summary.invalid_rows, report_key=summary.report,
+                previous_id=summary.previous_import, supersedes_id=opts.supersedes,
+            )
+            session.add(row)
+            session.flush()
+            for chunk in _chunks(issues, BATCH):
+                session.execute(insert(ValidationIssue), [
+                    {"import_id": row.id, **i.model_dump(mode="json", include={"row", "product_id", "field",
+                                                                              "value", "reason", "action"})}
+                    for i in chunk
+                ])
+            if not stop_import:
+                for chunk in _chunks(_read_spool(spool), BATCH):
+                    self._insert_batch(session, row, chunk, plan, opts.tenant, summary)
+            row.tasks, row.tasks_new, row.tasks_reused = summary.tasks, summary.tasks_new, summary.tasks_reused
+
+    def _insert_batch(
+        self, session: Session, imp: CatalogImport, batch: list[_Prepared], plan: Plan, tenant: str,
+        summary: ImportSummary,
+    ) -> None:
+        product_ids: dict[str, int] = {}
+        image_assets: dict[str, str] = {}
+        for p in batch:
+            if p.image and p.image.key:
+                asset = record_asset(
+                    session, business_key=f"image:{tenant}:{p.image.sha256}", tenant_id=tenant, kind="INPUT_IMAGE",
+                    bucket=self.storage.bucket, key=p.image.key, size=p.image.size, sha256=p.image.sha256,
+                    mime=p.image.content_type, meta={"source": p.image.source},
+                )
+                image_assets[p.record.product_id] = asset.id
+        rows = session.execute(
+            insert(Product).returning(Product.id, Product.product_id),
+            [_product_row(imp.id, p, image_assets.get(p.record.product_id)) for p in batch],
+        ).all()
+        product_ids = {pid: ref for ref, pid in rows}
+        specs = [(p, spec) for p in batch if p.makes_tasks for spec in self._specs(p, plan, tenant, imp.catalog)]
+        if not specs:
+            return
+        new_ids = set(session.scalars(
+            insert(Task).on_conflict_do_nothing(index_elements=["id"]).returning(Task.id),
+            [_task_row(imp, spec, product_ids[p.record.product_id], image_assets.get(p.record.product_id),
+                       p.image_sha256, tenant) for p, spec in specs],
+        ).all())
+        session.execute(
+            insert(ImportTask).on_conflict_do_nothing(),
+            [{"import_id": imp.id, "task_id": spec.id, "reused": spec.id not in new_ids} for _, spec in specs],
+        )
+        summary.tasks += len(specs)
+        summary.tasks_new += len(new_ids)
+        summary.tasks_reused += len(specs) - len(new_ids)
+
+    def _existing(self, import_id: str) -> ImportSummary | None:
+        with self.db.transaction() as session:
+            imp = session.get(CatalogImport, import_id)
+            if imp is None:
+                return None
+            by_action = dict(session.execute(
+                select(ValidationIssue.action, func.count()).where(ValidationIssue.import_id == import_id)
+                .group_by(ValidationIssue.action)
+            ).all())
+        return ImportSummary(
+            import_id=imp.id, catalog=imp.catalog, file_sha256=imp.file_sha256, format=imp.detected_format,
+            status=imp.status, version=imp.version, rows=imp.rows, products=imp.products,
+            invalid_rows=imp.invalid_rows, tasks=imp.tasks, tasks_new=0, tasks_reused=imp.tasks,
+            already_imported=True, previous_import=imp.previous_id, supersedes=imp.supersedes_id,
+            report=imp.report_key, report_csv=str(Path(imp.report_key).with_suffix(".csv")) if imp.report_key else None,
+            issues_by_action=by_action,
+        )
+
+
+def _product_row(import_id: str, p: _Prepared, image_asset_id: str | None) -> dict:
+    r = p.record
+    data = r.model_dump(mode="json")
+    return {
+        "import_id": import_id, "product_id": r.product_id, "title": r.title, "description": r.description,
+        "image_url": r.main_image, "image_asset_id": image_asset_id, "price": r.price, "currency": r.currency,
+        "category": r.category, "data": data,
+        "content_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest(),
+    }
+
+
+def _task_row(imp: CatalogImport, spec: TaskSpec, product_ref: int, image_asset_id: str | None,
+              image_sha: str, tenant: str) -> dict:
+    return {
+        "id": spec.id, "tenant_id": tenant, "identity": spec.identity, "import_id": imp.id, "plan_id": imp.plan_id,
+        "product_ref": product_ref, "product_id": spec.product_id, "template_id": spec.template_id,
+        "template_version": spec.template_version, "locale": spec.locale, "aspect_ratio": spec.aspect_ratio,
+        "variant": spec.variant, "prompt": spec.prompt, "overlay": spec.overlay, "prompt_sha256": spec.prompt_sha256,
+        "image_sha256": image_sha, "image_asset_id": image_asset_id, "duration_s": spec.duration_s,
+        "provider": spec.provider, "model": spec.model, "estimated_cost": spec.estimated_cost,
+        "status": TaskStatus.CREATED.value, "version": 0, "workflow_id": workflow_id_for(spec.id),
+    }
+
+
+def workflow_id_for(task_id: str) -> str:
+    return f"gen-{task_id}"
+
+
+def _ensure_tenant(session: Session, tenant: str, credit_limit: float) -> None:
+    session.execute(insert(Tenant).values(id=tenant, name=tenant, credit_limit=credit_limit)
+                    .on_conflict_do_nothing(index_elements=["id"]))
+
+
+def _read_spool(spool) -> Iterator[_Prepared]:  # noqa: ANN001 - text file
+    for line in spool:
+        yield _Prepared.model_validate_json(line)
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+def _invalid_rows(issues: list[Issue]) -> int:
+    invalid = {IssueAction.ROW_INVALID, IssueAction.STOP_IMPORT}
+    return len({(i.row, i.product_id) for i in issues if i.action in invalid})
+
+
+def _by_action(issues: list[Issue]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in issues:
+        out[i.action.value] = out.get(i.action.value, 0) + 1
+    return out
+
+
+__all__ = ["CatalogImporter", "ImportOptions", "ImportRejected", "ImportSummary", "image_key", "workflow_id_for"]

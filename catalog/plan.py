@@ -1,0 +1,108 @@
+"""The production plan (TOML): templates x locales x aspect ratios x variants.
+
+A plan is data, validated once at the boundary; its canonical JSON hash is its id, so the same
+plan text (modulo formatting) is the same plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from decimal import Decimal
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+LOCALE_RE = re.compile(r"^[a-z]{2,3}(-[A-Z][a-z]{3})?(-[A-Z]{2}|-\d{3})?$")
+SUPPORTED_RATIOS = ("9:16", "16:9", "1:1")
+PROMPT_FIELDS = ("title", "description", "price", "currency", "category", "hook", "product_id")
+
+
+class PlanError(ValueError):
+    """The plan file is unreadable or invalid (exit code 2 at the CLI)."""
+
+
+class Template(BaseModel):
+    id: str
+    version: str
+    duration_s: Decimal = Decimal("3")
+    provider: str = "emulator"
+    model: str = "emu-motion-1"
+    cost_estimate: Decimal = Field(description="credits reserved per task before submit")
+    max_title_chars: int = 80
+    max_description_chars: int = 500
+    prompts: dict[str, str] = Field(description="prompt text per locale, with {title} {price} {hook} ...")
+
+    @field_validator("prompts")
+    @classmethod
+    def _known_fields(cls, prompts: dict[str, str]) -> dict[str, str]:
+        for locale, text in prompts.items():
+            for name in re.findall(r"{(\w+)}", text):
+                if name not in PROMPT_FIELDS:
+                    raise ValueError(f"prompt for {locale} uses unknown field {{{name}}}; known: {PROMPT_FIELDS}")
+        return prompts
+
+
+class Variant(BaseModel):
+    id: str
+    hook: dict[str, str] = Field(default_factory=dict, description="opening hook per locale")
+
+
+class CatalogOptions(BaseModel):
+    name: str | None = None
+    default_currency: str | None = None
+    columns: dict[str, str] | None = None  # our field -> header in the file
+
+
+class Plan(BaseModel):
+    name: str
+    locales: list[str]
+    aspect_ratios: list[str]
+    templates: list[Template]
+    variants: list[Variant] = Field(default_factory=lambda: [Variant(id="default")])
+    catalog: CatalogOptions = Field(default_factory=CatalogOptions)
+
+    @field_validator("aspect_ratios")
+    @classmethod
+    def _ratios(cls, ratios: list[str]) -> list[str]:
+        bad = [r for r in ratios if r not in SUPPORTED_RATIOS]
+        if bad:
+            raise ValueError(f"unsupported aspect ratios {bad}; supported: {list(SUPPORTED_RATIOS)}")
+        return ratios
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> Plan:
+        for label, ids in (("template", [t.id for t in self.templates]), ("variant", [v.id for v in self.variants])):
+            dupes = {i for i in ids if ids.count(i) > 1}
+            if dupes:
+                raise ValueError(f"duplicate {label} ids: {sorted(dupes)}")
+        if not self.templates:
+            raise ValueError("a plan needs at least one template")
+        return self
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def plan_id(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    @property
+    def combinations(self) -> int:
+        return len(self.templates) * len(self.locales) * len(self.aspect_ratios) * len(self.variants)
+
+
+def load_plan(path: Path) -> Plan:
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise PlanError(f"plan file not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError(f"plan {path} is not valid TOML: {exc}") from exc
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise PlanError(f"plan {path} is invalid: {problems}") from exc

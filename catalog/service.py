@@ -1,0 +1,40 @@
+"""Wires the importer to the configured database, object storage and fetcher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from adapters.fetcher import SafeFetcher
+from adapters.storage import ObjectStorage
+from catalog.images import ImageResolver
+from catalog.importer import CatalogImporter, ImportOptions, ImportSummary
+from catalog.plan import Plan
+from config.settings import Settings
+from schema.db import Database
+from schema.queries import import_exists
+
+IMAGE_TIMEOUT_S = 10.0
+MAX_IMAGE_BYTES = 25 * 1024 * 1024
+
+
+class UnknownImport(LookupError):
+    pass
+
+
+def run_import(
+    settings: Settings, file: Path, plan: Plan, *, catalog: str | None = None, dry_run: bool = False,
+    supersedes: str | None = None, check_urls: bool = True,
+) -> ImportSummary:
+    fetcher = SafeFetcher(settings.allowed_fetch_hosts(), max_bytes=MAX_IMAGE_BYTES, timeout_s=IMAGE_TIMEOUT_S)
+    db = None if dry_run else Database(settings.database_url)
+    storage = None if dry_run else ObjectStorage.from_settings(settings)
+    if db is not None and supersedes:
+        with db.transaction() as session:
+            if not import_exists(session, supersedes):
+                raise UnknownImport(f"--supersedes names no import: {supersedes}")
+    importer = CatalogImporter(db, storage, lambda st, base: ImageResolver(fetcher, st, settings.tenant, base))
+    opts = ImportOptions(
+        tenant=settings.tenant, credit_limit=settings.tenant_credit_limit, catalog=catalog, dry_run=dry_run,
+        supersedes=supersedes, check_urls=check_urls, reports_dir=settings.home.resolve() / "reports",
+    )
+    return importer.run(file, plan, opts)

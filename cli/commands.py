@@ -1,0 +1,246 @@
+"""The task commands: import, run, status, tasks, show, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+
+import typer
+from rich.table import Table
+from temporalio.service import RPCError, RPCStatusCode
+
+from cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from config.settings import Settings, get_settings
+from schema import queries
+from schema.db import Database
+
+PRESIGN_TTL = timedelta(hours=12)
+
+
+def _db(settings: Settings) -> Database:
+    return Database(settings.database_url)
+
+
+def import_catalog(
+    file: Path = typer.Argument(..., help="catalog export: plain CSV, Shopify, WooCommerce or Merchant Center"),
+    plan: Path = typer.Option(..., "--plan", help="production plan (TOML)"),
+    catalog: str | None = typer.Option(None, "--catalog", help="catalog name (default: plan's, else file name)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="validate and report; write nothing"),
+    supersedes: str | None = typer.Option(None, "--supersedes", help="id of the rejected import this corrects"),
+    check_urls: bool = typer.Option(True, "--check-urls/--no-check-urls", help="fetch and hash image URLs"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Import a catalog as an immutable, versioned import and expand it into tasks."""
+    from catalog.importer import ImportRejected
+    from catalog.plan import PlanError, load_plan
+    from catalog.readers import CatalogFormatError
+    from catalog.service import UnknownImport, run_import
+
+    settings = get_settings()
+    if not file.is_file():
+        fail(f"catalog file not found: {file}", EXIT_BAD_INPUT, as_json=as_json)
+    try:
+        summary = run_import(settings, file, load_plan(plan), catalog=catalog, dry_run=dry_run,
+                             supersedes=supersedes, check_urls=check_urls)
+    except PlanError as exc:
+        fail(str(exc), EXIT_BAD_INPUT, as_json=as_json)
+    except CatalogFormatError as exc:
+        fail(str(exc), EXIT_BAD_INPUT, as_json=as_json, headers_found=exc.headers_found,
+             missing_fields=exc.missing_fields)
+    except UnknownImport as exc:
+        fail(str(exc), EXIT_BAD_INPUT, as_json=as_json)
+    except ImportRejected as exc:
+        _print_import(exc.summary, as_json)
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    _print_import(summary, as_json)
+    if summary.status == "REJECTED":
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _print_import(summary, as_json: bool) -> None:  # noqa: ANN001 - ImportSummary
+    if as_json:
+        emit_json(summary.model_dump(mode="json"))
+        return
+    table = Table(title=f"import {summary.import_id or '(dry run)'}  [{summary.status}]", show_header=False)
+    for key in ("catalog", "format", "version", "rows", "products", "invalid_rows", "tasks", "tasks_new",
+                "tasks_reused", "previous_import", "supersedes", "report", "report_csv"):
+        value = getattr(summary, key)
+        if value is not None:
+            table.add_row(key, str(value))
+    for action, n in sorted(summary.issues_by_action.items()):
+        table.add_row(f"issues: {action}", str(n))
+    if summary.already_imported:
+        table.add_row("note", "this file was imported before with this plan: nothing new was created")
+    console.print(table)
+
+
+def run(
+    import_id: str = typer.Argument(..., help="import id printed by `reelqueue import`"),
+    wait: bool = typer.Option(False, "--wait", help="wait until every task is terminal, with progress"),
+    timeout: float = typer.Option(3600, "--timeout", help="seconds to wait with --wait"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Start one durable workflow per task of an import (already started tasks are left alone)."""
+    settings = get_settings()
+    db = _db(settings)
+    with db.transaction() as session:
+        if not queries.import_exists(session, import_id):
+            fail(f"no import {import_id}", EXIT_BAD_INPUT, as_json=as_json)
+        tasks = queries.list_tasks(session, import_id)
+    started = asyncio.run(_start(settings, tasks, import_id))
+    result: dict = {"import_id": import_id, "tasks": len(tasks), **started}
+    if wait:
+        counts = wait_for_import(db, import_id, len(tasks), show=not as_json, timeout_s=timeout)
+        result["by_status"] = counts
+    if as_json:
+        emit_json(result)
+    else:
+        console.print(f"started {started['started']} workflows "
+                      f"({started['already_started']} already running, {started['already_finished']} finished)")
+    if wait and result["by_status"].get("SUCCEEDED", 0) != len(tasks):
+        raise typer.Exit(1)
+
+
+async def _start(settings: Settings, tasks, import_id: str) -> dict[str, int]:  # noqa: ANN001
+    from adapters.temporal_client import connect
+    from cli.starting import start_workflows
+
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    return await start_workflows(client, tasks, import_id, settings.task_queue)
+
+
+def wait_for_import(db: Database, import_id: str, total: int, *, show: bool, timeout_s: float) -> dict[str, int]:
+    from cli.starting import wait_with_progress
+
+    def read() -> dict[str, int]:
+        with db.transaction() as session:
+            return queries.status_counts(session, import_id)
+
+    return wait_with_progress(read, total, show=show, timeout_s=timeout_s)
+
+
+def status(
+    import_id: str | None = typer.Argument(None, help="limit to one import"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Task counts by status (from Postgres, the source of truth)."""
+    with _db(get_settings()).transaction() as session:
+        counts = queries.status_counts(session, import_id)
+    total = sum(counts.values())
+    if as_json:
+        emit_json({"total": total, "by_status": counts})
+        return
+    table = Table("status", "tasks", title=f"tasks{' of ' + import_id if import_id else ''}: {total}")
+    for s, n in sorted(counts.items()):
+        table.add_row(s, str(n))
+    console.print(table)
+
+
+def tasks(
+    import_id: str | None = typer.Argument(None, help="limit to one import"),
+    status_filter: str | None = typer.Option(None, "--status", help="only tasks in this status"),
+    limit: int = typer.Option(0, "--limit", help="at most this many (0: all)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """List tasks with their status."""
+    with _db(get_settings()).transaction() as session:
+        rows = [queries.task_summary(t) for t in
+                queries.list_tasks(session, import_id, status_filter, limit or None)]
+    if as_json:
+        emit_json({"tasks": rows})
+        return
+    table = Table("id", "status", "product", "template", "locale", "ratio", "variant")
+    for r in rows:
+        table.add_row(r["id"], r["status"], r["product_id"], r["template"], r["locale"], r["aspect_ratio"],
+                      r["variant"])
+    console.print(table)
+
+
+def show(
+    task_id: str = typer.Argument(...),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """One task: its facts, every attempt, every state event, its assets (with openable URLs)."""
+    from adapters.storage import ObjectStorage
+
+    settings = get_settings()
+    with _db(settings).transaction() as session:
+        detail = queries.task_detail(session, task_id)
+    if detail is None:
+        fail(f"no task {task_id}", EXIT_BAD_INPUT, as_json=as_json)
+    storage = ObjectStorage.from_settings(settings)
+    for asset in detail["assets"]:
+        asset["url"] = storage.presigned_url(asset["key"], PRESIGN_TTL)
+    if as_json:
+        emit_json(detail)
+        return
+    t = detail["task"]
+    console.print(f"[bold]{t['id']}[/]  {t['status']}  {t['product_id']} / {t['template']} / {t['locale']} / "
+                  f"{t['aspect_ratio']} / {t['variant']}  (workflow {t['workflow_id']})")
+    if t["last_error"]:
+        console.print(f"last error: {t['last_error_class']}: {t['last_error']}")
+    attempts = Table("no", "state", "job", "provider status", "polls", "error", title="attempts")
+    for a in detail["attempts"]:
+        attempts.add_row(str(a["attempt_no"]), a["submit_state"], a["provider_job_id"] or "-",
+                         a["provider_status"] or "-", str(a["poll_count"]), a["error"] or "")
+    console.print(attempts)
+    events = Table("v", "event", "from", "to", "applied", "at", title="state events")
+    for e in detail["events"]:
+        events.add_row(str(e["version"]), e["event"], e["from"], e["to"], str(e["applied"]), e["at"])
+    console.print(events)
+    assets = Table("kind", "key", "size", "sha256", title="assets")
+    for a in detail["assets"]:
+        assets.add_row(a["kind"], a["key"], str(a["size"]), a["sha256"][:16])
+    console.print(assets)
+
+
+def cancel(
+    task_id: str = typer.Argument(...),
+    reason: str = typer.Option("requested by user", "--reason"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Ask a task to stop: a running workflow gets a cancel signal (cancel is an intent, not a fact)."""
+    settings = get_settings()
+    db = _db(settings)
+    with db.transaction() as session:
+        detail = queries.task_detail(session, task_id)
+    if detail is None:
+        fail(f"no task {task_id}", EXIT_BAD_INPUT, as_json=as_json)
+    outcome = asyncio.run(_signal_cancel(settings, detail["task"]["workflow_id"], reason))
+    if outcome == "not_started":
+        outcome = _cancel_unstarted(db, task_id, reason)
+    if as_json:
+        emit_json({"task_id": task_id, "outcome": outcome})
+    else:
+        console.print(f"{task_id}: {outcome}")
+
+
+async def _signal_cancel(settings: Settings, workflow_id: str, reason: str) -> str:
+    from adapters.temporal_client import connect
+    from schema.contracts import CancelRequest
+
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    try:
+        await client.get_workflow_handle(workflow_id).signal("cancel", CancelRequest(reason=reason))
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            desc = None
+            try:
+                desc = await client.get_workflow_handle(workflow_id).describe()
+            except RPCError:
+                return "not_started"
+            return f"workflow already closed ({desc.status.name if desc.status else 'unknown'})"
+        raise
+    return "cancel requested"
+
+
+def _cancel_unstarted(db: Database, task_id: str, reason: str) -> str:
+    """No workflow ever ran: nothing was reserved or submitted, so the CLI may end the task itself."""
+    from schema import task_store
+    from schema.state_machine import TaskEvent
+
+    with db.transaction() as session:
+        out = task_store.transition(session, task_id, TaskEvent.CANCEL_REQUESTED, source="cli",
+                                    source_event_id=f"{task_id}:cli-cancel", payload={"reason": reason})
+    return f"{out.status}" if out.applied else f"not canceled: task is {out.status}"

@@ -1,0 +1,144 @@
+"""`reelqueue dev up|down|status` and `reelqueue demo`: the embedded stack on this machine."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import typer
+from rich.table import Table
+
+from cli.output import console, emit_json, fail
+from config.settings import Settings
+
+dev_app = typer.Typer(help="The embedded stack: Postgres, S3, Temporal + UI, emulator, gateway, worker.",
+                      no_args_is_help=True)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _print_stack(stack, as_json: bool) -> None:  # noqa: ANN001 - devstack StackStatus
+    data = stack.model_dump(mode="json")
+    if as_json:
+        emit_json(data)
+        return
+    table = Table("service", "up", "pid", "url")
+    for name, svc in data["services"].items():
+        table.add_row(name, "[green]yes[/]" if svc["up"] else "[red]no[/]", str(svc["pid"] or "-"), svc["url"])
+    console.print(table)
+
+
+def bring_up(settings: Settings, services: list[str] | None = None) -> Settings:
+    """Start the stack (idempotent), migrate the database; return settings that point at it."""
+    import devstack
+    from adapters.storage import ObjectStorage
+    from schema.migrate import upgrade
+
+    try:
+        devstack.up(settings, services=services)
+    except devstack.StackError as exc:
+        fail(str(exc))
+    fresh = Settings()
+    upgrade(fresh.database_url)
+    ObjectStorage.from_settings(fresh).ensure_bucket()
+    return fresh
+
+
+@dev_app.command("up")
+def up(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Start every service in the background (state under $REELQUEUE_HOME); safe to repeat."""
+    import devstack
+
+    settings = bring_up(Settings())
+    _print_stack(devstack.status(settings), as_json)
+
+
+@dev_app.command("down")
+def down(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Stop the processes `dev up` started (and only those)."""
+    import devstack
+
+    _print_stack(devstack.down(Settings()), as_json)
+
+
+@dev_app.command("status")
+def status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Which services run, their pids and URLs."""
+    import devstack
+
+    _print_stack(devstack.status(Settings()), as_json)
+
+
+def demo(
+    catalog: Path = typer.Option(EXAMPLES / "catalog.csv", "--catalog", help="catalog file"),
+    plan: Path = typer.Option(EXAMPLES / "plan.toml", "--plan", help="production plan"),
+    timeout: float = typer.Option(900, "--timeout", help="seconds to wait for the tasks"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """One command: start the stack, import the example catalog, run every task to the end."""
+    import asyncio
+
+    from catalog.importer import ImportRejected
+    from catalog.plan import load_plan
+    from catalog.service import run_import
+    from cli.commands import _start, wait_for_import
+    from schema import queries
+    from schema.db import Database
+
+    started = time.monotonic()
+    if not as_json:
+        console.rule("reelqueue demo")
+        console.print("starting the embedded stack (first run initialises Postgres, S3 and Temporal) ...")
+    settings = bring_up(Settings())
+    try:
+        summary = run_import(settings, catalog, load_plan(plan))
+    except ImportRejected as exc:
+        fail(f"the example catalog was rejected: {exc}")
+    db = Database(settings.database_url)
+    with db.transaction() as session:
+        tasks = queries.list_tasks(session, summary.import_id)
+    if not as_json:
+        console.print(f"imported {summary.products} products from {catalog.name} -> {summary.tasks} tasks "
+                      f"({summary.tasks_new} new, {summary.tasks_reused} reused); import {summary.import_id}")
+    starts = asyncio.run(_start(settings, tasks, summary.import_id))
+    counts = wait_for_import(db, summary.import_id, len(tasks), show=not as_json, timeout_s=timeout)
+    with db.transaction() as session:
+        sample = next(iter(queries.list_tasks(session, summary.import_id, "SUCCEEDED", 1)), None)
+        detail = queries.task_detail(session, sample.id) if sample else None
+    proxy_url = _sample_url(settings, detail)
+    ui = (f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows?query="
+          + quote(f"ImportId=\"{summary.import_id}\""))
+    result = {
+        "import_id": summary.import_id, "tasks": len(tasks), "by_status": counts, **starts,
+        "seconds": round(time.monotonic() - started, 1), "temporal_ui": ui,
+        "sample_task": sample.id if sample else None, "sample_proxy_url": proxy_url,
+    }
+    if as_json:
+        emit_json(result)
+    else:
+        _print_demo(result)
+    if counts.get("SUCCEEDED", 0) != len(tasks):
+        raise typer.Exit(1)
+
+
+def _sample_url(settings: Settings, detail: dict | None) -> str | None:
+    from adapters.storage import ObjectStorage
+
+    if not detail:
+        return None
+    proxy = next((a for a in detail["assets"] if a["kind"] == "PROXY"), None)
+    return ObjectStorage.from_settings(settings).presigned_url(proxy["key"]) if proxy else None
+
+
+def _print_demo(r: dict) -> None:
+    table = Table("status", "tasks", title=f"import {r['import_id']}: {r['tasks']} tasks in {r['seconds']} s")
+    for status_name, n in sorted(r["by_status"].items()):
+        table.add_row(status_name, str(n))
+    console.print(table)
+    console.print(f"Temporal Web UI (this import):  {r['temporal_ui']}")
+    if r["sample_task"]:
+        console.print(f"a finished task:                reelqueue show {r['sample_task']}")
+        console.print(f"its proxy MP4 (12 h link):      {r['sample_proxy_url']}")
+    console.print("The stack keeps running for inspection. Stop it with: [bold]reelqueue dev down[/] "
+                  "(or make down).")

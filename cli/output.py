@@ -1,0 +1,30 @@
+"""Output conventions: `--json` prints one JSON object with stable keys; humans get rich tables.
+
+Exit codes: 0 ok, 1 failure, 2 bad usage or bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def emit_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, ensure_ascii=False, default=str, sort_keys=False))
+
+
+def fail(message: str, code: int = EXIT_FAILURE, *, as_json: bool = False, **extra: Any) -> NoReturn:
+    if as_json:
+        emit_json({"error": message, **extra})
+    else:
+        err_console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)

@@ -1,0 +1,75 @@
+"""Starting workflows for tasks and waiting on them (the client is injected, as in the samples)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from schema.contracts import GenerationInput
+from schema.models import Task
+from schema.state_machine import TERMINAL, TaskStatus
+from workflows import search_attributes as sa
+from workflows.generation import GenerationWorkflow
+
+START_CONCURRENCY = 16
+
+
+def search_attributes_for(task: Task, import_id: str) -> TypedSearchAttributes:
+    return TypedSearchAttributes([
+        SearchAttributePair(sa.TASK_STATUS, task.status),
+        SearchAttributePair(sa.IMPORT_ID, import_id),
+        SearchAttributePair(sa.PRODUCT_ID, task.product_id),
+        SearchAttributePair(sa.LOCALE, task.locale),
+        SearchAttributePair(sa.ASPECT_RATIO, task.aspect_ratio),
+        SearchAttributePair(sa.PROVIDER, task.provider),
+    ])
+
+
+async def start_workflows(client: Client, tasks: Sequence[Task], import_id: str, task_queue: str) -> dict[str, int]:
+    """Start one workflow per task; an id that already ran is never started again."""
+    gate = asyncio.Semaphore(START_CONCURRENCY)
+    counts = {"started": 0, "already_started": 0}
+
+    async def start(task: Task) -> None:
+        async with gate:
+            try:
+                await client.start_workflow(
+                    GenerationWorkflow.run, GenerationInput(task_id=task.id), id=task.workflow_id,
+                    task_queue=task_queue, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    search_attributes=search_attributes_for(task, import_id),
+                )
+                counts["started"] += 1
+            except WorkflowAlreadyStartedError:
+                counts["already_started"] += 1
+
+    await asyncio.gather(*(start(t) for t in tasks if t.status not in TERMINAL))
+    counts["already_finished"] = sum(1 for t in tasks if t.status in TERMINAL)
+    return counts
+
+
+def wait_with_progress(
+    read_counts: Callable[[], dict[str, int]], total: int, *, show: bool, timeout_s: float, poll_s: float = 1.0
+) -> dict[str, int]:
+    """Poll Postgres until every task is terminal; one progress bar per status when `show`."""
+    deadline = time.monotonic() + timeout_s
+    counts = read_counts()
+    with Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=not show, transient=False) as progress:
+        bars: dict[str, int] = {}
+        while True:
+            for status in TaskStatus:
+                n = counts.get(status.value, 0)
+                if status.value not in bars and n:
+                    bars[status.value] = progress.add_task(status.value, total=total)
+                if status.value in bars:
+                    progress.update(bars[status.value], completed=n)
+            if sum(counts.get(s.value, 0) for s in TERMINAL) >= total or time.monotonic() > deadline:
+                return counts
+            time.sleep(poll_s)
+            counts = read_counts()

@@ -1,0 +1,159 @@
+"""Embedded PostgreSQL: binaries from PATH or pgserver, an unprivileged user when run as root."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+from config.settings import Settings
+
+from .errors import StackError
+from .probes import postgres_ok, psycopg_conninfo
+
+SYSTEM_USER = "reelqueue-pg"  # postgres refuses to run as root
+ROLE = DATABASE = "reelqueue"
+_SOCKET_NAME_LEN = len("/.s.PGSQL.65535")
+_SUN_PATH_MAX = 107
+
+
+def _bin_dirs() -> list[Path]:
+    """Candidate directories holding postgres + initdb: PATH first, then pgserver's bundle."""
+    dirs: list[Path] = []
+    found = shutil.which("postgres")
+    if found:
+        real = Path(found).resolve().parent
+        dirs.append(real if (real / "initdb").exists() else Path(found).parent)
+    spec = importlib.util.find_spec("pgserver")
+    if spec and spec.submodule_search_locations:
+        bundled = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+        if (bundled / "postgres").exists():
+            dirs.append(bundled)
+    return [d for d in dirs if (d / "postgres").exists() and (d / "initdb").exists()]
+
+
+def _major(bindir: Path) -> str:
+    out = subprocess.run([bindir / "postgres", "--version"], capture_output=True, text=True).stdout
+    match = re.search(r"(\d+)(?:\.\d+)?", out)
+    return match.group(1) if match else ""
+
+
+def binaries(pgdata: Path) -> Path:
+    """The bin dir to use: one whose major version matches an existing data dir, else the first."""
+    dirs = _bin_dirs()
+    if not dirs:
+        raise StackError("postgres: no postgres/initdb on PATH and pgserver is not installed")
+    version_file = pgdata / "PG_VERSION"
+    if version_file.exists():
+        wanted = version_file.read_text().strip()
+        for d in dirs:
+            if _major(d) == wanted:
+                return d
+        raise StackError(f"postgres: data dir {pgdata} is version {wanted}; no matching binaries")
+    return dirs[0]
+
+
+def system_user() -> tuple[int, int] | None:
+    """(uid, gid) to run postgres as when we are root; created with useradd if missing."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
+            check=True,
+            capture_output=True,
+        )
+        entry = pwd.getpwnam(SYSTEM_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _make_traversable(path: Path) -> None:
+    """o+x on every ancestor so the unprivileged user can reach its data dir and binaries."""
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXOTH)
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    if root.stat().st_uid == uid:
+        return
+    for dirpath, _, files in os.walk(root):
+        os.chown(dirpath, uid, gid)
+        for name in files:
+            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+
+
+def socket_dir(pgdata: Path) -> str:
+    """Unix sockets inside the data dir, or none if that path is too long for sun_path."""
+    return str(pgdata) if len(str(pgdata)) + _SOCKET_NAME_LEN <= _SUN_PATH_MAX else ""
+
+
+def prepare(pgdata: Path, log: Path) -> tuple[Path, tuple[int, int] | None]:
+    """Create and initdb the data dir (once); returns the bin dir and the user to run as."""
+    user = system_user()
+    pgdata.mkdir(parents=True, exist_ok=True, mode=0o700)
+    bindir = binaries(pgdata)
+    if user is not None:
+        _chown_tree(pgdata, *user)
+        _make_traversable(pgdata)
+        _make_traversable(bindir / "postgres")
+    if (pgdata / "PG_VERSION").exists():
+        return bindir, user
+    drop: dict[str, object] = {}
+    if user is not None:
+        drop = {"user": user[0], "group": user[1], "extra_groups": []}
+    cmd = [str(bindir / "initdb"), "-D", str(pgdata), "-U", ROLE, "--auth=trust", "-E", "UTF8", "--no-locale"]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=pgdata, **drop)  # type: ignore[call-overload]
+    if done.returncode != 0:
+        raise StackError(f"postgres: initdb failed (exit {done.returncode}), see {log}")
+    return bindir, user
+
+
+def command(bindir: Path, pgdata: Path, port: int) -> list[str]:
+    return [
+        str(bindir / "postgres"),
+        "-D", str(pgdata),
+        "-p", str(port),
+        "-c", "listen_addresses=127.0.0.1",
+        "-c", f"unix_socket_directories={socket_dir(pgdata)}",
+        "-c", "max_connections=200",
+    ]  # fmt: skip
+
+
+def database_url(port: int) -> str:
+    return f"postgresql+psycopg://{ROLE}@127.0.0.1:{port}/{DATABASE}"
+
+
+def ensure_database(settings: Settings) -> bool:
+    """Create the database named in settings.database_url if missing; True if it was created."""
+    import psycopg
+    from psycopg import errors, sql
+    from sqlalchemy.engine import make_url
+
+    name = make_url(settings.database_url).database
+    if not name:
+        raise StackError("postgres: DATABASE_URL names no database")
+    try:
+        conn = psycopg.connect(psycopg_conninfo(settings.database_url, "postgres"), autocommit=True)
+    except psycopg.OperationalError:
+        if postgres_ok(settings.database_url):  # no access to the maintenance db, ours exists
+            return False
+        raise
+    with conn:
+        if conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
+            return False
+        try:
+            conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+        except errors.DuplicateDatabase:
+            return False
+    return True

@@ -1,0 +1,37 @@
+"""`python -m emulator`: serve the provider emulator with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import uvicorn
+
+from emulator.app import create_app
+from emulator.config import EmulatorConfig
+
+
+def parse_args(argv: list[str] | None = None) -> EmulatorConfig:
+    defaults = EmulatorConfig()
+    p = argparse.ArgumentParser(prog="python -m emulator", description="reelqueue video provider emulator")
+    p.add_argument("--host", default=defaults.host)
+    p.add_argument("--port", type=int, default=defaults.port)
+    p.add_argument("--data-dir", type=Path, default=defaults.data_dir, help="sqlite jobs + rendered files")
+    p.add_argument("--job-seconds", type=float, default=defaults.job_seconds, help="minimum running time")
+    p.add_argument("--public-url", default=None, help="base of output URLs (default http://HOST:PORT)")
+    p.add_argument("--webhook-secret", default=None, help="whsec_... (default: random per process)")
+    p.add_argument("--price-per-second", type=float, default=defaults.price_per_second)
+    p.add_argument("--url-ttl-s", type=float, default=defaults.url_ttl_s, help="output URL lifetime")
+    args = vars(p.parse_args(argv))
+    return EmulatorConfig(**{k: v for k, v in args.items() if v is not None})
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    uvicorn.run(create_app(config), host=config.host, port=config.port, timeout_graceful_shutdown=5)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,288 @@
+"""SQLAlchemy models: Postgres holds the business facts, Temporal holds the execution.
+
+Every boundary of DESIGN.md has its unique constraint here; the constraints, not isolation
+levels, are what keep duplicates out (shared/notes/reliability.md, "Postgres facts").
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    Numeric,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONB, Decimal: Numeric(20, 6)}
+
+
+def _now_column() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    credit_limit: Mapped[Decimal]
+    created_at: Mapped[datetime] = _now_column()
+
+
+class Plan(Base):
+    """A production plan, stored once per content hash."""
+
+    __tablename__ = "plans"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the canonical plan
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    content: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = _now_column()
+
+
+class CatalogImport(Base):
+    """An immutable, versioned import: the same file with the same plan is the same import."""
+
+    __tablename__ = "catalog_imports"
+    __table_args__ = (UniqueConstraint("tenant_id", "catalog", "file_sha256", "plan_id"),)
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    catalog: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer)
+    file_name: Mapped[str] = mapped_column(String(500))
+    file_sha256: Mapped[str] = mapped_column(String(64))
+    raw_key: Mapped[str] = mapped_column(String(500))
+    detected_format: Mapped[str] = mapped_column(String(40))
+    plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id"))
+    status: Mapped[str] = mapped_column(String(20))  # ACCEPTED / REJECTED
+    rows: Mapped[int] = mapped_column(Integer, default=0)
+    products: Mapped[int] = mapped_column(Integer, default=0)
+    invalid_rows: Mapped[int] = mapped_column(Integer, default=0)
+    tasks: Mapped[int] = mapped_column(Integer, default=0)
+    tasks_new: Mapped[int] = mapped_column(Integer, default=0)
+    tasks_reused: Mapped[int] = mapped_column(Integer, default=0)
+    report_key: Mapped[str | None] = mapped_column(String(500))
+    previous_id: Mapped[str | None] = mapped_column(ForeignKey("catalog_imports.id"))
+    supersedes_id: Mapped[str | None] = mapped_column(ForeignKey("catalog_imports.id"))
+    created_at: Mapped[datetime] = _now_column()
+
+
+class Product(Base):
+    """The normalized snapshot of one product in one import."""
+
+    __tablename__ = "products"
+    __table_args__ = (UniqueConstraint("import_id", "product_id"),)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    import_id: Mapped[str] = mapped_column(ForeignKey("catalog_imports.id"))
+    product_id: Mapped[str] = mapped_column(String(300))
+    title: Mapped[str] = mapped_column(Text)
+    description: Mapped[str] = mapped_column(Text, default="")
+    image_url: Mapped[str | None] = mapped_column(Text)
+    image_asset_id: Mapped[str | None] = mapped_column(ForeignKey("assets.id"))
+    price: Mapped[Decimal | None]
+    currency: Mapped[str | None] = mapped_column(String(8))
+    category: Mapped[str | None] = mapped_column(Text)
+    data: Mapped[dict[str, Any]]
+    content_sha256: Mapped[str] = mapped_column(String(64))
+
+
+class ValidationIssue(Base):
+    __tablename__ = "validation_issues"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    import_id: Mapped[str] = mapped_column(ForeignKey("catalog_imports.id"), index=True)
+    row: Mapped[int | None] = mapped_column(Integer)
+    product_id: Mapped[str | None] = mapped_column(String(300))
+    field: Mapped[str] = mapped_column(String(100))
+    value: Mapped[str] = mapped_column(Text, default="")
+    reason: Mapped[str] = mapped_column(Text)
+    action: Mapped[str] = mapped_column(String(40))
+
+
+class Task(Base):
+    """One video to make. `id` is the hash of its canonical identity (catalog.identity)."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "id"),
+        CheckConstraint("version >= 0"),
+        Index("ix_tasks_active", "status", postgresql_where=text("status NOT IN "
+              "('SUCCEEDED','CANCELED','REJECTED','FAILED_FINAL','EXPIRED')")),
+    )
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    identity: Mapped[dict[str, Any]]
+    import_id: Mapped[str] = mapped_column(ForeignKey("catalog_imports.id"))  # the import that created it
+    plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id"))
+    product_ref: Mapped[int] = mapped_column(ForeignKey("products.id"))
+    product_id: Mapped[str] = mapped_column(String(300))
+    template_id: Mapped[str] = mapped_column(String(100))
+    template_version: Mapped[str] = mapped_column(String(100))
+    locale: Mapped[str] = mapped_column(String(20))
+    aspect_ratio: Mapped[str] = mapped_column(String(10))
+    variant: Mapped[str] = mapped_column(String(100))
+    prompt: Mapped[str] = mapped_column(Text)
+    overlay: Mapped[dict[str, Any]]
+    prompt_sha256: Mapped[str] = mapped_column(String(64))
+    image_sha256: Mapped[str | None] = mapped_column(String(64))
+    image_asset_id: Mapped[str | None] = mapped_column(ForeignKey("assets.id"))
+    duration_s: Mapped[Decimal]
+    provider: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(100))
+    estimated_cost: Mapped[Decimal]
+    status: Mapped[str] = mapped_column(String(32))
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    progress: Mapped[Decimal] = mapped_column(Numeric(5, 4), default=0)
+    current_attempt_no: Mapped[int] = mapped_column(Integer, default=0)
+    output_asset_id: Mapped[str | None] = mapped_column(ForeignKey("assets.id"))
+    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    next_retry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancel_outcome: Mapped[str | None] = mapped_column(String(32))
+    last_error_class: Mapped[str | None] = mapped_column(String(32))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    workflow_id: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = _now_column()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ImportTask(Base):
+    """Which tasks an import version covers (new ones and reused ones)."""
+
+    __tablename__ = "import_tasks"
+    import_id: Mapped[str] = mapped_column(ForeignKey("catalog_imports.id"), primary_key=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), primary_key=True)
+    reused: Mapped[bool] = mapped_column(default=False)
+
+
+class Attempt(Base):
+    """One provider submit: written before the call (SENDING) and after it (ACKED/UNKNOWN/...)."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (
+        UniqueConstraint("task_id", "attempt_no"),
+        UniqueConstraint("provider", "request_key"),
+        Index(
+            "uq_attempt_provider_job",
+            "provider",
+            "provider_job_id",
+            unique=True,
+            postgresql_where=text("provider_job_id IS NOT NULL"),
+        ),
+    )
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"))
+    attempt_no: Mapped[int] = mapped_column(Integer)
+    provider: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(100))
+    request_key: Mapped[str] = mapped_column(String(128))
+    provider_job_id: Mapped[str | None] = mapped_column(String(256))
+    submit_state: Mapped[str] = mapped_column(String(32))
+    request_fingerprint: Mapped[str] = mapped_column(String(64))
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    error_class: Mapped[str | None] = mapped_column(String(32))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    provider_status: Mapped[str | None] = mapped_column(String(32))
+    poll_count: Mapped[int] = mapped_column(Integer, default=0)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    software_version: Mapped[str | None] = mapped_column(String(40))
+    created_at: Mapped[datetime] = _now_column()
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    acked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = _now_column()
+
+
+class StateEvent(Base):
+    """Append-only history of every accepted transition (and recorded-but-ignored late events)."""
+
+    __tablename__ = "state_events"
+    __table_args__ = (UniqueConstraint("source", "source_event_id"),)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    attempt_no: Mapped[int | None] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(40))  # workflow / webhook / polling / cli / gateway
+    source_event_id: Mapped[str] = mapped_column(String(300))
+    event: Mapped[str] = mapped_column(String(40))
+    from_status: Mapped[str] = mapped_column(String(32))
+    to_status: Mapped[str] = mapped_column(String(32))
+    task_version: Mapped[int] = mapped_column(Integer)
+    applied: Mapped[bool] = mapped_column(default=True)
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = _now_column()
+
+
+class ProviderEvent(Base):
+    """Raw webhook inbox: verified or not, matched to a task or kept as an orphan."""
+
+    __tablename__ = "provider_events"
+    __table_args__ = (UniqueConstraint("provider", "event_id"),)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    provider: Mapped[str] = mapped_column(String(64))
+    event_id: Mapped[str] = mapped_column(String(300))
+    verified: Mapped[bool] = mapped_column(default=False)
+    provider_job_id: Mapped[str | None] = mapped_column(String(256))
+    task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id"))
+    payload: Mapped[dict[str, Any]]
+    received_at: Mapped[datetime] = _now_column()
+
+
+class Asset(Base):
+    """A stored object we own. `business_key` makes every write repeatable."""
+
+    __tablename__ = "assets"
+    __table_args__ = (UniqueConstraint("business_key"),)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    task_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    kind: Mapped[str] = mapped_column(String(20))  # INPUT_IMAGE RAW_OUTPUT PROXY HLS THUMBNAIL CATALOG_RAW REPORT
+    business_key: Mapped[str] = mapped_column(String(500))
+    bucket: Mapped[str] = mapped_column(String(100))
+    key: Mapped[str] = mapped_column(String(500))
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    mime: Mapped[str | None] = mapped_column(String(100))
+    duration_s: Mapped[Decimal | None]
+    width: Mapped[int | None] = mapped_column(Integer)
+    height: Mapped[int | None] = mapped_column(Integer)
+    codec: Mapped[str | None] = mapped_column(String(40))
+    pipeline_version: Mapped[str | None] = mapped_column(String(20))
+    meta: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now_column()
+
+
+class CreditEntry(Base):
+    """Append-only ledger: RESERVE / SETTLE / RELEASE / REFUND / ADJUSTMENT, once per business key."""
+
+    __tablename__ = "credit_ledger"
+    __table_args__ = (
+        UniqueConstraint("business_key"),
+        CheckConstraint("entry_type IN ('RESERVE','SETTLE','RELEASE','REFUND','ADJUSTMENT')"),
+        CheckConstraint("amount >= 0 OR entry_type = 'ADJUSTMENT'"),
+    )
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    entry_type: Mapped[str] = mapped_column(String(20))
+    amount: Mapped[Decimal]
+    business_key: Mapped[str] = mapped_column(String(300))
+    attempt_no: Mapped[int | None] = mapped_column(Integer)
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now_column()

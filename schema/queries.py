@@ -1,0 +1,109 @@
+"""Read models for the CLI and the gateway: status counts, task lists, one task in full.
+
+Status pages read Postgres (the facts); Temporal visibility is eventually consistent and serves
+the Web UI only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from schema.models import Asset, Attempt, CatalogImport, CreditEntry, ImportTask, StateEvent, Task
+
+
+def _scoped(stmt, import_id: str | None):  # noqa: ANN001, ANN202 - a Select
+    if import_id:
+        return stmt.join(ImportTask, ImportTask.task_id == Task.id).where(ImportTask.import_id == import_id)
+    return stmt
+
+
+def status_counts(session: Session, import_id: str | None = None) -> dict[str, int]:
+    stmt = _scoped(select(Task.status, func.count()).select_from(Task), import_id).group_by(Task.status)
+    return {status: n for status, n in session.execute(stmt).all()}
+
+
+def list_tasks(session: Session, import_id: str | None = None, status: str | None = None,
+               limit: int | None = None) -> list[Task]:
+    stmt = _scoped(select(Task), import_id)
+    if status:
+        stmt = stmt.where(Task.status == status)
+    stmt = stmt.order_by(Task.product_id, Task.template_id, Task.locale, Task.aspect_ratio, Task.variant)
+    if limit:
+        stmt = stmt.limit(limit)
+    return list(session.scalars(stmt).all())
+
+
+def import_exists(session: Session, import_id: str) -> bool:
+    return session.get(CatalogImport, import_id) is not None
+
+
+def latest_import(session: Session) -> CatalogImport | None:
+    return session.scalar(select(CatalogImport).order_by(CatalogImport.created_at.desc()).limit(1))
+
+
+def task_summary(task: Task) -> dict[str, Any]:
+    return {
+        "id": task.id, "status": task.status, "product_id": task.product_id, "template": task.template_id,
+        "locale": task.locale, "aspect_ratio": task.aspect_ratio, "variant": task.variant,
+    }
+
+
+def task_detail(session: Session, task_id: str) -> dict[str, Any] | None:
+    task = session.get(Task, task_id)
+    if task is None:
+        return None
+    attempts = session.scalars(select(Attempt).where(Attempt.task_id == task_id).order_by(Attempt.attempt_no))
+    events = session.scalars(select(StateEvent).where(StateEvent.task_id == task_id).order_by(StateEvent.id))
+    assets = session.scalars(select(Asset).where(Asset.task_id == task_id).order_by(Asset.kind))
+    ledger = session.scalars(select(CreditEntry).where(CreditEntry.task_id == task_id).order_by(CreditEntry.id))
+    return {
+        "task": {
+            **task_summary(task), "tenant": task.tenant_id, "import_id": task.import_id, "version": task.version,
+            "progress": float(task.progress), "prompt": task.prompt, "overlay": task.overlay,
+            "duration_s": float(task.duration_s), "provider": task.provider, "model": task.model,
+            "estimated_cost": float(task.estimated_cost), "current_attempt_no": task.current_attempt_no,
+            "workflow_id": task.workflow_id, "output_asset_id": task.output_asset_id,
+            "cancel_outcome": task.cancel_outcome, "last_error_class": task.last_error_class,
+            "last_error": task.last_error, "identity": task.identity, "created_at": _iso(task.created_at),
+            "updated_at": _iso(task.updated_at), "finished_at": _iso(task.finished_at),
+        },
+        "attempts": [
+            {
+                "attempt_no": a.attempt_no, "provider": a.provider, "model": a.model, "request_key": a.request_key,
+                "provider_job_id": a.provider_job_id, "submit_state": a.submit_state,
+                "provider_status": a.provider_status, "http_status": a.http_status, "error_class": a.error_class,
+                "error": a.error_message, "poll_count": a.poll_count, "usage": a.usage, "worker_id": a.worker_id,
+                "software_version": a.software_version, "request_fingerprint": a.request_fingerprint,
+                "sent_at": _iso(a.sent_at), "acked_at": _iso(a.acked_at), "completed_at": _iso(a.completed_at),
+            }
+            for a in attempts
+        ],
+        "events": [
+            {
+                "event": e.event, "from": e.from_status, "to": e.to_status, "version": e.task_version,
+                "applied": e.applied, "source": e.source, "attempt_no": e.attempt_no, "payload": e.payload,
+                "at": _iso(e.created_at),
+            }
+            for e in events
+        ],
+        "assets": [
+            {
+                "id": a.id, "kind": a.kind, "bucket": a.bucket, "key": a.key, "sha256": a.sha256, "size": a.size,
+                "mime": a.mime, "duration_s": float(a.duration_s) if a.duration_s is not None else None,
+                "width": a.width, "height": a.height, "codec": a.codec, "pipeline_version": a.pipeline_version,
+                "meta": a.meta,
+            }
+            for a in assets
+        ],
+        "ledger": [
+            {"type": c.entry_type, "amount": float(c.amount), "business_key": c.business_key, "note": c.note}
+            for c in ledger
+        ],
+    }
+
+
+def _iso(value) -> str | None:  # noqa: ANN001 - datetime | None
+    return value.isoformat() if value else None

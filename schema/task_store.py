@@ -1,0 +1,112 @@
+"""Applying state-machine transitions to task rows: CAS on version, one state event each.
+
+Every writer of a task status (workflow, CLI, webhook gateway) comes through `transition`. It is
+idempotent per (source, source_event_id): replaying the same event returns what was recorded the
+first time instead of moving the task again.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from schema import state_machine as sm
+from schema.models import StateEvent, Task
+
+MAX_CAS_RETRIES = 5
+
+
+class TransitionOutcome(BaseModel):
+    applied: bool  # False: the table had no row for (status, event); only an audit event was kept
+    duplicate: bool = False  # the same source event was recorded before
+    from_status: str
+    status: str
+    version: int
+
+
+class TaskNotFound(LookupError):
+    pass
+
+
+def transition(
+    session: Session,
+    task_id: str,
+    event: sm.TaskEvent,
+    *,
+    source: str,
+    source_event_id: str,
+    attempt_no: int | None = None,
+    payload: dict[str, Any] | None = None,
+    task_updates: dict[str, Any] | None = None,
+) -> TransitionOutcome:
+    """Move `task_id` by `event` if the table allows it; always leave a state event behind."""
+    seen = session.scalar(
+        select(StateEvent).where(StateEvent.source == source, StateEvent.source_event_id == source_event_id)
+    )
+    if seen is not None:
+        current = _load(session, task_id)
+        return TransitionOutcome(
+            applied=seen.applied, duplicate=True, from_status=seen.from_status, status=current.status,
+            version=current.version,
+        )
+    for _ in range(MAX_CAS_RETRIES):
+        task = _load(session, task_id)
+        to = sm.target(sm.TaskStatus(task.status), event)
+        if to is None:
+            _append_event(session, task, event, task.status, task.status, task.version, source, source_event_id,
+                          attempt_no, payload, applied=False)
+            return TransitionOutcome(applied=False, from_status=task.status, status=task.status,
+                                     version=task.version)
+        now = datetime.now(UTC)
+        from_status, version = task.status, task.version
+        values: dict[str, Any] = {"status": to.value, "version": version + 1, "updated_at": now}
+        if to in sm.TERMINAL:
+            values["finished_at"] = now
+        if task.started_at is None and to is not sm.TaskStatus.CREATED:
+            values["started_at"] = now
+        values.update(task_updates or {})
+        result = session.execute(
+            update(Task).where(Task.id == task_id, Task.version == version).values(**values),
+            execution_options={"synchronize_session": False},
+        )
+        if result.rowcount == 1:
+            _append_event(session, task, event, from_status, to.value, version + 1, source, source_event_id,
+                          attempt_no, payload, applied=True)
+            return TransitionOutcome(applied=True, from_status=from_status, status=to.value, version=version + 1)
+        session.expire_all()  # someone else moved the task: re-read and decide again
+    raise RuntimeError(f"task {task_id}: version kept changing, gave up after {MAX_CAS_RETRIES} tries")
+
+
+def _load(session: Session, task_id: str) -> Task:
+    task = session.scalar(select(Task).where(Task.id == task_id).execution_options(populate_existing=True))
+    if task is None:
+        raise TaskNotFound(task_id)
+    return task
+
+
+def _append_event(
+    session: Session,
+    task: Task,
+    event: sm.TaskEvent,
+    from_status: str,
+    to_status: str,
+    version: int,
+    source: str,
+    source_event_id: str,
+    attempt_no: int | None,
+    payload: dict[str, Any] | None,
+    *,
+    applied: bool,
+) -> None:
+    session.add(
+        StateEvent(
+            task_id=task.id, attempt_no=attempt_no, source=source, source_event_id=source_event_id,
+            event=sm.TaskEvent(event).value, from_status=from_status, to_status=to_status, task_version=version,
+            applied=applied, payload=payload or {},
+        )
+    )
+    session.flush()

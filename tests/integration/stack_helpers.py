@@ -1,0 +1,85 @@
+"""Small catalogs and plans made on the fly for integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from decimal import Decimal
+from pathlib import Path
+
+from sqlalchemy import select
+
+from catalog.plan import load_plan
+from catalog.service import run_import
+from cli.starting import start_workflows
+from schema import queries
+from schema.db import Database
+from schema.models import CreditEntry, Task
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def make_catalog(folder: Path, products: list[tuple[str, str, str]], image: str = "aurora-lamp.png") -> Path:
+    """A plain-CSV catalog in `folder` whose products all use one example image."""
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    shutil.copy(EXAMPLES / "images" / image, folder / "images" / image)
+    lines = ["product_id,title,description,image_url,price,currency,category"]
+    lines += [f"{pid},{title},{desc},images/{image},19.99,USD,Home" for pid, title, desc in products]
+    path = folder / "catalog.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def make_plan(folder: Path, *, locales=("en-US",), ratios=("9:16",), duration_s: int = 2, name: str = "t") -> Path:
+    prompts = "\n".join(f'"{loc}" = "Product shot of {{title}}, {{price}}. {{hook}}"' for loc in locales)
+    hooks = ", ".join(f'"{loc}" = "Hook {loc}"' for loc in locales)
+    text = f"""
+name = "{name}"
+locales = {list(locales)!r}
+aspect_ratios = {list(ratios)!r}
+
+[[variants]]
+id = "a"
+hook = {{ {hooks} }}
+
+[[templates]]
+id = "tpl"
+version = "tpl-v1"
+duration_s = {duration_s}
+cost_estimate = {duration_s + 1}
+[templates.prompts]
+{prompts}
+"""
+    path = folder / "plan.toml"
+    path.write_text(text.replace("'", '"'))
+    return path
+
+
+def import_small(settings, folder: Path, products, **plan_kw):
+    catalog = make_catalog(folder, products)
+    plan = load_plan(make_plan(folder, **plan_kw))
+    return run_import(settings, catalog, plan, catalog=f"cat-{folder.name}")
+
+
+async def run_all(client, settings, import_id: str, queue: str, timeout: float = 240) -> list[Task]:
+    db = Database(settings.database_url)
+    with db.transaction() as session:
+        tasks = queries.list_tasks(session, import_id)
+    await start_workflows(client, tasks, import_id, queue)
+    await asyncio.wait_for(
+        asyncio.gather(*(client.get_workflow_handle(t.workflow_id).result() for t in tasks)), timeout=timeout
+    )
+    with db.transaction() as session:
+        return queries.list_tasks(session, import_id)
+
+
+def assert_ledger_balanced(settings, task_ids) -> None:
+    db = Database(settings.database_url)
+    with db.transaction() as session:
+        for task_id in task_ids:
+            rows = session.scalars(select(CreditEntry).where(CreditEntry.task_id == task_id)).all()
+            sums: dict[str, Decimal] = {}
+            for r in rows:
+                sums[r.entry_type] = sums.get(r.entry_type, Decimal(0)) + r.amount
+            assert sums.get("RESERVE", 0) > 0, rows
+            assert sums["RESERVE"] == sums.get("SETTLE", 0) + sums.get("RELEASE", 0), sums

@@ -1,0 +1,169 @@
+"""The embedded stack for real: Postgres, SeaweedFS S3 and Temporal started, used, stopped."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from minio import Minio
+from minio.error import S3Error
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client
+
+import devstack
+from config.settings import Settings
+from devstack.ports import port_is_free
+from devstack.probes import psycopg_conninfo
+from devstack.procs import is_alive
+
+pytestmark = pytest.mark.integration
+
+INFRA = ["postgres", "s3", "temporal"]
+ENDPOINT_VARS = [
+    "DATABASE_URL",
+    "REELQUEUE_DATABASE_URL",
+    "REELQUEUE_S3_ENDPOINT",
+    "REELQUEUE_TEMPORAL_ADDRESS",
+    "REELQUEUE_TEMPORAL_UI_URL",
+    "REELQUEUE_EMULATOR_URL",
+    "REELQUEUE_GATEWAY_URL",
+]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, devstack.StackStatus]]:
+    home = tmp_path_factory.mktemp("devstack")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("REELQUEUE_HOME", str(home))
+    for var in ENDPOINT_VARS:
+        patch.delenv(var, raising=False)
+    settings = Settings()
+    try:
+        yield settings, devstack.up(settings, services=INFRA)
+    finally:
+        devstack.down(settings)
+        patch.undo()
+
+
+def _stack_ports(settings: Settings) -> dict[str, int]:
+    return json.loads(settings.stack_file.read_text())["ports"]
+
+
+def test_up_reports_each_started_service(stack: tuple[Settings, devstack.StackStatus]) -> None:
+    _, first = stack
+    data = first.model_dump()
+    assert set(data) == {"services"}
+    assert list(data["services"]) == devstack.service_names()
+    for name in [*INFRA, "temporal_ui"]:
+        entry = data["services"][name]
+        assert entry["up"] is True, name
+        assert isinstance(entry["pid"], int) and entry["url"], name
+    assert data["services"]["temporal_ui"]["pid"] == data["services"]["temporal"]["pid"]
+    for name in ("emulator", "gateway", "worker"):
+        assert data["services"][name]["up"] is False and data["services"][name]["pid"] is None
+
+
+def test_stack_json_is_what_settings_reads(stack: tuple[Settings, devstack.StackStatus]) -> None:
+    settings, first = stack
+    home = Path(settings.home)
+    for name in INFRA:
+        assert (home / "pids" / f"{name}.pid").exists() and (home / "logs" / f"{name}.log").exists()
+    fresh = Settings()  # REELQUEUE_HOME points at the stack: endpoints come from stack.json
+    assert f"http://{fresh.s3_endpoint}" == first.services["s3"].url
+    assert fresh.temporal_address == first.services["temporal"].url
+    assert fresh.temporal_ui_url == first.services["temporal_ui"].url
+    ports = _stack_ports(settings)
+    assert first.services["postgres"].url.endswith(f"127.0.0.1:{ports['postgres']}/reelqueue")
+    assert fresh.database_url == first.services["postgres"].url
+
+
+def test_postgres_answers_sql(stack: tuple[Settings, devstack.StackStatus]) -> None:
+    settings = devstack.effective_settings(stack[0])
+    with psycopg.connect(psycopg_conninfo(settings.database_url)) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+        assert conn.execute("select current_database(), current_user").fetchone() == ("reelqueue",) * 2
+    assert devstack.ensure_database(settings) is False  # exists already: a no-op
+
+
+def test_s3_enforces_the_configured_credentials(stack: tuple[Settings, devstack.StackStatus]) -> None:
+    settings = devstack.effective_settings(stack[0])
+
+    def client(secret: str) -> Minio:
+        return Minio(
+            settings.s3_endpoint,
+            access_key=settings.s3_access_key,
+            secret_key=secret,
+            secure=False,
+            region=settings.s3_region,
+        )
+
+    good = client(settings.s3_secret_key)
+    assert good.bucket_exists(settings.s3_bucket)
+    good.put_object(settings.s3_bucket, "devstack/hello.txt", io.BytesIO(b"hello"), 5)
+    assert good.get_object(settings.s3_bucket, "devstack/hello.txt").read() == b"hello"
+    with pytest.raises(S3Error) as refused:
+        client("not-the-secret").get_object(settings.s3_bucket, "devstack/hello.txt").read()
+    assert refused.value.code in {"SignatureDoesNotMatch", "AccessDenied", "InvalidAccessKeyId"}
+
+
+async def _custom_search_attributes(settings: Settings) -> dict[str, int]:
+    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    found = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=settings.temporal_namespace)
+    )
+    return dict(found.custom_attributes)
+
+
+async def test_temporal_has_the_custom_search_attributes(
+    stack: tuple[Settings, devstack.StackStatus],
+) -> None:
+    found = await _custom_search_attributes(devstack.effective_settings(stack[0]))
+    for name in devstack.SEARCH_ATTRIBUTES:
+        assert found.get(name) == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD, name
+
+
+def test_up_again_is_a_no_op(stack: tuple[Settings, devstack.StackStatus]) -> None:
+    settings, first = stack
+    ports = _stack_ports(settings)
+    started = time.monotonic()
+    again = devstack.up(settings, services=INFRA)
+    assert time.monotonic() - started < 5
+    for name in INFRA:
+        assert again.services[name].pid == first.services[name].pid
+        assert again.services[name].up
+    assert _stack_ports(settings) == ports
+
+
+async def test_killed_service_comes_back_on_its_port(stack: tuple[Settings, devstack.StackStatus]) -> None:
+    settings, first = stack
+    old = first.services["temporal"].pid
+    assert devstack.kill_service(settings, "temporal", signal.SIGKILL) == old
+    assert devstack.status(settings).services["temporal"].up is False
+    assert devstack.kill_service(settings, "temporal") is None  # nothing recorded alive
+    back = devstack.restart_service(settings, "temporal")
+    assert back.services["temporal"].up and back.services["temporal"].pid not in (None, old)
+    assert back.services["temporal"].url == first.services["temporal"].url
+    found = await _custom_search_attributes(devstack.effective_settings(settings))
+    assert set(devstack.SEARCH_ATTRIBUTES) <= set(found)
+
+
+def test_down_stops_everything(stack: tuple[Settings, devstack.StackStatus]) -> None:
+    settings, _ = stack
+    pids = [devstack.running_pid(settings, name) for name in INFRA]
+    ports = _stack_ports(settings)
+    stopped = devstack.down(settings)
+    assert not any(s.up or s.pid for s in stopped.services.values())
+    for pid in pids:
+        assert pid is not None and not is_alive(pid)
+    assert not list((Path(settings.home) / "pids").glob("*.pid"))
+    deadline = time.monotonic() + 5
+    while not all(port_is_free(p) for p in ports.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(port_is_free(p) for p in ports.values())

@@ -1,0 +1,338 @@
+"""The provider emulator, served for real by uvicorn, driven through EmulatorProvider."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import ffmpeg
+import httpx
+import pytest
+import uvicorn
+
+from adapters.media.ffmpeg_tools import run_ffmpeg
+from adapters.media.transcode import probe
+from adapters.providers.base import (
+    ErrorClass,
+    GenerationRequest,
+    JobState,
+    JobStatus,
+    ProviderError,
+    SubmitOutcome,
+    VideoProvider,
+)
+from adapters.providers.emulator import EmulatorProvider
+from emulator.app import create_app
+from emulator.config import EmulatorConfig, new_webhook_secret
+from emulator.signing import file_token
+
+pytestmark = pytest.mark.integration
+
+TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED}
+RENDER_SIZE = {"9:16": (540, 960), "16:9": (960, 540), "1:1": (720, 720)}
+
+
+class LocalSite:
+    """Serves the product image and records webhook deliveries (a stand-in for S3 + gateway)."""
+
+    def __init__(self, image: bytes):
+        self.image = image
+        self.hooks: list[tuple[dict[str, str], bytes]] = []
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "image/png")
+                self.send_header("Content-Length", str(len(site.image)))
+                self.end_headers()
+                self.wfile.write(site.image)
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                site.hooks.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def events(self, job_id: str) -> list[dict]:
+        return [json.loads(body) for _, body in self.hooks if json.loads(body)["id"] == job_id]
+
+
+@contextmanager
+def serve_emulator(data_dir: Path, **params: object) -> Iterator[EmulatorConfig]:
+    """Run the emulator app on a free 127.0.0.1 port in a thread; stop it on exit."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = EmulatorConfig(port=port, data_dir=data_dir, **params)
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(config), log_level="warning", timeout_graceful_shutdown=2, lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "emulator did not start"
+        time.sleep(0.02)
+    try:
+        yield config
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+        assert not thread.is_alive(), "emulator did not stop"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSite]:
+    png = tmp_path_factory.mktemp("site") / "product.png"
+    run_ffmpeg(ffmpeg.input("testsrc2=s=320x240", f="lavfi").output(str(png), vframes=1), "test image")
+    local = LocalSite(png.read_bytes())
+    local.thread.start()
+    yield local
+    local.server.shutdown()
+    local.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorConfig]:
+    secret = new_webhook_secret()
+    with serve_emulator(tmp_path_factory.mktemp("emulator"), job_seconds=1, webhook_secret=secret) as config:
+        yield config
+
+
+@pytest.fixture(scope="module")
+def provider(emu: EmulatorConfig) -> Iterator[EmulatorProvider]:
+    with EmulatorProvider(emu.base_url, "test-key", timeout_s=5, submit_timeout_s=5) as p:
+        yield p
+
+
+@pytest.fixture(autouse=True)
+def _no_faults_left(emu: EmulatorConfig) -> Iterator[None]:
+    yield
+    httpx.delete(f"{emu.base_url}/_sim/faults").raise_for_status()
+
+
+def request(key: str, site: LocalSite | None = None, **over: object) -> GenerationRequest:
+    fields: dict[str, object] = {
+        "request_key": key,
+        "model": "emu-1",
+        "prompt": "a product reel",
+        "image_url": f"{site.url}/product.png" if site else None,
+        "aspect_ratio": "9:16",
+        "duration_s": 2,
+        "overlay_lines": ["Trail Runner 3 — light, grippy, waterproof", "€89.00 (-20%)", "100% {recycled} %{pts}"],
+    }
+    return GenerationRequest(**{**fields, **over})
+
+
+def wait_for(provider: VideoProvider, job_id: str, timeout_s: float = 30) -> JobState:
+    deadline = time.monotonic() + timeout_s
+    while (state := provider.get_job(job_id)).status not in TERMINAL:
+        assert time.monotonic() < deadline, f"job {job_id} still {state.status}"
+        time.sleep(0.2)
+    return state
+
+
+def accepted(provider: VideoProvider, req: GenerationRequest) -> str:
+    result = provider.submit(req)
+    assert result.outcome == SubmitOutcome.ACCEPTED, result
+    assert result.http_status == 201 and result.job_id
+    return result.job_id
+
+
+def sim_jobs(emu: EmulatorConfig) -> list[dict]:
+    return httpx.get(f"{emu.base_url}/_sim/jobs").json()["jobs"]
+
+
+def set_faults(emu: EmulatorConfig, **faults: int) -> None:
+    httpx.post(f"{emu.base_url}/_sim/faults", json=faults).raise_for_status()
+
+
+@pytest.fixture(scope="module")
+def rendered(provider: EmulatorProvider, site: LocalSite) -> dict[str, JobState]:
+    """One job per ratio, submitted together (two render at once), polled to the end."""
+    ids = {
+        ratio: accepted(provider, request(f"render-{ratio}", site, aspect_ratio=ratio, webhook_url=f"{site.url}/hooks"))
+        for ratio in RENDER_SIZE
+    }
+    return {ratio: wait_for(provider, job_id) for ratio, job_id in ids.items()}
+
+
+@pytest.mark.parametrize("ratio", list(RENDER_SIZE))
+def test_renders_a_real_video(rendered: dict[str, JobState], ratio: str, tmp_path: Path) -> None:
+    state = rendered[ratio]
+    assert state.status == JobStatus.SUCCEEDED and state.raw_status == "succeeded"
+    assert state.progress == 1.0 and state.request_key == f"render-{ratio}"
+    assert state.usage and state.usage.seconds == 2 and state.usage.cost == pytest.approx(2.0)
+    [output] = state.outputs
+    assert output.expires_at and output.expires_at.timestamp() > time.time() + 3000
+    video = tmp_path / "out.mp4"
+    resp = httpx.get(output.url)
+    assert resp.status_code == 200 and resp.headers["content-type"] == "video/mp4"
+    video.write_bytes(resp.content)
+    info = probe(video)
+    assert info.video_codec == "h264" and info.audio_codec == "aac"
+    assert (info.width, info.height) == RENDER_SIZE[ratio]
+    assert info.duration_s == pytest.approx(2, rel=0.1)
+
+
+def test_lists_jobs_by_request_key(provider: EmulatorProvider, rendered: dict[str, JobState]) -> None:
+    [found] = provider.find_by_request_key("render-1:1")
+    assert found.job_id == rendered["1:1"].job_id and found.status == JobStatus.SUCCEEDED
+    assert provider.find_by_request_key("no-such-key") == []
+
+
+def test_webhooks_are_signed_and_follow_each_status(
+    emu: EmulatorConfig, site: LocalSite, rendered: dict[str, JobState]
+) -> None:
+    job_id = rendered["9:16"].job_id
+    deadline = time.monotonic() + 10
+    while [e["status"] for e in site.events(job_id)] != ["queued", "running", "succeeded"]:
+        assert time.monotonic() < deadline, site.events(job_id)
+        time.sleep(0.1)
+    key = base64.b64decode(emu.webhook_secret.removeprefix("whsec_"))
+    for headers, body in site.hooks:
+        signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
+        expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        assert headers["webhook-signature"] == f"v1,{expected}"
+        assert abs(int(headers["webhook-timestamp"]) - time.time()) < 300
+
+
+def test_output_url_is_signed_and_expires(emu: EmulatorConfig, rendered: dict[str, JobState]) -> None:
+    job_id = rendered["1:1"].job_id
+    url = rendered["1:1"].outputs[0].url
+    base = f"{emu.base_url}/files/{job_id}"
+    expired = file_token(emu.url_secret, job_id, int(time.time()) - 1)
+    assert httpx.get(f"{base}/{expired}.mp4").status_code == 403
+    tampered = url[:-5] + ("0" if url[-5] != "0" else "1") + ".mp4"
+    assert httpx.get(tampered).status_code == 403
+    other_job = rendered["9:16"].job_id
+    assert httpx.get(url.replace(job_id, other_job)).status_code == 403
+    assert httpx.get(url).status_code == 200
+
+
+def test_invalid_request_is_rejected_for_good(emu: EmulatorConfig, provider: EmulatorProvider) -> None:
+    before = len(sim_jobs(emu))
+    result = provider.submit(request("bad-ratio", aspect_ratio="4:3"))
+    assert result.outcome == SubmitOutcome.REJECTED_FINAL
+    assert result.error_class == ErrorClass.NON_RETRYABLE and result.http_status == 422
+    assert "aspect_ratio" in (result.error_message or "")
+    assert len(sim_jobs(emu)) == before
+
+
+def test_unknown_outcome_is_reconciled_by_request_key(emu: EmulatorConfig, site: LocalSite) -> None:
+    before = len(sim_jobs(emu))
+    set_faults(emu, submit_hang_after_create=1)
+    with EmulatorProvider(emu.base_url, "test-key", submit_timeout_s=0.5) as impatient:
+        started = time.monotonic()
+        result = impatient.submit(request("hang-1", site))
+        assert time.monotonic() - started < 3
+        assert result.outcome == SubmitOutcome.UNKNOWN
+        assert result.error_class == ErrorClass.UNKNOWN_OUTCOME and result.job_id is None
+        [found] = impatient.find_by_request_key("hang-1")
+    assert len(sim_jobs(emu)) == before + 1, "the job exists although the client never heard of it"
+    assert found.status in {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED}
+
+
+def test_resubmitting_a_key_creates_a_second_job(provider: EmulatorProvider) -> None:
+    first = accepted(provider, request("twice"))
+    second = accepted(provider, request("twice"))
+    assert first != second
+    assert {s.job_id for s in provider.find_by_request_key("twice")} == {first, second}
+
+
+def test_injected_status_is_retryable_without_a_job(emu: EmulatorConfig, provider: EmulatorProvider) -> None:
+    before = len(sim_jobs(emu))
+    set_faults(emu, submit_status=503, submit_status_count=1)
+    result = provider.submit(request("busy"))
+    assert result.outcome == SubmitOutcome.REJECTED_RETRYABLE and result.http_status == 503
+    assert result.error_class == ErrorClass.RETRYABLE and result.retry_after_s == 1.0
+    assert len(sim_jobs(emu)) == before
+    accepted(provider, request("busy"))  # the fault was used up
+
+
+def test_connect_error_is_retryable_and_query_errors_raise() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens here
+    with EmulatorProvider(f"http://127.0.0.1:{port}", "test-key", timeout_s=2) as nowhere:
+        result = nowhere.submit(request("offline"))
+        assert result.outcome == SubmitOutcome.REJECTED_RETRYABLE
+        assert result.error_class == ErrorClass.RETRYABLE
+        with pytest.raises(ProviderError) as err:
+            nowhere.get_job("job_x")
+        assert err.value.retryable
+
+
+def test_unknown_job_is_a_final_provider_error(provider: EmulatorProvider) -> None:
+    with pytest.raises(ProviderError) as err:
+        provider.get_job("job_does_not_exist")
+    assert not err.value.retryable and err.value.http_status == 404
+
+
+def test_fail_next_fails_the_job(emu: EmulatorConfig, provider: EmulatorProvider, site: LocalSite) -> None:
+    set_faults(emu, fail_next=1)
+    state = wait_for(provider, accepted(provider, request("doomed", site)))
+    assert state.status == JobStatus.FAILED and state.error_class == ErrorClass.RETRYABLE
+    assert "INTERNAL.SIMULATED_FAILURE" in (state.error_message or "")
+    assert state.outputs == [] and state.usage is None
+
+
+def test_unreachable_image_fails_as_input_error(provider: EmulatorProvider) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    state = wait_for(provider, accepted(provider, request("no-image", image_url=f"http://127.0.0.1:{port}/x.png")))
+    assert state.status == JobStatus.FAILED and state.error_class == ErrorClass.NON_RETRYABLE
+    assert (state.error_message or "").startswith("INPUT.IMAGE_UNREACHABLE")
+
+
+def test_cancel_is_sticky_and_leaves_finished_jobs_alone(
+    provider: EmulatorProvider, site: LocalSite, rendered: dict[str, JobState]
+) -> None:
+    job_id = accepted(provider, request("cancel-me", site, duration_s=4))
+    assert provider.cancel(job_id).status == JobStatus.CANCELED
+    time.sleep(2.5)  # past job_seconds and the render: a late finish must not win
+    assert provider.get_job(job_id).status == JobStatus.CANCELED
+    assert provider.cancel(job_id).status == JobStatus.CANCELED
+    done = rendered["16:9"].job_id
+    assert provider.cancel(done).status == JobStatus.SUCCEEDED
+
+
+def test_jobs_survive_a_restart(tmp_path: Path, site: LocalSite) -> None:
+    data_dir = tmp_path / "emu"
+    with (
+        serve_emulator(data_dir, job_seconds=60, render_workers=1) as first,
+        EmulatorProvider(first.base_url, "k") as p,
+    ):
+        running = accepted(p, request("restart-running", site, duration_s=1))
+        queued = accepted(p, request("restart-queued", site, duration_s=1))
+        deadline = time.monotonic() + 10
+        while p.get_job(running).status != JobStatus.RUNNING:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert p.get_job(queued).status == JobStatus.QUEUED
+    with serve_emulator(data_dir, job_seconds=0.5) as second, EmulatorProvider(second.base_url, "k") as p:
+        for job_id in (running, queued):
+            state = wait_for(p, job_id)
+            assert state.status == JobStatus.SUCCEEDED
+            assert httpx.get(state.outputs[0].url).status_code == 200
+        renders = {j["id"]: j["renders"] for j in sim_jobs(second)}
+        assert renders == {running: 2, queued: 1}, "the interrupted job was rendered again"

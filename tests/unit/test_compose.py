@@ -1,0 +1,168 @@
+"""docker-compose.yml stays in step with Settings: same variable names, ports that line up."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from sqlalchemy.engine import make_url
+
+from config.settings import Settings
+from devstack import SEARCH_ATTRIBUTES
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUIRED = {"postgres", "temporal", "temporal-ui", "minio", "emulator", "gateway", "worker"}
+LOCAL_HOSTS = {"localhost", "127.0.0.1"}
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, dict[str, Any]]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+
+
+def _app_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Our own services: the ones built from this repository."""
+    return {name: svc for name, svc in services.items() if "build" in svc}
+
+
+def _env(svc: dict[str, Any]) -> dict[str, str]:
+    env = svc.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def _port_pairs(svc: dict[str, Any]) -> list[tuple[int | None, int]]:
+    """(published host port or None, container port) for `ports` and `expose`."""
+    pairs: list[tuple[int | None, int]] = []
+    for entry in svc.get("ports") or []:
+        if isinstance(entry, dict):
+            pairs.append((int(entry["published"]), int(entry["target"])))
+        else:
+            parts = str(entry).split("/")[0].split(":")
+            pairs.append((int(parts[-2]) if len(parts) > 1 else None, int(parts[-1])))
+    pairs += [(None, int(str(p).split("/")[0])) for p in svc.get("expose") or []]
+    return pairs
+
+
+def _endpoints(env: dict[str, str]) -> list[tuple[str, str, int]]:
+    """(variable, host, port) for every variable that points at a server."""
+    found: list[tuple[str, str, int]] = []
+    for key, value in env.items():
+        if key in ("DATABASE_URL", "REELQUEUE_DATABASE_URL"):
+            url = make_url(value)
+            found.append((key, str(url.host), int(url.port or 5432)))
+        elif key.endswith("_URL"):
+            parts = urlsplit(value)
+            default = 443 if parts.scheme == "https" else 80
+            found.append((key, str(parts.hostname), parts.port or default))
+        elif key in ("REELQUEUE_TEMPORAL_ADDRESS", "REELQUEUE_S3_ENDPOINT"):
+            host, _, port = value.rpartition(":")
+            found.append((key, host, int(port)))
+    return found
+
+
+def test_required_services_exist_with_an_image_or_build(services: dict[str, dict[str, Any]]) -> None:
+    assert set(services) >= REQUIRED
+    for name, svc in services.items():
+        assert "image" in svc or "build" in svc, name
+    assert {"emulator", "gateway", "worker"} <= set(_app_services(services))
+
+
+def test_app_images_build_from_the_repo_dockerfile(services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in _app_services(services).items():
+        build = svc["build"]
+        context = ROOT / (build if isinstance(build, str) else build.get("context", "."))
+        dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
+        assert (context / dockerfile).is_file(), name
+        assert (context / "pyproject.toml").is_file(), name
+
+
+def test_app_env_names_are_settings_fields(services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in _app_services(services).items():
+        env = _env(svc)
+        assert env, f"{name} has no environment"
+        for key in env:
+            if key == "DATABASE_URL":
+                continue
+            match = re.fullmatch(r"REELQUEUE_([A-Z0-9_]+)", key)
+            assert match and match.group(1).lower() in Settings.model_fields, f"{name}: {key}"
+
+
+def test_app_env_values_parse_as_settings(
+    services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for svc in _app_services(services).values():
+        with monkeypatch.context() as patch:
+            for key, value in _env(svc).items():
+                patch.setenv(key, value)
+            settings = Settings()
+        env = _env(svc)
+        assert settings.database_url == env["DATABASE_URL"]
+        assert settings.temporal_address == env["REELQUEUE_TEMPORAL_ADDRESS"]
+        assert settings.s3_endpoint == env["REELQUEUE_S3_ENDPOINT"]
+        for entry in settings.fetch_allowed_hosts:  # host or host:port of a compose service
+            assert (entry.rpartition(":")[0] or entry) in services, entry
+
+
+def test_endpoints_point_at_published_ports(services: dict[str, dict[str, Any]]) -> None:
+    host_ports = {host for svc in services.values() for host, _ in _port_pairs(svc) if host is not None}
+    for name, svc in _app_services(services).items():
+        for key, host, port in _endpoints(_env(svc)):
+            if host in LOCAL_HOSTS:  # links shown to a person on the docker host
+                assert port in host_ports, f"{name}: {key} -> {host}:{port} is not published"
+            else:
+                assert host in services, f"{name}: {key} -> unknown service {host}"
+                targets = {target for _, target in _port_pairs(services[host])}
+                assert port in targets, f"{name}: {key} -> {host}:{port}, but {host} serves {targets}"
+
+
+def _options(command: list[Any]) -> dict[str, str]:
+    """--name value and --name=value pairs of a command list."""
+    parts = [str(p) for p in command]
+    found: dict[str, str] = {}
+    for i, part in enumerate(parts):
+        if part.startswith("--"):
+            name, eq, value = part.partition("=")
+            found[name] = value if eq else (parts[i + 1] if i + 1 < len(parts) else "")
+    return found
+
+
+def test_app_servers_listen_on_their_published_port(services: dict[str, dict[str, Any]]) -> None:
+    for name in ("emulator", "gateway"):
+        options = _options(services[name]["command"])
+        assert int(options["--port"]) in {target for _, target in _port_pairs(services[name])}, name
+        assert options["--host"] == "0.0.0.0", name
+
+
+def test_emulator_hands_out_urls_the_worker_can_fetch(services: dict[str, dict[str, Any]]) -> None:
+    public = _options(services["emulator"]["command"])["--public-url"]
+    worker_env = _env(services["worker"])
+    assert public.rstrip("/") == worker_env["REELQUEUE_EMULATOR_URL"].rstrip("/")
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in worker_env.items():
+            patch.setenv(key, value)
+        assert urlsplit(public).netloc in Settings().allowed_fetch_hosts()
+
+
+def test_depends_on_references_exist(services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in services.items():
+        for dep in svc.get("depends_on") or []:
+            assert dep in services, f"{name} depends on missing {dep}"
+            assert dep != name
+
+
+def test_custom_search_attributes_match_the_dev_stack(services: dict[str, dict[str, Any]]) -> None:
+    text = yaml.safe_dump(services)
+    for attribute in SEARCH_ATTRIBUTES:
+        assert attribute in text, attribute
+
+
+def test_dev_stack_registers_what_the_workflows_upsert() -> None:
+    keys = pytest.importorskip("workflows.search_attributes")
+    assert {key.name for key in keys.ALL} == set(SEARCH_ATTRIBUTES)
+    assert all(kind == "Keyword" for kind in SEARCH_ATTRIBUTES.values())

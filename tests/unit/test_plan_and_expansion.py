@@ -1,0 +1,93 @@
+"""Plan parsing, deterministic task identity, expansion counts."""
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from catalog.expand import check_plan_locales, copy_issues, expand, task_id_for, task_identity
+from catalog.plan import PlanError, load_plan
+from catalog.records import IssueAction, ProductRecord
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def product(**kw) -> ProductRecord:
+    base = dict(product_id="SKU-1", title="Lamp", description="A lamp", image_urls=["a.png"],
+                price=Decimal("9.5"), currency="USD", category="Home", rows=[2])
+    base.update(kw)
+    return ProductRecord(**base)
+
+
+def test_example_plan_expands_to_every_combination():
+    plan = load_plan(EXAMPLES / "plan.toml")
+    specs = list(expand(product(), plan, tenant="t", catalog="c", image_sha256="ab" * 32))
+    assert len(specs) == plan.combinations == 8
+    assert len({s.id for s in specs}) == 8
+    assert {(s.template_id, s.locale, s.aspect_ratio) for s in specs} == {
+        (t, loc, r) for t in ("showcase", "ugc-teaser") for loc in ("en-US", "de-DE") for r in ("9:16", "16:9")
+    }
+    de = next(s for s in specs if s.locale == "de-DE" and s.template_id == "showcase")
+    assert "Preis 9.50 USD" in de.prompt and "Neu im Frühling" in de.prompt
+    assert de.overlay == {"title": "Lamp", "price": "9.50 USD", "hook": "Neu im Frühling"}
+
+
+def test_identity_is_stable_and_sensitive_to_what_changes_the_output():
+    plan = load_plan(EXAMPLES / "plan.toml")
+    first = [s.id for s in expand(product(), plan, tenant="t", catalog="c", image_sha256="0" * 64)]
+    again = [s.id for s in expand(product(), plan, tenant="t", catalog="c", image_sha256="0" * 64)]
+    assert first == again
+    new_image = [s.id for s in expand(product(), plan, tenant="t", catalog="c", image_sha256="1" * 64)]
+    new_title = [s.id for s in expand(product(title="Lamp 2"), plan, tenant="t", catalog="c",
+                                      image_sha256="0" * 64)]
+    other_tenant = [s.id for s in expand(product(), plan, tenant="u", catalog="c", image_sha256="0" * 64)]
+    for changed in (new_image, new_title, other_tenant):
+        assert not set(changed) & set(first)
+
+
+def test_identity_hash_ignores_key_order():
+    fields = dict(tenant="t", catalog="c", product_id="p", template_version="v", locale="en-US",
+                  aspect_ratio="9:16", variant="a", prompt_sha256="x", image_sha256="y", render_sha256="z")
+    ident = task_identity(**fields)
+    reordered = dict(reversed(list(ident.items())))
+    assert task_id_for(ident) == task_id_for(reordered)
+    assert len(task_id_for(ident)) == 32
+
+
+def test_unsupported_locale_marks_the_expansion_invalid(tmp_path):
+    text = (EXAMPLES / "plan.toml").read_text().replace('locales = ["en-US", "de-DE"]',
+                                                          'locales = ["en-US", "fr-FR", "english"]')
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    plan = load_plan(path)
+    issues = check_plan_locales(plan)
+    assert {(i.value, i.action) for i in issues} == {("fr-FR", IssueAction.EXPANSION_INVALID),
+                                                      ("english", IssueAction.EXPANSION_INVALID)}
+    specs = list(expand(product(), plan, tenant="t", catalog="c", image_sha256="0" * 64))
+    assert {s.locale for s in specs} == {"en-US"}
+
+
+def test_long_copy_goes_to_review():
+    plan = load_plan(EXAMPLES / "plan.toml")
+    issues = copy_issues(product(title="x" * 61), plan)
+    assert issues and all(i.action is IssueAction.COPY_REVIEW and i.field == "title" for i in issues)
+    assert copy_issues(product(), plan) == []
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("name = 'x'", "locales"),
+    ("not toml = = =", "not valid TOML"),
+])
+def test_bad_plans_are_reported(tmp_path, body, needle):
+    path = tmp_path / "plan.toml"
+    path.write_text(body)
+    with pytest.raises(PlanError, match=needle):
+        load_plan(path)
+
+
+def test_unknown_prompt_field_is_refused(tmp_path):
+    text = (EXAMPLES / "plan.toml").read_text().replace("{category}", "{colour}")
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    with pytest.raises(PlanError, match="colour"):
+        load_plan(path)
