@@ -7,9 +7,9 @@ export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 .PHONY: demo test install lint bench down
 
 $(VENV)/.installed: pyproject.toml
+	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..."
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	@$(BIN)/pip install -e '.[test]' > $(VENV)/install.log 2>&1 || { tail -30 $(VENV)/install.log; exit 1; }
 	touch $@
 
 install: $(VENV)/.installed
@@ -28,4 +28,4 @@ test: install lint
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 bench: install
-	$(BIN)/python -m bench.import_bench
+	$(BIN)/python -m bench.import_bench $(ARGS)

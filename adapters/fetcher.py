@@ -79,11 +79,12 @@ for _name in ("httpcore.connection", "httpcore.http11", "httpcore.http2"):
 class FetchError(Exception):
     """Base of fetch errors; ``reason`` already has the URL redacted."""
 
-    def __init__(self, reason: str, *, retryable: bool, status: int | None = None) -> None:
+    def __init__(self, reason: str, *, retryable: bool, status: int | None = None, dns: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
         self.status = status
+        self.dns = dns  # the host name did not resolve: every URL on that host will fail the same way
 
 
 class FetchRefused(FetchError):
@@ -512,11 +513,11 @@ class SafeFetcher:
         try:
             answers = future.result(timeout=max(0.0, deadline - time.monotonic()))
         except TimeoutError as exc:
-            raise FetchFailed(f"{shown}: DNS lookup timed out", retryable=True) from exc
+            raise FetchFailed(f"{shown}: DNS lookup timed out", retryable=True, dns=True) from exc
         except (OSError, UnicodeError) as exc:
-            raise FetchFailed(f"{shown}: DNS lookup failed ({_scrub(exc)})", retryable=True) from exc
+            raise FetchFailed(f"{shown}: DNS lookup failed ({_scrub(exc)})", retryable=True, dns=True) from exc
         if not answers:
-            raise FetchFailed(f"{shown}: DNS lookup returned no address", retryable=True)
+            raise FetchFailed(f"{shown}: DNS lookup returned no address", retryable=True, dns=True)
         return answers
 
     @staticmethod

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import io
 import mimetypes
+import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -21,6 +23,7 @@ from adapters.storage import ObjectStorage
 MAX_IMAGE_BYTES = 25 * 1024 * 1024
 RETRIES = 2
 RETRY_PAUSE_S = 0.2
+PER_HOST = 4  # concurrent downloads from one host
 
 
 class ImageOutcome(BaseModel):
@@ -54,6 +57,8 @@ class ImageResolver:
         self.tenant = tenant
         self.base_dir = base_dir
         self._cache: dict[str, ImageOutcome] = {}
+        self._host_gates: defaultdict[str, threading.Semaphore] = defaultdict(lambda: threading.Semaphore(PER_HOST))
+        self._dead_hosts: dict[str, str] = {}  # host -> why its name did not resolve (once per import)
 
     def resolve(self, source: str) -> ImageOutcome:
         """Read (and store) one image; the same source is only read once per import."""
@@ -84,16 +89,22 @@ class ImageResolver:
         return path.read_bytes(), mimetypes.guess_type(path.name)[0], None
 
     def _download(self, url: str) -> tuple[bytes | None, str | None, str | None]:
-        error = "unreachable"
-        for attempt in range(RETRIES + 1):
-            sink = io.BytesIO()
-            try:
-                result = self.fetcher.fetch_to(url, sink)
-                return sink.getvalue(), result.content_type, None
-            except FetchError as exc:
-                error = str(exc)
-                if not exc.retryable:
-                    break
-            if attempt < RETRIES:
-                time.sleep(RETRY_PAUSE_S * (attempt + 1))
-        return None, None, error
+        host = (urlsplit(url).hostname or "").lower()
+        with self._host_gates[host]:
+            error = "unreachable"
+            for attempt in range(RETRIES + 1):
+                if host in self._dead_hosts:
+                    return None, None, self._dead_hosts[host]
+                sink = io.BytesIO()
+                try:
+                    result = self.fetcher.fetch_to(url, sink)
+                    return sink.getvalue(), result.content_type, None
+                except FetchError as exc:
+                    error = str(exc)
+                    if not exc.retryable:
+                        break
+                    if getattr(exc, "dns", False) and attempt == RETRIES:
+                        self._dead_hosts[host] = f"host {host} did not resolve: {error}"
+                if attempt < RETRIES:
+                    time.sleep(RETRY_PAUSE_S * (attempt + 1))
+            return None, None, error

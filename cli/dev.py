@@ -132,13 +132,15 @@ def _sample_url(settings: Settings, detail: dict | None) -> str | None:
 
 
 def _print_demo(r: dict) -> None:
-    table = Table("status", "tasks", title=f"import {r['import_id']}: {r['tasks']} tasks in {r['seconds']} s")
+    console.print(f"import {r['import_id']}: {r['tasks']} tasks, {r['seconds']} s")
+    table = Table("status", "tasks")
     for status_name, n in sorted(r["by_status"].items()):
         table.add_row(status_name, str(n))
     console.print(table)
-    console.print(f"Temporal Web UI (this import):  {r['temporal_ui']}")
+    console.print("Temporal Web UI, this import's workflows:", style="bold")
+    console.print(r["temporal_ui"], soft_wrap=True)
     if r["sample_task"]:
-        console.print(f"a finished task:                reelqueue show {r['sample_task']}")
-        console.print(f"its proxy MP4 (12 h link):      {r['sample_proxy_url']}")
-    console.print("The stack keeps running for inspection. Stop it with: [bold]reelqueue dev down[/] "
-                  "(or make down).")
+        console.print(f"A finished task, with attempts, events and assets: reelqueue show {r['sample_task']}")
+        console.print("Its proxy MP4 (link valid 12 h):", style="bold")
+        console.print(r["sample_proxy_url"], soft_wrap=True)
+    console.print("The stack keeps running for inspection. Stop it with: [bold]reelqueue dev down[/] (or make down).")

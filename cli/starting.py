@@ -63,12 +63,13 @@ def wait_with_progress(
                   disable=not show, transient=False) as progress:
         bars: dict[str, int] = {}
         while True:
-            for status in TaskStatus:
+            for status in TaskStatus:  # a bar per status that holds tasks now (terminal ones stay)
                 n = counts.get(status.value, 0)
                 if status.value not in bars and n:
                     bars[status.value] = progress.add_task(status.value, total=total)
                 if status.value in bars:
-                    progress.update(bars[status.value], completed=n)
+                    keep = n > 0 or status in TERMINAL
+                    progress.update(bars[status.value], completed=n, visible=keep)
             if sum(counts.get(s.value, 0) for s in TERMINAL) >= total or time.monotonic() > deadline:
                 return counts
             time.sleep(poll_s)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from catalog.readers import merchant_center, plain, shopify, woocommerce
+from catalog.readers import generic, merchant_center, plain, shopify, woocommerce
 from catalog.readers.columns import Format, Resolution
 from catalog.readers.errors import CatalogFormatError
 from catalog.readers.mapped import check_mapping, mapped_format
@@ -23,12 +23,15 @@ from catalog.records import Issue, IssueAction, ProductRecord
 __all__ = ["FORMATS", "CatalogFormatError", "CatalogRead", "read_catalog"]
 
 # Detection order; each format's header signature is distinct, so order only breaks odd ties.
+# `generic` (header synonyms, no signature of its own) must stay last: on a tie the earlier format
+# wins, so it is only used when no platform format fits.
 FORMATS: tuple[Format, ...] = (
     shopify.LEGACY,
     shopify.MODERN,
     woocommerce.FORMAT,
     merchant_center.FORMAT,
     plain.FORMAT,
+    generic.FORMAT,
 )
 
 
@@ -37,7 +40,7 @@ class CatalogRead:
     """One read of a catalog file. `products` is a one-shot iterator of the valid products."""
 
     path: Path
-    format: str  # plain | shopify_legacy | shopify_2025 | woocommerce | merchant_center | mapped
+    format: str  # plain | shopify_legacy | shopify_2025 | woocommerce | merchant_center | generic | mapped
     headers: list[str]
     header_line: int  # physical line of the header row (after any junk lines)
     encoding: str

@@ -1,4 +1,4 @@
-"""One row = one product: the shared reader behind the plain, Merchant Center and mapped formats.
+"""One row = one product: the shared reader behind the plain, Merchant Center, generic and mapped formats.
 
 Those formats differ only in which header feeds which field, so they share this loop and each
 declares its column aliases.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
+import httpx
 import pytest
 from stack_helpers import assert_ledger_balanced, import_small, run_all
 
@@ -51,6 +53,24 @@ async def test_one_task_end_to_end(stack, client, task_queue, tmp_path, emulator
     for task in tasks:
         assert sum(k.startswith(task.id) for k in keys) == 1
     assert_ledger_balanced(stack, [t.id for t in tasks])
+    assert await _ui_workflow_ids(stack, f'TaskStatus="SUCCEEDED" AND ImportId="{summary.import_id}"', 2) == {
+        t.workflow_id for t in tasks
+    }
+    assert await _ui_workflow_ids(stack, f'TaskStatus="RUNNING" AND ImportId="{summary.import_id}"', 0) == set()
+
+
+async def _ui_workflow_ids(settings, query: str, expected: int) -> set[str]:
+    """What the Temporal Web UI lists for a filter (its HTTP API); visibility lags a little."""
+    url = f"{settings.temporal_ui_url}/api/v1/namespaces/{settings.temporal_namespace}/workflows"
+    ids: set[str] = set()
+    async with httpx.AsyncClient(timeout=10) as http:
+        for _ in range(50):
+            body = (await http.get(url, params={"query": query})).json()
+            ids = {e["execution"]["workflowId"] for e in body.get("executions") or []}
+            if len(ids) == expected:
+                break
+            await asyncio.sleep(0.2)
+    return ids
 
 
 async def test_reimport_and_rerun_create_nothing(stack, client, task_queue, tmp_path, emulator_jobs):

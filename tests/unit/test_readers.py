@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from catalog.readers import CatalogFormatError, CatalogRead, read_catalog
+from catalog.readers import CatalogRead, read_catalog
 from catalog.records import IssueAction, ProductRecord
 
 # The repo is <root>/main and the shared files <root>/shared (CI puts a copy of shared/ beside it).
@@ -47,6 +47,7 @@ COUNTS = [
     ("google_merchant/wix-ucp-tpa__data_products-feed.tsv", "merchant_center", 5, 5, 5),
     ("google_merchant/m5zoon__google_merchant_feed.tsv", "merchant_center", 3, 3, 3),
     ("google_merchant/m5zoon__google_merchant_feed_en.tsv", "merchant_center", 30, 30, 30),
+    ("google_merchant/m5zoon__public_feeds_merchant-feed-ar.csv", "generic", 263, 263, 263),
 ]
 
 
@@ -61,16 +62,11 @@ def test_real_catalog_counts(relative: str, fmt: str, rows: int, seen: int, emit
     assert all(p.main_image for p in products)
 
 
-def test_every_real_file_reads_or_fails_cleanly() -> None:
+def test_every_real_file_reads_without_a_mapping() -> None:
     files = sorted(p for p in CATALOGS.rglob("*") if p.is_file() and p.suffix in (".csv", ".tsv"))
     assert len(files) >= 14
     for path in files:
-        try:
-            read = read_catalog(path)
-        except CatalogFormatError as exc:  # only the spec-breaking feed, which needs a mapping
-            assert path.name == "m5zoon__public_feeds_merchant-feed-ar.csv"
-            assert exc.missing_fields == ["image_url"]
-            continue
+        read = read_catalog(path)  # no CatalogFormatError: every shared file is importable as is
         assert sum(1 for _ in read.products) == read.products_emitted
 
 
@@ -212,13 +208,25 @@ def test_merchant_center_arabic_feed() -> None:
     assert perfume.attributes["sale_price"] == "252 AED"
 
 
-def test_non_spec_feed_needs_mapping() -> None:
-    relative = "google_merchant/m5zoon__public_feeds_merchant-feed-ar.csv"
-    with pytest.raises(CatalogFormatError) as caught:
-        read_all(relative)
-    assert "Image" in caught.value.headers_found
-    assert caught.value.missing_fields == ["image_url"]
-    assert "'Image'" in str(caught.value) and "image_url" in str(caught.value)
-    read, products = read_all(relative, mapping=AR_FEED_MAPPING)
+def test_non_spec_feed_reads_as_generic() -> None:
+    read, products = read_all("google_merchant/m5zoon__public_feeds_merchant-feed-ar.csv")
+    assert read.format == "generic" and len(products) == 263 and not read.stop_import
+    perfume = products[0]
+    assert (perfume.product_id, perfume.rows) == ("perfume_1", [2])
+    assert perfume.title == "عطر كوكو شانيل 100 مل"
+    assert (perfume.price, perfume.currency) == (Decimal("352"), "AED")  # Price, not Sale_Price
+    assert perfume.image_urls == ["https://m5zoon.com/public/uploads/products/1722352332177124.webp"]
+    assert perfume.link == "https://emirates-gifts.arabsad.com/products/perfume_1"
+    assert (perfume.category, perfume.brand) == ("Perfumes", "Perfumes")
+    assert perfume.attributes == {"Sale_Price": "252 AED", "Availability": "in stock"}
+    [guess] = read.issues  # one header-level warning, nothing per row
+    assert (guess.row, guess.product_id, guess.field, guess.action) == (None, None, "(header)", IssueAction.WARNING)
+    assert guess.value == "ID, Image, URL"
+    assert "'ID' as product_id" in guess.reason and "'Image' as image_url" in guess.reason
+    assert "'URL' as link" in guess.reason and "Title" not in guess.reason  # exact names are no guess
+
+
+def test_non_spec_feed_mapping_still_wins() -> None:
+    read, products = read_all("google_merchant/m5zoon__public_feeds_merchant-feed-ar.csv", mapping=AR_FEED_MAPPING)
     assert read.format == "mapped" and len(products) == 263 and read.issues == []
     assert (products[0].product_id, products[0].price, products[0].currency) == ("perfume_1", Decimal("252"), "AED")

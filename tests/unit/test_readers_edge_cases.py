@@ -207,10 +207,67 @@ def test_unknown_headers_raise_format_error() -> None:
     assert "product_id, title, image_url" in error.message
 
 
-def test_custom_headers_without_mapping_name_the_missing_field() -> None:
+def test_custom_headers_without_mapping_read_as_generic() -> None:
+    read, products = read_all("custom_headers.csv")
+    assert read.format == "generic"
+    [widget] = products
+    assert (widget.product_id, widget.price, widget.currency) == ("X-1", Decimal("19.99"), "EUR")  # Sale_Price
+    assert widget.image_urls == ["https://img.example.com/x1.jpg"] and widget.attributes == {"Colour": "Red"}
+    [guess] = read.issues
+    assert (guess.row, guess.field, guess.action) == (None, "(header)", IssueAction.WARNING)
+    assert guess.value == "ID, Image, Sale_Price, URL"
+
+
+def test_generic_synonym_headers() -> None:
+    read, products = read_all("synonym_headers.csv")
+    assert read.format == "generic"
+    red, blue = products
+    assert (red.product_id, red.title, red.description) == ("MUG-RED", "Red mug", "Stoneware mug")
+    assert red.image_urls == ["https://img.example.com/mug-red.jpg"]
+    assert (red.price, red.currency) == (Decimal("12.50"), "EUR")
+    assert (red.category, red.brand, red.link) == ("Kitchen", "Acme", "https://shop.example.com/mug-red")
+    # one column per field: the preferred synonym wins, the others stay attributes
+    assert red.attributes == {"Item-ID": "1001", "Sale Price": "9.99", "Stock": "4"}
+    assert blue.price is None  # a regular price column exists, so Sale Price is never a fallback
+    [guess] = read.issues
+    assert (guess.row, guess.product_id, guess.field, guess.action) == (None, None, "(header)", IssueAction.WARNING)
+    assert guess.reason.count(" as ") == 7  # currency and Brand are exact field names, not guesses
+    for header, field in [
+        ("SKU", "product_id"),
+        ("Product_Name", "title"),
+        ("Main Image", "image_url"),
+        ("Regular Price", "price"),
+        ("Details", "description"),
+        ("Product Type", "category"),
+        ("Product URL", "link"),
+    ]:
+        assert f"{header!r} as {field}" in guess.reason
+
+
+def test_exact_field_names_are_not_reported_as_guesses(tmp_path: Path) -> None:
+    path = tmp_path / "exact.csv"
+    path.write_text("Product-ID,TITLE,Image_URL,Price\nE-1,Exact,https://img.example.com/e.jpg,5\n")
+    read = read_catalog(path)
+    products = list(read.products)
+    assert read.format == "generic" and products[0].product_id == "E-1"
+    assert read.issues == []
+
+
+def test_no_synonym_headers_raise_format_error() -> None:
     with pytest.raises(CatalogFormatError) as caught:
-        read_catalog(FIXTURES / "custom_headers.csv")
+        read_catalog(FIXTURES / "near_miss_headers.csv")  # Identifier, Heading, Img: no fuzzy matching
+    error = caught.value
+    assert error.headers_found == ["Identifier", "Heading", "Img", "Cost_EUR"]
+    assert error.missing_fields == ["product_id", "title", "image_url"]
+    assert "'Identifier', 'Heading', 'Img', 'Cost_EUR'" in error.message
+    assert "product_id, title, image_url" in error.message
+
+
+def test_synonyms_without_an_image_column_raise_format_error() -> None:
+    with pytest.raises(CatalogFormatError) as caught:
+        read_catalog(FIXTURES / "synonyms_no_image.csv")
     assert caught.value.missing_fields == ["image_url"]
+    assert caught.value.headers_found == ["SKU", "Name", "Price", "Stock"]
 
 
 def test_no_header_at_all(tmp_path: Path) -> None:
