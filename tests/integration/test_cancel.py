@@ -1,0 +1,55 @@
+"""Cancellation: a signal to a running workflow, and a task whose workflow never started."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from stack_helpers import assert_ledger_balanced, import_small
+
+from cli.commands import _cancel_unstarted
+from cli.starting import start_workflows
+from schema import queries
+from schema.contracts import CancelRequest
+from schema.db import Database
+from workflows.generation import GenerationWorkflow
+
+pytestmark = pytest.mark.integration
+
+
+async def test_cancel_while_the_provider_runs(stack, client, task_queue, tmp_path, emulator_jobs):
+    summary = import_small(stack, tmp_path, [("C-1", "Clock", "A clock")], duration_s=8)
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)
+    await start_workflows(client, [task], summary.import_id, task_queue)
+    for _ in range(300):
+        with db.transaction() as session:
+            status = queries.task_detail(session, task.id)["task"]["status"]
+        if status in ("SUBMITTED", "RUNNING"):
+            break
+        await asyncio.sleep(0.1)
+    assert status in ("SUBMITTED", "RUNNING")
+    handle = client.get_workflow_handle_for(GenerationWorkflow.run, task.workflow_id)
+    await handle.signal("cancel", CancelRequest(reason="test"))
+    outcome = await asyncio.wait_for(handle.result(), timeout=60)
+    assert outcome.status == "CANCELED"
+    with db.transaction() as session:
+        detail = queries.task_detail(session, task.id)
+    moves = [e["to"] for e in detail["events"] if e["applied"]]
+    assert moves[-2:] == ["CANCEL_REQUESTED", "CANCELED"]
+    job = next(j for j in emulator_jobs() if j["request_key"].startswith(task.id))
+    assert job["status"] == "canceled"
+    assert_ledger_balanced(stack, [task.id])
+
+
+def test_cancel_a_task_that_never_started(stack, tmp_path):
+    summary = import_small(stack, tmp_path, [("C-2", "Chair", "A chair")])
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)
+    assert _cancel_unstarted(db, task.id, "not needed") == "CANCELED"
+    assert _cancel_unstarted(db, task.id, "again") == "CANCELED"  # same source event: no second move
+    with db.transaction() as session:
+        detail = queries.task_detail(session, task.id)
+    assert [e["to"] for e in detail["events"]] == ["CANCELED"]
