@@ -24,6 +24,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from adapters.storage import ObjectStorage, file_sha256
+from catalog.bulk import insert_tasks, prepare_staging
 from catalog.expand import TaskSpec, check_plan_locales, copy_issues, expand
 from catalog.images import ImageOutcome, ImageResolver, image_key, is_url, url_identity
 from catalog.plan import Plan
@@ -32,7 +33,7 @@ from catalog.records import Issue, IssueAction, ProductRecord
 from catalog.report import write_report
 from schema.assets import record_asset
 from schema.db import Database
-from schema.models import CatalogImport, ImportTask, Product, Task, Tenant, ValidationIssue
+from schema.models import CatalogImport, Product, Tenant, ValidationIssue
 from schema.models import Plan as PlanRow
 from schema.state_machine import TaskStatus
 
@@ -215,6 +216,7 @@ class CatalogImporter:
                     for i in chunk
                 ])
             if not stop_import:
+                prepare_staging(session)
                 for chunk in _chunks(_read_spool(spool), BATCH):
                     self._insert_batch(session, row, chunk, plan, opts.tenant, summary)
             row.tasks, row.tasks_new, row.tasks_reused = summary.tasks, summary.tasks_new, summary.tasks_reused
@@ -241,18 +243,13 @@ class CatalogImporter:
         specs = [(p, spec) for p in batch if p.makes_tasks for spec in self._specs(p, plan, tenant, imp.catalog)]
         if not specs:
             return
-        new_ids = set(session.scalars(
-            insert(Task).on_conflict_do_nothing(index_elements=["id"]).returning(Task.id),
-            [_task_row(imp, spec, product_ids[p.record.product_id], image_assets.get(p.record.product_id),
-                       p.image_sha256, tenant) for p, spec in specs],
-        ).all())
-        session.execute(
-            insert(ImportTask).on_conflict_do_nothing(),
-            [{"import_id": imp.id, "task_id": spec.id, "reused": spec.id not in new_ids} for _, spec in specs],
-        )
+        new = insert_tasks(session, imp.id, [
+            _task_row(imp, spec, product_ids[p.record.product_id], image_assets.get(p.record.product_id),
+                      p.image_sha256, tenant) for p, spec in specs
+        ])
         summary.tasks += len(specs)
-        summary.tasks_new += len(new_ids)
-        summary.tasks_reused += len(specs) - len(new_ids)
+        summary.tasks_new += new
+        summary.tasks_reused += len(specs) - new
 
     def _existing(self, import_id: str) -> ImportSummary | None:
         with self.db.transaction() as session:
@@ -293,7 +290,8 @@ def _task_row(imp: CatalogImport, spec: TaskSpec, product_ref: int, image_asset_
         "variant": spec.variant, "prompt": spec.prompt, "overlay": spec.overlay, "prompt_sha256": spec.prompt_sha256,
         "image_sha256": image_sha, "image_asset_id": image_asset_id, "duration_s": spec.duration_s,
         "provider": spec.provider, "model": spec.model, "estimated_cost": spec.estimated_cost,
-        "status": TaskStatus.CREATED.value, "version": 0, "workflow_id": workflow_id_for(spec.id),
+        "status": TaskStatus.CREATED.value, "version": 0, "progress": 0, "current_attempt_no": 0,
+        "workflow_id": workflow_id_for(spec.id),
     }
 
 

@@ -32,12 +32,15 @@ def search_attributes_for(task: Task, import_id: str) -> TypedSearchAttributes:
 
 
 async def start_workflows(client: Client, tasks: Sequence[Task], import_id: str, task_queue: str) -> dict[str, int]:
-    """Start one workflow per task; an id that already ran is never started again."""
-    gate = asyncio.Semaphore(START_CONCURRENCY)
-    counts = {"started": 0, "already_started": 0}
+    """Start one workflow per task, START_CONCURRENCY at a time; an id that already ran is never started again."""
+    counts = {"started": 0, "already_started": 0, "already_finished": 0}
+    pending = iter(tasks)
 
-    async def start(task: Task) -> None:
-        async with gate:
+    async def starter() -> None:
+        for task in pending:  # the shared iterator hands each task to exactly one starter
+            if task.status in TERMINAL:
+                counts["already_finished"] += 1
+                continue
             try:
                 await client.start_workflow(
                     GenerationWorkflow.run, GenerationInput(task_id=task.id), id=task.workflow_id,
@@ -48,8 +51,7 @@ async def start_workflows(client: Client, tasks: Sequence[Task], import_id: str,
             except WorkflowAlreadyStartedError:
                 counts["already_started"] += 1
 
-    await asyncio.gather(*(start(t) for t in tasks if t.status not in TERMINAL))
-    counts["already_finished"] = sum(1 for t in tasks if t.status in TERMINAL)
+    await asyncio.gather(*(starter() for _ in range(START_CONCURRENCY)))
     return counts
 
 
