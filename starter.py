@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import os
+
 import typer
 
 from cli import commands
@@ -18,5 +21,32 @@ app.command("tasks")(commands.tasks)
 app.command("show")(commands.show)
 app.command("cancel")(commands.cancel)
 
+# The CLI reports problems in its own output (tables, reports, --json); library warnings such as
+# fetch refusals are already in the validation report, so only errors reach stderr by default.
+logging.basicConfig(level=os.environ.get("REELQUEUE_LOG_LEVEL", "ERROR"), format="%(levelname)s %(name)s: %(message)s")
+
+
+
+def main() -> None:
+    """`reelqueue`: the app, with unreachable services reported in one line instead of a traceback."""
+    from sqlalchemy.exc import OperationalError
+    from urllib3.exceptions import MaxRetryError
+
+    from cli.output import EXIT_FAILURE, err_console
+
+    try:
+        app()
+    except OperationalError as exc:
+        err_console.print(f"[bold red]error:[/] cannot reach Postgres ({exc.orig}); is the stack up? "
+                          "(reelqueue dev up)")
+    except MaxRetryError as exc:
+        err_console.print(f"[bold red]error:[/] cannot reach object storage ({exc.reason}); is the stack up?")
+    except RuntimeError as exc:
+        if "connect" not in str(exc).lower():
+            raise
+        err_console.print(f"[bold red]error:[/] cannot reach Temporal ({exc}); is the stack up?")
+    raise SystemExit(EXIT_FAILURE)
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-from adapters.fetcher import FetchError, SafeFetcher
+from adapters.fetcher import FetchError, FetchRefused, SafeFetcher
 from adapters.storage import ObjectStorage
 
 MAX_IMAGE_BYTES = 25 * 1024 * 1024
@@ -32,8 +32,7 @@ class ImageOutcome(BaseModel):
     size: int = 0
     content_type: str | None = None
     key: str | None = None  # object key when stored
-    error: str | None = None
-    retryable: bool = False
+    error: str | None = None  # a sentence for the report: why the image could not be used
 
 
 def is_url(source: str) -> bool:
@@ -57,14 +56,19 @@ class ImageResolver:
         self.tenant = tenant
         self.base_dir = base_dir
         self._cache: dict[str, ImageOutcome] = {}
+        self._guard = threading.Lock()
+        self._source_locks: dict[str, threading.Lock] = {}
         self._host_gates: defaultdict[str, threading.Semaphore] = defaultdict(lambda: threading.Semaphore(PER_HOST))
         self._dead_hosts: dict[str, str] = {}  # host -> why its name did not resolve (once per import)
 
     def resolve(self, source: str) -> ImageOutcome:
         """Read (and store) one image; the same source is only read once per import."""
-        if source not in self._cache:
-            self._cache[source] = self._resolve(source)
-        return self._cache[source]
+        with self._guard:
+            lock = self._source_locks.setdefault(source, threading.Lock())
+        with lock:  # two products with one image URL: one fetch, the second waits for it
+            if source not in self._cache:
+                self._cache[source] = self._resolve(source)
+            return self._cache[source]
 
     def _resolve(self, source: str) -> ImageOutcome:
         if is_url(source):
@@ -72,7 +76,7 @@ class ImageResolver:
         else:
             data, content_type, error = self._read_local(source)
         if data is None:
-            return ImageOutcome(source=source, error=error, retryable=bool(is_url(source)))
+            return ImageOutcome(source=source, error=error)
         sha = hashlib.sha256(data).hexdigest()
         out = ImageOutcome(source=source, sha256=sha, size=len(data), content_type=content_type)
         if self.storage is not None:
@@ -85,26 +89,27 @@ class ImageResolver:
         if not path.is_relative_to(self.base_dir.resolve()):
             return None, None, "relative image path leaves the catalog's folder"
         if not path.is_file():
-            return None, None, f"image file not found: {source}"
+            return None, None, f"image file not found next to the catalog: {source}"
         return path.read_bytes(), mimetypes.guess_type(path.name)[0], None
 
     def _download(self, url: str) -> tuple[bytes | None, str | None, str | None]:
         host = (urlsplit(url).hostname or "").lower()
         with self._host_gates[host]:
-            error = "unreachable"
-            for attempt in range(RETRIES + 1):
+            for attempt in range(1, RETRIES + 2):
                 if host in self._dead_hosts:
                     return None, None, self._dead_hosts[host]
                 sink = io.BytesIO()
                 try:
                     result = self.fetcher.fetch_to(url, sink)
                     return sink.getvalue(), result.content_type, None
+                except FetchRefused as exc:
+                    return None, None, f"image URL refused: {exc}"
                 except FetchError as exc:
-                    error = str(exc)
+                    error = f"image unreachable after {attempt} tries: {exc}"
                     if not exc.retryable:
-                        break
-                    if getattr(exc, "dns", False) and attempt == RETRIES:
-                        self._dead_hosts[host] = f"host {host} did not resolve: {error}"
-                if attempt < RETRIES:
-                    time.sleep(RETRY_PAUSE_S * (attempt + 1))
+                        return None, None, f"image unreachable: {exc}"
+                    if exc.dns and attempt == RETRIES + 1:
+                        self._dead_hosts[host] = f"image host {host} did not resolve after {attempt} tries: {exc}"
+                if attempt <= RETRIES:
+                    time.sleep(RETRY_PAUSE_S * attempt)
             return None, None, error

@@ -113,13 +113,13 @@ class CatalogImporter:
         issues: list[Issue] = check_plan_locales(plan)
         resolver: ImageResolver = self.resolver_factory(storage, path.parent)
         with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as spool:
-            counts = self._prepare(read.products, plan, opts, resolver, issues, spool)
+            self._prepare(read.products, plan, opts, resolver, issues, spool)
             issues.extend(read.issues)
             stop = [i for i in issues if i.action is IssueAction.STOP_IMPORT]
             status = "DRY_RUN" if opts.dry_run else ("REJECTED" if stop else "ACCEPTED")
             summary = ImportSummary(
                 import_id=None if opts.dry_run else import_id, catalog=catalog, file_sha256=file_sha,
-                format=read.format, status=status, rows=read.rows, products=counts["products"],
+                format=read.format, status=status, rows=read.rows, products=read.products_seen,
                 invalid_rows=_invalid_rows(issues), tasks=0, tasks_new=0, tasks_reused=0,
                 supersedes=opts.supersedes, issues_by_action=_by_action(issues),
             )
@@ -146,15 +146,12 @@ class CatalogImporter:
     def _prepare(
         self, products: Iterator[ProductRecord], plan: Plan, opts: ImportOptions, resolver: ImageResolver,
         issues: list[Issue], spool,  # noqa: ANN001 - text file
-    ) -> dict[str, int]:
-        counts = {"products": 0}
+    ) -> None:
         with ThreadPoolExecutor(IMAGE_WORKERS) as pool:
             while batch := list(islice(products, BATCH)):
                 images = list(pool.map(lambda p: self._image(p, resolver, opts), batch))
                 for product, image in zip(batch, images, strict=True):
-                    counts["products"] += 1
                     spool.write(self._prepared(product, image, plan, issues).model_dump_json() + "\n")
-        return counts
 
     @staticmethod
     def _image(product: ProductRecord, resolver: ImageResolver, opts: ImportOptions) -> ImageOutcome | None:
@@ -173,7 +170,7 @@ class CatalogImporter:
         elif image is not None and image.sha256 is None:
             product_issues.append(Issue(
                 row=row, product_id=product.product_id, field="image_url", value=product.main_image,
-                reason=f"image unreachable after retries: {image.error}", action=IssueAction.HUMAN_REVIEW,
+                reason=image.error or "image unusable", action=IssueAction.HUMAN_REVIEW,
             ))
         issues.extend(product_issues)
         sha = image.sha256 if image and image.sha256 else url_identity(product.main_image or "")

@@ -58,13 +58,16 @@ def import_catalog(
         raise typer.Exit(EXIT_BAD_INPUT)
 
 
+SHOWN_ISSUES = 12
+
+
 def _print_import(summary, as_json: bool) -> None:  # noqa: ANN001 - ImportSummary
     if as_json:
         emit_json(summary.model_dump(mode="json"))
         return
     table = Table(title=f"import {summary.import_id or '(dry run)'}  [{summary.status}]", show_header=False)
     for key in ("catalog", "format", "version", "rows", "products", "invalid_rows", "tasks", "tasks_new",
-                "tasks_reused", "previous_import", "supersedes", "report", "report_csv"):
+                "tasks_reused", "previous_import", "supersedes"):
         value = getattr(summary, key)
         if value is not None:
             table.add_row(key, str(value))
@@ -73,6 +76,28 @@ def _print_import(summary, as_json: bool) -> None:  # noqa: ANN001 - ImportSumma
     if summary.already_imported:
         table.add_row("note", "this file was imported before with this plan: nothing new was created")
     console.print(table)
+    _print_issues(summary.report)
+    console.print(f"report: {summary.report}", soft_wrap=True)
+    console.print(f"        {summary.report_csv}", soft_wrap=True)
+
+
+def _print_issues(report_path: str | None) -> None:
+    """The first issues of the report, so the terminal shows what the report is about."""
+    import json
+
+    if not report_path or not Path(report_path).is_file():
+        return
+    issues = json.loads(Path(report_path).read_text(encoding="utf-8"))["issues"]
+    if not issues:
+        return
+    table = Table("row", "product", "field", "value", "reason", "action",
+                  title=f"validation issues ({len(issues)})", show_lines=False)
+    for issue in issues[:SHOWN_ISSUES]:
+        table.add_row(str(issue["row"] or "-"), issue["product_id"] or "-", issue["field"],
+                      (issue["value"] or "")[:40], issue["reason"][:90], issue["action"])
+    console.print(table)
+    if len(issues) > SHOWN_ISSUES:
+        console.print(f"... and {len(issues) - SHOWN_ISSUES} more in the report")
 
 
 def run(

@@ -23,7 +23,7 @@ EXPECTED_PRODUCTS = {
     "shopifypartners__home-and-garden.csv": 20,
     "shopifypartners__jewelery.csv": 20,
     "kcohen1997__product_template.csv": 3,
-    "hirachu__product_template_2025format.csv": 1,  # 2 seen; the digital product has no image
+    "hirachu__product_template_2025format.csv": 2,  # one of them (a digital product) has no image
     "woocommerce_official_sample_products__2018_verbatim_via_classic-commerce_b3af5c808.csv": 18,
     "wix-ucp-tpa__data_products-feed.tsv": 5,
 }

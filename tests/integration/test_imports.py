@@ -95,7 +95,7 @@ def test_row_level_problems_make_no_tasks_but_do_not_stop_the_import(stack, tmp_
                        + "M-3,Missing file,none,images/nope.png,5.00,USD,Home\n"
                        + f"M-4,{'Long title ' * 10},none,images/aurora-lamp.png,5.00,USD,Home\n")
     summary = run_import(stack, catalog, plan, catalog="rows")
-    assert summary.status == "ACCEPTED" and summary.products == 3 and summary.tasks == 1
+    assert summary.status == "ACCEPTED" and summary.products == 4 and summary.tasks == 1
     assert summary.issues_by_action.get("row_invalid") == 1
     assert summary.issues_by_action.get("human_review") == 1
     assert summary.issues_by_action.get("copy_review") == 1
