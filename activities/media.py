@@ -11,8 +11,9 @@ from pathlib import Path
 
 from temporalio import activity
 
+from activities.errors import OUTPUT_INVALID, business_failure
 from activities.fetch import asset_ref
-from adapters.media.transcode import make_hls, make_proxy, make_thumbnail, probe
+from adapters.media.transcode import MediaError, make_hls, make_proxy, make_thumbnail, probe
 from adapters.storage import ObjectStorage
 from schema.assets import find_asset, record_asset
 from schema.contracts import AssetRef, TranscodeInput, TranscodeResult
@@ -47,7 +48,10 @@ class MediaActivities:
             src = self.storage.get_to_file(raw.key, work / "raw.mp4")
             activity.heartbeat("proxy")
             proxy_path = work / "main.mp4"
-            info = make_proxy(src, proxy_path, task.aspect_ratio)
+            try:
+                info = make_proxy(src, proxy_path, task.aspect_ratio)
+            except MediaError as exc:  # the same bytes will fail the same way: do not retry
+                raise business_failure(f"raw output cannot be transcoded: {exc}", OUTPUT_INVALID) from exc
             proxy = self.storage.put_file(f"{rendition_prefix(task, 'proxy')}/main.mp4", proxy_path, "video/mp4")
             activity.heartbeat("hls")
             hls = make_hls(proxy_path, work / "hls")

@@ -45,24 +45,30 @@ MAX_SUBMITS = 3
 MAX_POLL_INTERVAL_S = 15.0
 RETRY_BACKOFF_S = (5.0, 20.0, 60.0)
 
-_SHORT = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+
+
+def _retry(attempts: int | None, *, first_s: float = 1.0, max_s: float = 30.0) -> RetryPolicy:
+    """Exponential backoff capped at `max_s`; `attempts` None = until the step succeeds."""
+    return RetryPolicy(initial_interval=timedelta(seconds=first_s), maximum_interval=timedelta(seconds=max_s),
+                       maximum_attempts=attempts or 0)
+
+
+# Activities raise non-retryable ApplicationErrors for business failures, so these budgets are
+# for infrastructure trouble (database, storage or provider briefly away): about 8 minutes each
+# with 20 attempts, more for steps that only read or record.
 _POLICIES: dict[str, tuple[timedelta, RetryPolicy, timedelta | None]] = {
     # name: (start_to_close, retry policy, heartbeat timeout)
-    "validate_task": (timedelta(seconds=30), RetryPolicy(maximum_attempts=5), None),
-    "reserve_credit": (timedelta(seconds=30), RetryPolicy(maximum_attempts=10,
-                                                          non_retryable_error_types=["InsufficientCredit"]), None),
+    "validate_task": (timedelta(seconds=30), _retry(20), None),
+    "reserve_credit": (timedelta(seconds=30), _retry(20), None),
     # A re-run of submit never sends twice (the attempt row says SENDING -> unknown outcome).
-    "submit": (timedelta(seconds=30), RetryPolicy(maximum_attempts=3), None),
-    "reconcile_submit": (timedelta(seconds=30), RetryPolicy(initial_interval=timedelta(seconds=2),
-                                                            maximum_interval=timedelta(seconds=30),
-                                                            maximum_attempts=30), None),
-    "poll_job": (timedelta(seconds=15), RetryPolicy(maximum_interval=timedelta(seconds=20),
-                                                    maximum_attempts=10), None),
-    "cancel_job": (timedelta(seconds=15), RetryPolicy(maximum_attempts=5), None),
-    "fetch_output": (timedelta(minutes=10), RetryPolicy(maximum_attempts=5), timedelta(seconds=30)),
-    "transcode": (timedelta(minutes=15), RetryPolicy(maximum_attempts=4), timedelta(seconds=60)),
-    "settle": (timedelta(seconds=30), _SHORT, None),
-    "release_credit": (timedelta(seconds=30), _SHORT, None),
+    "submit": (timedelta(seconds=30), _retry(20), None),
+    "reconcile_submit": (timedelta(seconds=30), _retry(40, first_s=2.0), None),
+    "poll_job": (timedelta(seconds=15), _retry(30), None),
+    "cancel_job": (timedelta(seconds=15), _retry(10), None),
+    "fetch_output": (timedelta(minutes=10), _retry(8), timedelta(seconds=30)),
+    "transcode": (timedelta(minutes=15), _retry(6), timedelta(seconds=60)),
+    "settle": (timedelta(seconds=30), _retry(None), None),
+    "release_credit": (timedelta(seconds=30), _retry(None), None),
 }
 
 

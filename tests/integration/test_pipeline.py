@@ -8,12 +8,15 @@ import hashlib
 import httpx
 import pytest
 from stack_helpers import assert_ledger_balanced, import_small, run_all
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from adapters.media.transcode import probe
 from adapters.storage import ObjectStorage
 from cli.starting import start_workflows
 from schema import queries
 from schema.db import Database
+from workflows.generation import GenerationWorkflow
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +60,9 @@ async def test_one_task_end_to_end(stack, client, task_queue, tmp_path, emulator
         t.workflow_id for t in tasks
     }
     assert await _ui_workflow_ids(stack, f'TaskStatus="RUNNING" AND ImportId="{summary.import_id}"', 0) == set()
+    for task in tasks:  # the code that ran must replay its own history deterministically
+        history = await client.get_workflow_handle(task.workflow_id).fetch_history()
+        await Replayer(workflows=[GenerationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
 
 
 async def _ui_workflow_ids(settings, query: str, expected: int) -> set[str]:
