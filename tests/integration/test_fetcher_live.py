@@ -1,6 +1,6 @@
 """SafeFetcher against real local servers: TLS with a pinned address, uvicorn chunked streams.
 
-Self-contained (127.0.0.1 free ports, an openssl-made certificate, an injected resolver): it needs
+Self-contained (127.0.0.1 free ports, a trustme test CA, an injected resolver): it needs
 neither the embedded stack nor the internet.
 """
 
@@ -9,10 +9,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +19,7 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
+import trustme
 import uvicorn
 
 from adapters.fetcher import FetchFailed, SafeFetcher
@@ -39,18 +38,16 @@ def resolver(host: str, port: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A test CA and a server certificate for svc.test: (chain, key, CA) files."""
     folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=svc.test"]
-        + ["-addext", "subjectAltName=DNS:svc.test", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+    ca = trustme.CA()
+    server = ca.issue_cert("svc.test")
+    chain, key, ca_file = folder / "chain.pem", folder / "key.pem", folder / "ca.pem"
+    chain.write_bytes(b"".join(blob.bytes() for blob in server.cert_chain_pems))
+    server.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    return chain, key, ca_file
 
 
 class _TLSServer(ThreadingHTTPServer):
@@ -81,8 +78,8 @@ class _VideoHandler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def tls_server(certificate: tuple[Path, Path]) -> Iterator[_TLSServer]:
-    server = _TLSServer(*certificate)
+def tls_server(certificate: tuple[Path, Path, Path]) -> Iterator[_TLSServer]:
+    server = _TLSServer(*certificate[:2])
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield server
     server.shutdown()
@@ -101,20 +98,20 @@ def tls_fetcher(cert: Path) -> SafeFetcher:
 
 
 def test_tls_is_verified_against_the_hostname_while_the_socket_uses_the_pinned_address(
-    tls_server: _TLSServer, certificate: tuple[Path, Path]
+    tls_server: _TLSServer, certificate: tuple[Path, Path, Path]
 ) -> None:
-    result = tls_fetcher(certificate[0]).fetch_to(f"https://svc.test:{tls_server.server_port}/v?sig=1", BytesIO())
+    result = tls_fetcher(certificate[2]).fetch_to(f"https://svc.test:{tls_server.server_port}/v?sig=1", BytesIO())
     assert result.sha256 == hashlib.sha256(VIDEO).hexdigest()
     assert tls_server.sni == ["svc.test"]
 
 
 @pytest.mark.parametrize("host", ["other.test", "127.0.0.1"])
 def test_tls_refuses_a_certificate_for_another_name(
-    tls_server: _TLSServer, certificate: tuple[Path, Path], host: str
+    tls_server: _TLSServer, certificate: tuple[Path, Path, Path], host: str
 ) -> None:
     """Same address, other URL host: verification follows the URL, so the svc.test cert fails."""
     with pytest.raises(FetchFailed) as info:
-        tls_fetcher(certificate[0]).fetch_to(f"https://{host}:{tls_server.server_port}/v", BytesIO())
+        tls_fetcher(certificate[2]).fetch_to(f"https://{host}:{tls_server.server_port}/v", BytesIO())
     assert "TLS verification failed" in info.value.reason and not info.value.retryable
 
 
