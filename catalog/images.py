@@ -60,6 +60,7 @@ class ImageResolver:
         self._source_locks: dict[str, threading.Lock] = {}
         self._host_gates: defaultdict[str, threading.Semaphore] = defaultdict(lambda: threading.Semaphore(PER_HOST))
         self._dead_hosts: dict[str, str] = {}  # host -> why its name did not resolve (once per import)
+        self._host_probed: dict[str, threading.Event] = {}  # set once the host's first fetch has ended
 
     def resolve(self, source: str) -> ImageOutcome:
         """Read (and store) one image; the same source is only read once per import."""
@@ -93,7 +94,19 @@ class ImageResolver:
         return path.read_bytes(), mimetypes.guess_type(path.name)[0], None
 
     def _download(self, url: str) -> tuple[bytes | None, str | None, str | None]:
+        """Fetch with retries; the first URL of a host goes alone, so a dead host costs one probe."""
         host = (urlsplit(url).hostname or "").lower()
+        with self._guard:
+            first = host not in self._host_probed
+            probed = self._host_probed.setdefault(host, threading.Event())
+        if not first:
+            probed.wait()
+        try:
+            return self._fetch_with_retries(url, host)
+        finally:
+            probed.set()
+
+    def _fetch_with_retries(self, url: str, host: str) -> tuple[bytes | None, str | None, str | None]:
         with self._host_gates[host]:
             for attempt in range(1, RETRIES + 2):
                 if host in self._dead_hosts:
