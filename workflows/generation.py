@@ -7,6 +7,7 @@ mirrored into the TaskStatus search attribute for the Web UI.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 
@@ -87,6 +88,7 @@ class GenerationWorkflow:
         self._wake = False
         self._cost = 0.0
         self._attempt_no = 0
+        self._job: JobRef | None = None
 
     @workflow.signal(name="cancel")
     def cancel(self, request: CancelRequest) -> None:
@@ -112,6 +114,11 @@ class GenerationWorkflow:
             error = _describe(exc)
             await self._move(E.FINAL_FAILURE, error=error, error_class="activity_failed")
             await self._close_ledger()
+        except asyncio.CancelledError:
+            # Cancelled from Temporal (Web UI, `temporal workflow cancel`): leave the facts true
+            # before the workflow closes, so Postgres never shows a task as running forever.
+            await self._record_hard_cancel()
+            raise
         return GenerationOutcome(task_id=self._task_id, status=self._status, attempts=self._attempt_no,
                                  cost=self._cost, error=error)
 
@@ -159,7 +166,7 @@ class GenerationWorkflow:
             job_id = await self._submit(ref)
             if job_id is None:
                 continue
-            job = JobRef(task_id=self._task_id, attempt_no=self._attempt_no, job_id=job_id)
+            job = self._job = JobRef(task_id=self._task_id, attempt_no=self._attempt_no, job_id=job_id)
             final = await self._follow(job, info)
             if final.status == "succeeded":
                 return job
@@ -229,6 +236,16 @@ class GenerationWorkflow:
                     timeout=timedelta(seconds=interval * workflow.random().uniform(0.8, 1.2)),
                 )
             interval = min(interval * 1.5, MAX_POLL_INTERVAL_S)
+
+    async def _record_hard_cancel(self) -> None:
+        reason = {"reason": "workflow cancelled in Temporal"}
+        if self._job is not None and self._status not in (S.OUTPUT_FETCHING, S.POST_PROCESSING):
+            stopped: PollResult = await self._call("cancel_job", self._job, PollResult)
+            self._cost += stopped.cost or 0.0
+        await self._move(E.CANCEL_REQUESTED, payload=reason)
+        if self._status == S.CANCEL_REQUESTED:
+            await self._move(E.CANCEL_CONFIRMED, payload=reason)
+        await self._close_ledger()
 
     async def _retry_wait(self, error: str, error_class: str | None, delay_s: float | None = None) -> None:
         await self._move(E.RETRYABLE_FAILURE, error=error, error_class=error_class or "retryable")

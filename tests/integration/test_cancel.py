@@ -53,3 +53,30 @@ def test_cancel_a_task_that_never_started(stack, tmp_path):
     with db.transaction() as session:
         detail = queries.task_detail(session, task.id)
     assert [e["to"] for e in detail["events"]] == ["CANCELED"]
+
+
+async def test_cancel_from_temporal_keeps_postgres_true(stack, client, task_queue, tmp_path, emulator_jobs):
+    """The Web UI's Cancel (a workflow cancellation, not our signal) still ends the task CANCELED."""
+    from temporalio.client import WorkflowFailureError
+
+    summary = import_small(stack, tmp_path, [("C-3", "Lamp", "A lamp")], duration_s=8)
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)
+    await start_workflows(client, [task], summary.import_id, task_queue)
+    for _ in range(300):
+        with db.transaction() as session:
+            status = queries.task_detail(session, task.id)["task"]["status"]
+        if status in ("SUBMITTED", "RUNNING"):
+            break
+        await asyncio.sleep(0.1)
+    handle = client.get_workflow_handle(task.workflow_id)
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), timeout=60)
+    with db.transaction() as session:
+        detail = queries.task_detail(session, task.id)
+    assert detail["task"]["status"] == "CANCELED"
+    job = next(j for j in emulator_jobs() if j["request_key"].startswith(task.id))
+    assert job["status"] == "canceled"
+    assert_ledger_balanced(stack, [task.id])
