@@ -21,9 +21,7 @@ def build_activities(settings) -> list[Callable[..., Any]]:  # noqa: ANN001 - co
     db = Database(settings.database_url)
     storage = ObjectStorage.from_settings(settings)
     providers = build_providers(settings)
-    fetcher = SafeFetcher(
-        settings.allowed_fetch_hosts(), max_bytes=settings.fetch_max_bytes, timeout_s=settings.fetch_timeout_s
-    )
+    fetcher = SafeFetcher.from_settings(settings)
     tasks = TaskActivities(db, storage, providers)
     ledger = LedgerActivities(db)
     submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from temporalio import activity
 
 from adapters.providers.base import VideoProvider
@@ -79,10 +78,3 @@ def _invalid_reason(
             return f"input image {image.key} missing or changed in storage"
     return None
 
-
-def load_task(db: Database, task_id: str) -> Task:
-    with db.transaction() as session:
-        task = session.scalar(select(Task).where(Task.id == task_id))
-    if task is None:
-        raise task_store.TaskNotFound(task_id)
-    return task

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from adapters.storage import ObjectStorage, file_sha256
 from catalog.bulk import insert_tasks, prepare_staging
 from catalog.expand import TaskSpec, check_plan_locales, copy_issues, expand
-from catalog.images import ImageOutcome, ImageResolver, image_key, is_url, url_identity
+from catalog.images import ImageOutcome, ImageResolver, is_url, url_identity
 from catalog.plan import Plan
 from catalog.readers import read_catalog
 from catalog.records import Issue, IssueAction, ProductRecord
@@ -324,4 +324,3 @@ def _by_action(issues: list[Issue]) -> dict[str, int]:
     return out
 
 
-__all__ = ["CatalogImporter", "ImportOptions", "ImportRejected", "ImportSummary", "image_key", "workflow_id_for"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from adapters.fetcher import SafeFetcher
 from adapters.storage import ObjectStorage
-from catalog.images import ImageResolver
+from catalog.images import MAX_IMAGE_BYTES, ImageResolver
 from catalog.importer import CatalogImporter, ImportOptions, ImportSummary
 from catalog.plan import Plan
 from config.settings import Settings
@@ -14,7 +14,6 @@ from schema.db import Database
 from schema.queries import import_exists
 
 IMAGE_TIMEOUT_S = 10.0
-MAX_IMAGE_BYTES = 25 * 1024 * 1024
 
 
 class UnknownImport(LookupError):

@@ -12,13 +12,15 @@ from cli.starting import start_workflows
 from schema import queries
 from schema.contracts import CancelRequest
 from schema.db import Database
+from schema.models import Task
 from workflows.generation import GenerationWorkflow
 
 pytestmark = pytest.mark.integration
 
 
-async def test_cancel_while_the_provider_runs(stack, client, task_queue, tmp_path, emulator_jobs):
-    summary = import_small(stack, tmp_path, [("C-1", "Clock", "A clock")], duration_s=8)
+async def _start_one_and_wait_for_provider(stack, client, task_queue, tmp_path, product) -> Task:
+    """Import one 8-second task, start its workflow, return once the provider has the job."""
+    summary = import_small(stack, tmp_path, [product], duration_s=8)
     db = Database(stack.database_url)
     with db.transaction() as session:
         (task,) = queries.list_tasks(session, summary.import_id)
@@ -27,9 +29,14 @@ async def test_cancel_while_the_provider_runs(stack, client, task_queue, tmp_pat
         with db.transaction() as session:
             status = queries.task_detail(session, task.id)["task"]["status"]
         if status in ("SUBMITTED", "RUNNING"):
-            break
+            return task
         await asyncio.sleep(0.1)
-    assert status in ("SUBMITTED", "RUNNING")
+    pytest.fail(f"task never reached the provider (last status {status})")
+
+
+async def test_cancel_while_the_provider_runs(stack, client, task_queue, tmp_path, emulator_jobs):
+    db = Database(stack.database_url)
+    task = await _start_one_and_wait_for_provider(stack, client, task_queue, tmp_path, ("C-1", "Clock", "A clock"))
     handle = client.get_workflow_handle_for(GenerationWorkflow.run, task.workflow_id)
     await handle.signal("cancel", CancelRequest(reason="test"))
     outcome = await asyncio.wait_for(handle.result(), timeout=60)
@@ -59,17 +66,8 @@ async def test_cancel_from_temporal_keeps_postgres_true(stack, client, task_queu
     """The Web UI's Cancel (a workflow cancellation, not our signal) still ends the task CANCELED."""
     from temporalio.client import WorkflowFailureError
 
-    summary = import_small(stack, tmp_path, [("C-3", "Lamp", "A lamp")], duration_s=8)
     db = Database(stack.database_url)
-    with db.transaction() as session:
-        (task,) = queries.list_tasks(session, summary.import_id)
-    await start_workflows(client, [task], summary.import_id, task_queue)
-    for _ in range(300):
-        with db.transaction() as session:
-            status = queries.task_detail(session, task.id)["task"]["status"]
-        if status in ("SUBMITTED", "RUNNING"):
-            break
-        await asyncio.sleep(0.1)
+    task = await _start_one_and_wait_for_provider(stack, client, task_queue, tmp_path, ("C-3", "Lamp", "A lamp"))
     handle = client.get_workflow_handle(task.workflow_id)
     await handle.cancel()
     with pytest.raises(WorkflowFailureError):
