@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from schema.contracts import (
@@ -110,15 +110,16 @@ class GenerationWorkflow:
             await self._pipeline()
         except TaskEnded as ended:
             error = str(ended) or None
-        except ActivityError as exc:
+        except (ActivityError, asyncio.CancelledError) as exc:
+            if is_cancelled_exception(exc):
+                # Cancelled from Temporal (Web UI, `temporal workflow cancel`); it arrives as an
+                # ActivityError when an activity was running. Leave the facts true before the
+                # workflow closes, so Postgres never shows a task as running forever.
+                await self._record_hard_cancel()
+                raise asyncio.CancelledError() from exc
             error = _describe(exc)
             await self._move(E.FINAL_FAILURE, error=error, error_class="activity_failed")
             await self._close_ledger()
-        except asyncio.CancelledError:
-            # Cancelled from Temporal (Web UI, `temporal workflow cancel`): leave the facts true
-            # before the workflow closes, so Postgres never shows a task as running forever.
-            await self._record_hard_cancel()
-            raise
         return GenerationOutcome(task_id=self._task_id, status=self._status, attempts=self._attempt_no,
                                  cost=self._cost, error=error)
 
