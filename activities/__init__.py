@@ -33,11 +33,12 @@ def build_activities(settings) -> list[Callable[..., Any]]:  # noqa: ANN001 - co
         tasks.record_transition,
         ledger.reserve_credit,
         ledger.settle,
-        ledger.release_credit,
         submit.submit,
         submit.reconcile_submit,
+        submit.abandon_attempt,
         poll.poll_job,
         poll.cancel_job,
+        poll.account_stray_job,
         fetch.fetch_output,
         media.transcode,
     ]

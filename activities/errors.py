@@ -1,24 +1,78 @@
-"""Error types the workflow reacts to. Business failures are non-retryable ApplicationErrors."""
+"""Error types the workflow reacts to, classified in one place at the activity boundary.
+
+A business failure (retrying cannot fix it) leaves an activity as a non-retryable
+`ApplicationError` whose `type` is one of `BUSINESS_FAILURES`; the workflow decides what state it
+leads to. Everything else is infrastructure trouble and is retried by the step's policy.
+"""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import ParamSpec, TypeVar
+
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from adapters.providers.base import ProviderError
+from schema.task_store import TaskNotFound
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
 INSUFFICIENT_CREDIT = "InsufficientCredit"
-NOT_YET_CONCLUSIVE = "NotYetConclusive"
+TASK_NOT_FOUND = "TaskNotFound"
+PROVIDER_REFUSED = "ProviderRefused"  # a status/cancel/list call the provider will never answer
 OUTPUT_INVALID = "OutputInvalid"
 OUTPUT_UNAVAILABLE = "OutputUnavailable"
 FETCH_REFUSED = "FetchRefused"
+NOT_YET_CONCLUSIVE = "NotYetConclusive"  # retryable: ask again after the hinted delay
+
+BUSINESS_FAILURES: tuple[str, ...] = (
+    INSUFFICIENT_CREDIT, TASK_NOT_FOUND, PROVIDER_REFUSED, OUTPUT_INVALID, OUTPUT_UNAVAILABLE, FETCH_REFUSED,
+)
 
 
 def business_failure(message: str, error_type: str) -> ApplicationError:
     """A failure that retrying cannot fix: the workflow decides what state it leads to."""
+    assert error_type in BUSINESS_FAILURES, error_type
     return ApplicationError(message, type=error_type, non_retryable=True)
 
 
 def retry_later(message: str, error_type: str, delay_s: float | None = None) -> ApplicationError:
-    from datetime import timedelta
-
     return ApplicationError(
         message, type=error_type, next_retry_delay=timedelta(seconds=delay_s) if delay_s else None
     )
+
+
+@contextmanager
+def activity_boundary() -> Iterator[None]:
+    """Turn our own exceptions into what Temporal should do with them, and log every failure."""
+    try:
+        yield
+    except ApplicationError as exc:
+        activity.logger.warning("%s failed: %s: %s", activity.info().activity_type, exc.type, exc.message)
+        raise
+    except TaskNotFound as exc:
+        raise business_failure(f"task {exc} not found", TASK_NOT_FOUND) from exc
+    except ProviderError as exc:
+        activity.logger.warning("%s: provider call failed: %s", activity.info().activity_type, exc)
+        if not exc.retryable:
+            raise business_failure(str(exc), PROVIDER_REFUSED) from exc
+        raise
+    except Exception:
+        activity.logger.exception("%s failed (will be retried by policy)", activity.info().activity_type)
+        raise
+
+
+def classified(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorator form of `activity_boundary`, for activity methods (put under `@activity.defn`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with activity_boundary():
+            return fn(*args, **kwargs)
+
+    return wrapper

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities.errors import FETCH_REFUSED, OUTPUT_INVALID, OUTPUT_UNAVAILABLE, business_failure
+from activities.errors import FETCH_REFUSED, OUTPUT_INVALID, OUTPUT_UNAVAILABLE, business_failure, classified
+from activities.failpoints import failpoint
 from adapters.fetcher import FetchFailed, FetchRefused, SafeFetcher
 from adapters.media.transcode import MediaError, MediaInfo, probe
 from adapters.providers.base import JobStatus, VideoProvider
@@ -44,6 +45,7 @@ class FetchActivities:
         self.fetcher = fetcher
 
     @activity.defn(name="fetch_output")
+    @classified
     def fetch_output(self, ref: JobRef) -> AssetRef:
         business_key = f"raw:{ref.task_id}:{ref.attempt_no}"
         with self.db.transaction() as session:
@@ -60,6 +62,7 @@ class FetchActivities:
             else:
                 stored = self._download(task, ref, final_key, local)
             info = _probe_or_fail(local)
+        failpoint("after_store_before_db")
         with self.db.transaction() as session:
             asset = record_asset(
                 session, business_key=business_key, tenant_id=task.tenant_id, task_id=task.id, kind="RAW_OUTPUT",
@@ -92,8 +95,10 @@ class FetchActivities:
 
 
 def _tee(chunks, copy):  # noqa: ANN001, ANN202 - iterator of bytes, binary file
-    for chunk in chunks:
+    for n, chunk in enumerate(chunks):
         copy.write(chunk)
+        if n == 0:
+            failpoint("mid_download")
         activity.heartbeat()
         yield chunk
 

@@ -1,7 +1,8 @@
-"""Credit ledger steps: reserve before submit, settle the reported cost, release the rest.
+"""Credit ledger steps: reserve before submit; settle what providers charged and release the rest.
 
 Append-only rows, each with a unique business key, so a repeated activity adds nothing:
-RESERVE = SETTLE + RELEASE for every finished task; a cost above the reservation is an ADJUSTMENT.
+RESERVE = SETTLE + RELEASE for every finished task; a cost above the reservation, or the cost of a
+duplicate provider job, is an ADJUSTMENT (docs/architecture.md, "Money").
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from temporalio import activity
 
-from activities.errors import INSUFFICIENT_CREDIT, business_failure
-from schema.contracts import LedgerResult, ReleaseInput, SettleInput, TaskRef
+from activities.errors import INSUFFICIENT_CREDIT, business_failure, classified
+from activities.failpoints import failpoint
+from schema.contracts import LedgerResult, SettleInput, TaskRef
 from schema.db import Database
 from schema.models import CreditEntry, Task, Tenant
+from schema.task_store import TaskNotFound
 
 CENT = Decimal("0.000001")
 
@@ -26,11 +29,12 @@ class LedgerActivities:
         self.db = db
 
     @activity.defn(name="reserve_credit")
+    @classified
     def reserve_credit(self, ref: TaskRef) -> LedgerResult:
         with self.db.transaction() as session:
             task = session.get(Task, ref.task_id)
             if task is None:
-                raise business_failure(f"task {ref.task_id} not found", "TaskNotFound")
+                raise TaskNotFound(ref.task_id)
             if _entry(session, f"reserve:{task.id}") is None:
                 # Serialize reservations per tenant: the balance check and the insert must agree.
                 tenant = session.scalar(select(Tenant).where(Tenant.id == task.tenant_id).with_for_update())
@@ -44,28 +48,27 @@ class LedgerActivities:
             return balance(session, task.id)
 
     @activity.defn(name="settle")
+    @classified
     def settle(self, req: SettleInput) -> LedgerResult:
-        """Settle what the provider charged (capped at the reservation) and release the rest."""
+        """Close the task's reservation: settle what the provider charged (capped at the
+        reservation; the excess is an ADJUSTMENT) and release the rest. Nothing charged and nothing
+        reserved writes nothing."""
+        failpoint("before_settle")
         with self.db.transaction() as session:
             task = session.get(Task, req.task_id)
+            if task is None:
+                raise TaskNotFound(req.task_id)
             reserved = _amount(session, f"reserve:{req.task_id}")
             cost = Decimal(str(req.cost)).quantize(CENT)
             settled = min(cost, reserved)
-            _append(session, task, "SETTLE", settled, f"settle:{task.id}", req.attempt_no)
-            _append(session, task, "RELEASE", reserved - settled, f"release:{task.id}", req.attempt_no)
+            if settled > 0:
+                _append(session, task, "SETTLE", settled, f"settle:{task.id}", req.attempt_no)
+            if reserved - settled > 0:
+                _append(session, task, "RELEASE", reserved - settled, f"release:{task.id}", req.attempt_no,
+                        note=req.reason or None)
             if cost > reserved:
                 _append(session, task, "ADJUSTMENT", cost - reserved, f"adjustment:{task.id}:{req.attempt_no}",
                         req.attempt_no, note="provider cost above reservation")
-            return balance(session, task.id)
-
-    @activity.defn(name="release_credit")
-    def release_credit(self, req: ReleaseInput) -> LedgerResult:
-        """Nothing was charged (invalid, canceled before submit, refused): free the whole hold."""
-        with self.db.transaction() as session:
-            task = session.get(Task, req.task_id)
-            reserved = _amount(session, f"reserve:{req.task_id}")
-            if reserved > 0:
-                _append(session, task, "RELEASE", reserved, f"release:{task.id}", note=req.reason)
             return balance(session, task.id)
 
 

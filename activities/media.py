@@ -11,7 +11,8 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities.errors import OUTPUT_INVALID, business_failure
+from activities.errors import OUTPUT_INVALID, business_failure, classified
+from activities.failpoints import failpoint
 from activities.fetch import asset_ref
 from adapters.media.transcode import MediaError, make_hls, make_proxy, make_thumbnail, probe
 from adapters.storage import ObjectStorage
@@ -34,6 +35,7 @@ class MediaActivities:
         self.storage = storage
 
     @activity.defn(name="transcode")
+    @classified
     def transcode(self, req: TranscodeInput) -> TranscodeResult:
         keys = {p: f"{req.raw_asset_id}:{p}:{PIPELINE_VERSION}" for p in PROFILES}
         with self.db.transaction() as session:
@@ -66,6 +68,7 @@ class MediaActivities:
             thumb = self.storage.put_file(f"{rendition_prefix(task, 'thumbnail')}/thumb.jpg", thumb_path,
                                           "image/jpeg")
             thumb_info = probe(thumb_path)
+            failpoint("after_transcode_before_db")
             with self.db.transaction() as session:
                 common = {"tenant_id": task.tenant_id, "task_id": task.id, "pipeline_version": PIPELINE_VERSION}
                 rows = {

@@ -1,7 +1,7 @@
-"""Follow a provider job: one status query per call, and cancellation.
+"""Follow a provider job: one status query, one cancel, and the accounting of stray jobs.
 
-The workflow owns the polling rhythm (adaptive interval with jitter, woken early by webhooks);
-this activity only asks once and records what it saw on the attempt row.
+Each records what it saw on the attempt row; an attempt's state only moves forward (a late
+"running" never overwrites "succeeded"), and progress is display-only and never lowered.
 """
 
 from __future__ import annotations
@@ -10,13 +10,17 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert
 from temporalio import activity
 
-from adapters.providers.base import JobState, JobStatus, ProviderError, VideoProvider
-from schema.contracts import JobRef, PollResult
+from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
+from activities.failpoints import failpoint
+from adapters.providers.base import JobState, JobStatus, VideoProvider
+from schema.contracts import TERMINAL_JOB_STATUSES, JobRef, PollResult, StrayJobRef, StrayJobResult
 from schema.db import Database
-from schema.models import Attempt, Task
-from schema.state_machine import AttemptState
+from schema.models import Attempt, CreditEntry, StrayJob, Task
+from schema.state_machine import ATTEMPT_SETTLED, AttemptState
+from schema.task_store import TaskNotFound
 
 _ATTEMPT_STATE = {
     JobStatus.QUEUED: AttemptState.ACKED,
@@ -27,6 +31,7 @@ _ATTEMPT_STATE = {
     JobStatus.CANCELED: AttemptState.CANCELED,
     JobStatus.EXPIRED: AttemptState.FAILED,
 }
+_FINAL_STATES = [s.value for s in ATTEMPT_SETTLED]
 
 
 class PollActivities:
@@ -34,55 +39,84 @@ class PollActivities:
         self.db = db
         self.providers = providers
 
-    def _provider(self, ref: JobRef) -> VideoProvider:
+    def _provider(self, task_id: str) -> VideoProvider:
         with self.db.transaction() as session:
-            return self.providers[session.get(Task, ref.task_id).provider]
+            task = session.get(Task, task_id)
+            if task is None:
+                raise TaskNotFound(task_id)
+            return self.providers[task.provider]
 
     @activity.defn(name="poll_job")
+    @classified
     def poll_job(self, ref: JobRef) -> PollResult:
-        try:
-            state = self._provider(ref).get_job(ref.job_id)
-        except ProviderError as exc:
-            if not exc.retryable:
-                raise
-            raise RuntimeError(f"status query failed, will retry: {exc}") from exc
+        state = self._provider(ref.task_id).get_job(ref.job_id)
+        failpoint("mid_poll")
         self._record(ref, state, poll=True)
         return _result(state)
 
     @activity.defn(name="cancel_job")
+    @classified
     def cancel_job(self, ref: JobRef) -> PollResult:
-        state = self._provider(ref).cancel(ref.job_id)
+        """Ask the provider to stop the job; a provider that cannot cancel is asked for its status."""
+        provider = self._provider(ref.task_id)
+        state = provider.cancel(ref.job_id) if provider.capabilities.cancel else provider.get_job(ref.job_id)
         self._record(ref, state, poll=False)
         return _result(state)
 
+    @activity.defn(name="account_stray_job")
+    @classified
+    def account_stray_job(self, ref: StrayJobRef) -> StrayJobResult:
+        """Cancel a duplicate job where the provider allows, wait for its end, record its cost as an
+        ADJUSTMENT carrying the job id. Retried (with a delay) until the job is terminal."""
+        provider = self._provider(ref.task_id)
+        state = provider.cancel(ref.job_id) if provider.capabilities.cancel else provider.get_job(ref.job_id)
+        cost = Decimal(str(state.usage.cost)) if state.usage and state.usage.cost is not None else Decimal(0)
+        terminal = state.status in TERMINAL_JOB_STATUSES
+        with self.db.transaction() as session:
+            stray = session.scalar(select(StrayJob).where(StrayJob.provider == provider.name,
+                                                          StrayJob.provider_job_id == ref.job_id))
+            task = session.get(Task, ref.task_id)
+            stray.provider_status = state.raw_status
+            stray.updated_at = datetime.now(UTC)
+            if terminal:
+                stray.cost = cost
+                stray.accounted = True
+                session.execute(
+                    insert(CreditEntry)
+                    .values(tenant_id=task.tenant_id, task_id=task.id, entry_type="ADJUSTMENT", amount=cost,
+                            business_key=f"adjustment:{task.id}:job:{ref.job_id}", attempt_no=ref.attempt_no,
+                            provider_job_id=ref.job_id, note=f"duplicate provider job ({stray.found_by})")
+                    .on_conflict_do_nothing(index_elements=["business_key"])
+                )
+        if not terminal:
+            raise retry_later(f"duplicate job {ref.job_id} is still {state.raw_status}", NOT_YET_CONCLUSIVE, 5.0)
+        return StrayJobResult(status=state.status, cost=float(cost))
+
     def _record(self, ref: JobRef, state: JobState, *, poll: bool) -> None:
         now = datetime.now(UTC)
+        values: dict = {"provider_status": state.raw_status, "submit_state": _ATTEMPT_STATE[state.status].value,
+                        "updated_at": now}
+        if state.usage is not None:
+            values["usage"] = state.usage.model_dump(mode="json")
+        if state.status in TERMINAL_JOB_STATUSES:
+            values["completed_at"] = now
+        if state.error_message:
+            values["error_class"] = state.error_class.value if state.error_class else None
+            values["error_message"] = state.error_message
         with self.db.transaction() as session:
-            attempt = session.scalar(
-                select(Attempt).where(Attempt.task_id == ref.task_id, Attempt.attempt_no == ref.attempt_no)
-            )
-            attempt.provider_status = state.raw_status
-            attempt.submit_state = _ATTEMPT_STATE[state.status].value
-            attempt.poll_count += 1 if poll else 0
-            attempt.updated_at = now
-            if state.usage is not None:
-                attempt.usage = state.usage.model_dump(mode="json")
-            if state.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.EXPIRED):
-                attempt.completed_at = attempt.completed_at or now
-            if state.error_message:
-                attempt.error_class = state.error_class.value if state.error_class else attempt.error_class
-                attempt.error_message = state.error_message
+            mine = (Attempt.task_id == ref.task_id, Attempt.attempt_no == ref.attempt_no)
+            if poll:
+                session.execute(update(Attempt).where(*mine).values(poll_count=Attempt.poll_count + 1))
+            # Forward only: once the attempt is settled, a late observation changes nothing.
+            session.execute(update(Attempt).where(*mine, Attempt.submit_state.not_in(_FINAL_STATES)).values(**values))
             if state.progress is not None:  # display only: never lower it, never derive status from it
-                session.execute(
-                    update(Task)
-                    .where(Task.id == ref.task_id, Task.progress < Decimal(str(round(state.progress, 4))))
-                    .values(progress=Decimal(str(round(state.progress, 4))))
-                )
+                progress = Decimal(str(round(state.progress, 4)))
+                session.execute(update(Task).where(Task.id == ref.task_id, Task.progress < progress)
+                                .values(progress=progress))
 
 
 def _result(state: JobState) -> PollResult:
     return PollResult(
-        status=state.status.value, raw_status=state.raw_status, progress=state.progress,
-        cost=state.usage.cost if state.usage else None,
-        error_class=state.error_class.value if state.error_class else None, error=state.error_message,
+        status=state.status, raw_status=state.raw_status, progress=state.progress,
+        cost=state.usage.cost if state.usage else None, error_class=state.error_class, error=state.error_message,
     )

@@ -1,32 +1,37 @@
-"""Submit with a request key, and reconcile a submit whose outcome is unknown.
+"""Submit with a request key, reconcile a submit whose outcome is unknown, abandon one on an
+operator's word.
 
-Two short transactions around the call (seed 002 section 4.2.7): A records the attempt as
-SENDING, the call happens outside any transaction, B records what came back. An attempt found
-still SENDING on entry means an earlier run died mid-call: that outcome is unknown, so this run
-does not send again; the workflow reconciles first.
+Two short transactions around the call: A records the attempt as SENDING, the call happens
+outside any transaction, B records what came back. Every write of an attempt's outcome is a
+compare-and-set on its `submit_state`, so a late answer can never overwrite a conclusion (it is
+kept as a stray job instead). An attempt found still SENDING on entry means an earlier run died
+mid-call: that outcome is unknown, so this run does not send again; the workflow reconciles.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
 from temporalio import activity
 
-from activities.errors import NOT_YET_CONCLUSIVE, retry_later
-from adapters.providers.base import GenerationRequest, SubmitOutcome, SubmitResult, VideoProvider
+from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
+from activities.failpoints import failpoint
+from adapters.providers.base import ErrorClass, GenerationRequest, SubmitOutcome, SubmitResult, VideoProvider
 from adapters.storage import ObjectStorage
-from schema.contracts import AttemptRef, ReconcileResult, SubmitActivityResult
+from schema.contracts import AttemptRef, ReconcileOutcome, ReconcileResult, SubmitActivityResult
 from schema.db import Database
-from schema.models import Asset, Attempt, Task
-from schema.state_machine import AttemptState
+from schema.models import Asset, Attempt, StrayJob, Task
+from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState
+from schema.task_store import TaskNotFound
 
-SOFTWARE_VERSION = "0.1.0"
+SOFTWARE_VERSION = "0.2.0"
 INPUT_URL_TTL = timedelta(hours=2)
-# How long after sending we keep looking before concluding the provider never created the job.
-RECONCILE_GRACE = timedelta(seconds=10)
 
 _RESUME = {
     AttemptState.ACKED: SubmitOutcome.ACCEPTED,
@@ -44,6 +49,8 @@ _AFTER_CALL = {
     SubmitOutcome.REJECTED_RETRYABLE: AttemptState.FAILED_BEFORE_ACCEPT,
     SubmitOutcome.REJECTED_FINAL: AttemptState.FAILED,
 }
+_UNRESOLVED = [s.value for s in ATTEMPT_UNRESOLVED]
+_OPEN = [s.value for s in AttemptState if s not in ATTEMPT_SETTLED]
 
 
 def request_key(task_id: str, attempt_no: int) -> str:
@@ -59,16 +66,14 @@ class SubmitActivities:
         self.worker_id = worker_id
 
     @activity.defn(name="submit")
+    @classified
     def submit(self, ref: AttemptRef) -> SubmitActivityResult:
         key = request_key(ref.task_id, ref.attempt_no)
         with self.db.transaction() as session:  # transaction A: record the intent
-            task = session.get(Task, ref.task_id)
+            task = _task(session, ref.task_id)
             attempt = _attempt(session, ref)
             if attempt is not None:
-                return SubmitActivityResult(
-                    outcome=_resume_outcome(attempt).value, job_id=attempt.provider_job_id,
-                    error_class=attempt.error_class, error=attempt.error_message,
-                )
+                return _resumed(attempt)
             request = self._request(session, task, key)
             now = datetime.now(UTC)
             session.add(
@@ -80,45 +85,74 @@ class SubmitActivities:
                 )
             )
             task.current_attempt_no = max(task.current_attempt_no, ref.attempt_no)
+        failpoint("before_submit")
         result = self.providers[task.provider].submit(request)  # outside any transaction
-        with self.db.transaction() as session:  # transaction B: record the result
-            attempt = _attempt(session, ref)
-            _record_submit(attempt, result)
+        if result.outcome is SubmitOutcome.ACCEPTED:
+            failpoint("after_accept_before_record")
+        with self.db.transaction() as session:  # transaction B: record the result, if still SENDING
+            if not _record_submit(session, ref, result):
+                attempt = _attempt(session, ref)
+                if result.job_id and result.job_id != attempt.provider_job_id:
+                    _keep_strays(session, attempt, [result.job_id], found_by="late_answer")
+                activity.logger.warning("submit %s answered after its attempt was concluded (%s)", key,
+                                        attempt.submit_state)
+                return _resumed(attempt)
         return SubmitActivityResult(
-            outcome=result.outcome.value, job_id=result.job_id,
-            error_class=result.error_class.value if result.error_class else None,
+            outcome=result.outcome, job_id=result.job_id, error_class=result.error_class,
             error=result.error_message, retry_after_s=result.retry_after_s,
         )
 
     @activity.defn(name="reconcile_submit")
+    @classified
     def reconcile_submit(self, ref: AttemptRef) -> ReconcileResult:
-        """Ask the provider which jobs exist for our request key before any resubmit."""
+        """Ask the provider which jobs exist for our request key before any resubmit.
+
+        "Absent" is concluded only on the provider's answer, once its acceptance window has passed
+        since our call ended; a provider without a lookup is NOT_ASKABLE (a person decides).
+        """
         key = request_key(ref.task_id, ref.attempt_no)
         with self.db.transaction() as session:
             attempt = _attempt(session, ref)
-            provider_name, sent_at = attempt.provider, attempt.sent_at
-            if attempt.provider_job_id:
-                return ReconcileResult(found=True, job_id=attempt.provider_job_id)
-        jobs = sorted(self.providers[provider_name].find_by_request_key(key), key=lambda j: j.job_id)
-        if not jobs and sent_at and datetime.now(UTC) - sent_at < RECONCILE_GRACE:
-            wait = (RECONCILE_GRACE - (datetime.now(UTC) - sent_at)).total_seconds()
+            if attempt is None:  # transaction A never committed, so nothing was sent: make sure of it
+                attempt = _tombstone(session, ref, key)
+            concluded = _concluded(attempt)
+            if concluded is not None:
+                return concluded
+            provider = self.providers[attempt.provider]
+            caps = provider.capabilities
+            call_ended = attempt.call_ended_at or attempt.sent_at + timedelta(seconds=caps.submit_timeout_s)
+        if not caps.can_reconcile:
+            return ReconcileResult(outcome=ReconcileOutcome.NOT_ASKABLE,
+                                   evidence=f"{attempt.provider} offers no lookup of jobs by request key or list")
+        jobs = [j.job_id for j in provider.find_by_request_key(key)]  # oldest first
+        conclusive_at = call_ended + timedelta(seconds=caps.acceptance_window_s)
+        now = datetime.now(UTC)
+        if not jobs and now < conclusive_at:
+            wait = (conclusive_at - now).total_seconds()
             raise retry_later(f"no job for {key} yet; asking again in {wait:.0f}s", NOT_YET_CONCLUSIVE, wait)
         with self.db.transaction() as session:
+            values = {"updated_at": now, "call_ended_at": call_ended}
+            if jobs:
+                values |= {"submit_state": AttemptState.ACKED.value, "provider_job_id": jobs[0], "acked_at": now}
+            else:
+                values |= {"submit_state": AttemptState.FAILED_BEFORE_ACCEPT.value,
+                           "error_message": f"reconciled: {attempt.provider} holds no job for {key}"}
+            _cas(session, ref, _UNRESOLVED, values)
             attempt = _attempt(session, ref)
-            attempt.updated_at = datetime.now(UTC)
-            if not jobs:
-                attempt.submit_state = AttemptState.FAILED_BEFORE_ACCEPT.value
-                attempt.error_message = "reconciled: provider holds no job for this request key"
-                return ReconcileResult(found=False)
-            attempt.submit_state = AttemptState.ACKED.value
-            attempt.provider_job_id = jobs[0].job_id
-            attempt.acked_at = attempt.updated_at
-            duplicates = [j.job_id for j in jobs[1:]]
-            if duplicates:
-                attempt.error_message = f"duplicate provider jobs for one request key: {duplicates}"
-            return ReconcileResult(found=True, job_id=jobs[0].job_id, duplicates=duplicates)
+            strays = [j for j in jobs if j != attempt.provider_job_id]
+            _keep_strays(session, attempt, strays, found_by="reconcile")
+            return _concluded(attempt, strays) or ReconcileResult(outcome=ReconcileOutcome.ABSENT)
 
-    def _request(self, session, task: Task, key: str) -> GenerationRequest:  # noqa: ANN001 - Session
+    @activity.defn(name="abandon_attempt")
+    @classified
+    def abandon_attempt(self, ref: AttemptRef) -> bool:
+        """An operator stopped tracking this attempt (an unknown submit, or a job that could not
+        be stopped); it may bill once. The state event of the decision says who and why."""
+        with self.db.transaction() as session:
+            return _cas(session, ref, _OPEN, {"submit_state": AttemptState.ABANDONED.value,
+                                               "updated_at": datetime.now(UTC)})
+
+    def _request(self, session: Session, task: Task, key: str) -> GenerationRequest:
         image_url = None
         if task.image_asset_id:
             image = session.get(Asset, task.image_asset_id)
@@ -131,17 +165,87 @@ class SubmitActivities:
         )
 
 
-def _attempt(session, ref: AttemptRef) -> Attempt | None:  # noqa: ANN001 - Session
+def _task(session: Session, task_id: str) -> Task:
+    task = session.get(Task, task_id)
+    if task is None:
+        raise TaskNotFound(task_id)
+    return task
+
+
+def _attempt(session: Session, ref: AttemptRef) -> Attempt | None:
     return session.scalar(
         select(Attempt).where(Attempt.task_id == ref.task_id, Attempt.attempt_no == ref.attempt_no)
+        .execution_options(populate_existing=True)
     )
 
 
-def _resume_outcome(attempt: Attempt) -> SubmitOutcome:
+def _tombstone(session: Session, ref: AttemptRef, key: str) -> Attempt:
+    """Record an attempt that was never sent, so a late run of its submit finds it and never sends."""
+    task = _task(session, ref.task_id)
+    now = datetime.now(UTC)
+    attempt = Attempt(task_id=task.id, attempt_no=ref.attempt_no, provider=task.provider, model=task.model,
+                      request_key=key, submit_state=AttemptState.FAILED_BEFORE_ACCEPT.value, request_fingerprint="",
+                      error_message="never sent: no submit intent was recorded", updated_at=now)
+    session.add(attempt)
+    session.flush()
+    return attempt
+
+
+def _cas(session: Session, ref: AttemptRef, expected: list[str], values: dict) -> bool:
+    """Write `values` only if the attempt is still in one of the `expected` states."""
+    result = session.execute(
+        update(Attempt)
+        .where(Attempt.task_id == ref.task_id, Attempt.attempt_no == ref.attempt_no,
+               Attempt.submit_state.in_(expected))
+        .values(**values),
+        execution_options={"synchronize_session": False},
+    )
+    return result.rowcount == 1
+
+
+def _record_submit(session: Session, ref: AttemptRef, result: SubmitResult) -> bool:
+    now = datetime.now(UTC)
+    values = {
+        "submit_state": _AFTER_CALL[result.outcome].value, "provider_job_id": result.job_id,
+        "http_status": result.http_status, "error_class": result.error_class.value if result.error_class else None,
+        "error_message": result.error_message, "updated_at": now, "call_ended_at": now,
+    }
+    if result.outcome is SubmitOutcome.ACCEPTED:
+        values["acked_at"] = now
+    return _cas(session, ref, [AttemptState.SENDING.value], values)
+
+
+def _keep_strays(session: Session, attempt: Attempt, job_ids: Iterable[str], *, found_by: str) -> None:
+    for job_id in job_ids:
+        session.execute(
+            insert(StrayJob)
+            .values(task_id=attempt.task_id, attempt_no=attempt.attempt_no, provider=attempt.provider,
+                    provider_job_id=job_id, found_by=found_by)
+            .on_conflict_do_nothing(index_elements=["provider", "provider_job_id"])
+        )
+
+
+def _concluded(attempt: Attempt, duplicates: list[str] | None = None) -> ReconcileResult | None:
+    """What an earlier run (or a late submit answer) already established for this attempt."""
+    state = AttemptState(attempt.submit_state)
+    if attempt.provider_job_id:
+        return ReconcileResult(outcome=ReconcileOutcome.FOUND, job_id=attempt.provider_job_id,
+                               duplicates=duplicates or [])
+    if state in ATTEMPT_UNRESOLVED:
+        return None
+    return ReconcileResult(outcome=ReconcileOutcome.ABSENT, evidence=attempt.error_message or state.value)
+
+
+def _resumed(attempt: Attempt) -> SubmitActivityResult:
     """What an earlier run of this attempt already established (never send twice)."""
     if attempt.submit_state == AttemptState.FAILED.value and not attempt.provider_job_id:
-        return SubmitOutcome.REJECTED_FINAL
-    return _RESUME.get(AttemptState(attempt.submit_state), SubmitOutcome.UNKNOWN)
+        outcome = SubmitOutcome.REJECTED_FINAL
+    else:
+        outcome = _RESUME.get(AttemptState(attempt.submit_state), SubmitOutcome.UNKNOWN)
+    return SubmitActivityResult(
+        outcome=outcome, job_id=attempt.provider_job_id, error=attempt.error_message,
+        error_class=ErrorClass(attempt.error_class) if attempt.error_class else None,
+    )
 
 
 def _fingerprint(request: GenerationRequest) -> str:
@@ -149,15 +253,3 @@ def _fingerprint(request: GenerationRequest) -> str:
     data = request.model_dump(mode="json")
     data["image_url"] = (data["image_url"] or "").split("?")[0]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
-def _record_submit(attempt: Attempt, result: SubmitResult) -> None:
-    now = datetime.now(UTC)
-    attempt.submit_state = _AFTER_CALL[result.outcome].value
-    attempt.provider_job_id = result.job_id
-    attempt.http_status = result.http_status
-    attempt.error_class = result.error_class.value if result.error_class else None
-    attempt.error_message = result.error_message
-    attempt.updated_at = now
-    if result.outcome is SubmitOutcome.ACCEPTED:
-        attempt.acked_at = now

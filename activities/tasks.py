@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from activities.errors import classified
 from adapters.providers.base import VideoProvider
 from adapters.storage import ObjectStorage
 from schema import task_store
@@ -21,6 +22,7 @@ class TaskActivities:
         self.providers = providers
 
     @activity.defn(name="record_transition")
+    @classified
     def record_transition(self, req: TransitionInput) -> TransitionResult:
         """Apply one state-machine event; idempotent per source_event_id."""
         updates = {}
@@ -39,6 +41,7 @@ class TaskActivities:
         return TransitionResult(applied=out.applied, status=out.status, version=out.version)
 
     @activity.defn(name="validate_task")
+    @classified
     def validate_task(self, ref: TaskRef) -> ValidationResult:
         """Check inputs before anything costs money: image stored intact, route supported."""
         with self.db.transaction() as session:

@@ -36,6 +36,7 @@ from schema.db import Database
 from schema.models import CatalogImport, Product, Tenant, ValidationIssue
 from schema.models import Plan as PlanRow
 from schema.state_machine import TaskStatus
+from workflows.api import workflow_id
 
 BATCH = 500
 IMAGE_WORKERS = 32
@@ -288,12 +289,11 @@ def _task_row(imp: CatalogImport, spec: TaskSpec, product_ref: int, image_asset_
         "image_sha256": image_sha, "image_asset_id": image_asset_id, "duration_s": spec.duration_s,
         "provider": spec.provider, "model": spec.model, "estimated_cost": spec.estimated_cost,
         "status": TaskStatus.CREATED.value, "version": 0, "progress": 0, "current_attempt_no": 0,
-        "workflow_id": workflow_id_for(spec.id),
+        "workflow_id": workflow_id(spec.id),
     }
 
 
-def workflow_id_for(task_id: str) -> str:
-    return f"gen-{task_id}"
+
 
 
 def _ensure_tenant(session: Session, tenant: str, credit_limit: float) -> None:
@@ -322,5 +322,3 @@ def _by_action(issues: list[Issue]) -> dict[str, int]:
     for i in issues:
         out[i.action.value] = out.get(i.action.value, 0) + 1
     return out
-
-

@@ -242,21 +242,21 @@ def cancel(
 
 
 async def _signal_cancel(settings: Settings, workflow_id: str, reason: str) -> str:
+    """Cancel the task's workflow in Temporal (it closes as Canceled once the provider job is
+    stopped and the ledger closed); "not_started" when no workflow ever ran for it."""
     from adapters.temporal_client import connect
-    from schema.contracts import CancelRequest
 
     client = await connect(settings.temporal_address, settings.temporal_namespace)
+    handle = client.get_workflow_handle(workflow_id)
     try:
-        await client.get_workflow_handle(workflow_id).signal("cancel", CancelRequest(reason=reason))
+        desc = await handle.describe()
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            desc = None
-            try:
-                desc = await client.get_workflow_handle(workflow_id).describe()
-            except RPCError:
-                return "not_started"
-            return f"workflow already closed ({desc.status.name if desc.status else 'unknown'})"
+            return "not_started"
         raise
+    if desc.status is not None and desc.status.name != "RUNNING":
+        return f"workflow already closed ({desc.status.name})"
+    await handle.cancel(reason=f"cli: {reason}")
     return "cancel requested"
 
 

@@ -14,6 +14,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from schema.contracts import GenerationInput
 from schema.models import Task
 from schema.state_machine import TERMINAL, TaskStatus
+from workflows import api
 from workflows import search_attributes as sa
 from workflows.generation import GenerationWorkflow
 
@@ -46,6 +47,7 @@ async def start_workflows(client: Client, tasks: Sequence[Task], import_id: str,
                     GenerationWorkflow.run, GenerationInput(task_id=task.id), id=task.workflow_id,
                     task_queue=task_queue, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                     search_attributes=search_attributes_for(task, import_id),
+                    static_summary=api.summary(task.product_id, task.template_id, task.locale, task.aspect_ratio),
                 )
                 counts["started"] += 1
             except WorkflowAlreadyStartedError:

@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from workflows.api import DEFAULT_TASK_QUEUE
+
 STACK_FILE = "stack.json"
 
 
@@ -29,7 +31,7 @@ class Settings(BaseSettings):
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
     temporal_ui_url: str = "http://127.0.0.1:8233"
-    task_queue: str = "reelqueue-generation"
+    task_queue: str = DEFAULT_TASK_QUEUE
 
     s3_endpoint: str = "127.0.0.1:8333"
     s3_access_key: str = "reelqueue"

@@ -63,8 +63,8 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
     store = JobStore(config.db_path)
     webhooks = WebhookSender(config.webhook_secret, attempts=config.webhook_attempts)
     service = JobService(config, store, webhooks)
-    pool = RenderPool(service, config)
     faults = FaultBoard()
+    pool = RenderPool(service, config, faults)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -111,16 +111,23 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
             await _hold_answer(request, config.hang_s)
         return service.view(job)
 
+    def _outage(name: str) -> None:
+        if faults.in_outage(name):
+            raise ApiError(503, "SIM.OUTAGE", "service temporarily unavailable", retry_after=_RETRY_AFTER_S)
+
     @v1.get("/jobs/{job_id}")
     def get_job(job_id: str) -> JobOut:
+        _outage("status_outage_s")
         return service.view(_found(store.get(job_id), job_id))
 
     @v1.get("/jobs")
     def list_jobs(request_key: str) -> JobList:
+        _outage("list_outage_s")
         return JobList(data=[service.view(j) for j in store.list(request_key)])
 
     @v1.post("/jobs/{job_id}/cancel")
     def cancel(job_id: str) -> JobOut:
+        _outage("cancel_outage_s")
         return service.view(_found(service.cancel(job_id), job_id))
 
     app.include_router(v1)

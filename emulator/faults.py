@@ -3,29 +3,48 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from emulator.wire import Faults
+
+OUTAGES = ("cancel_outage_s", "status_outage_s", "list_outage_s")
 
 
 class FaultBoard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._faults = Faults()
+        self._outage_until: dict[str, float] = {}
 
     def snapshot(self) -> Faults:
         with self._lock:
-            return self._faults.model_copy()
+            return self._view()
 
     def update(self, given: Faults) -> Faults:
-        """Set the counters the caller sent; the others keep their pending values."""
+        """Set the counters the caller sent; the others keep their pending values. An outage
+        given in seconds starts now."""
         with self._lock:
-            self._faults = self._faults.model_copy(update=given.model_dump(include=given.model_fields_set))
-            return self._faults.model_copy()
+            sent = given.model_dump(include=given.model_fields_set)
+            for name in OUTAGES:
+                if name in sent:
+                    self._outage_until[name] = time.monotonic() + sent.pop(name)
+            self._faults = self._faults.model_copy(update=sent)
+            return self._view()
 
     def reset(self) -> Faults:
         with self._lock:
             self._faults = Faults()
-            return self._faults.model_copy()
+            self._outage_until.clear()
+            return self._view()
+
+    def in_outage(self, name: str) -> bool:
+        with self._lock:
+            return time.monotonic() < self._outage_until.get(name, 0.0)
+
+    def _view(self) -> Faults:
+        now = time.monotonic()
+        left = {name: round(max(0.0, until - now), 3) for name, until in self._outage_until.items()}
+        return self._faults.model_copy(update=left)
 
     def take(self, counter: str) -> bool:
         """Consume one unit of `counter`; True if a fault was pending."""

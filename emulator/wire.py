@@ -95,6 +95,12 @@ class Faults(BaseModel):
     fail_next: int = Field(default=0, ge=0)
     submit_status: int | None = Field(default=None, ge=400, le=599)
     submit_status_count: int = Field(default=0, ge=0)
+    # Jobs claimed while set stay running at least this long (instead of --job-seconds).
+    job_seconds: float | None = Field(default=None, ge=0)
+    # Outages: for the next N seconds the call answers 503 (a provider-style error body).
+    cancel_outage_s: float = Field(default=0.0, ge=0)
+    status_outage_s: float = Field(default=0.0, ge=0)
+    list_outage_s: float = Field(default=0.0, ge=0)
 
 
 class ApiErrorBody(BaseModel):

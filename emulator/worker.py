@@ -13,6 +13,7 @@ import threading
 import time
 
 from emulator.config import EmulatorConfig
+from emulator.faults import FaultBoard
 from emulator.render import RenderError, fetch_image, render_video
 from emulator.service import JobService
 from emulator.store import JobRecord
@@ -23,9 +24,10 @@ _IDLE_S = 0.5
 
 
 class RenderPool:
-    def __init__(self, service: JobService, config: EmulatorConfig):
+    def __init__(self, service: JobService, config: EmulatorConfig, faults: FaultBoard | None = None):
         self._service = service
         self._config = config
+        self._faults = faults or FaultBoard()
         self._stop = threading.Event()
         self._wake = threading.Condition()
         self._threads = [
@@ -99,9 +101,11 @@ class RenderPool:
     def _hold(self, job: JobRecord, started: float) -> bool:
         """Stay running until job_seconds have passed, reporting progress. False if the job was
         canceled meanwhile or the pool is stopping (then the job stays for the next process)."""
-        deadline = started + self._config.job_seconds
+        override = self._faults.snapshot().job_seconds
+        job_seconds = self._config.job_seconds if override is None else override
+        deadline = started + job_seconds
         while (now := time.monotonic()) < deadline:
-            progress = 0.3 + 0.65 * (now - started) / max(self._config.job_seconds, 1e-6)
+            progress = 0.3 + 0.65 * (now - started) / max(job_seconds, 1e-6)
             if not self._service.store.set_progress(job.id, min(progress, 0.95)):
                 return False
             if self._stop.wait(min(_TICK_S, deadline - now)):

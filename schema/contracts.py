@@ -6,11 +6,15 @@ facts travel through Temporal history, never media bytes (payloads fail at 2 MB)
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from schema.state_machine import TaskEvent
+from adapters.providers.base import ErrorClass, JobStatus, SubmitOutcome
+from schema.state_machine import TaskEvent, TaskStatus
+
+__all__ = ["ErrorClass", "JobStatus", "SubmitOutcome"]  # re-exported: the workflow's vocabulary
 
 
 class GenerationInput(BaseModel):
@@ -18,8 +22,29 @@ class GenerationInput(BaseModel):
 
 
 class CancelRequest(BaseModel):
+    """Input of the `cancel` signal; a Temporal cancellation becomes one of these too."""
+
     reason: str = "requested by user"
     requested_by: str = "cli"
+
+
+class ResolveAction(StrEnum):
+    RETRY = "retry"  # run the stuck step again (poll, reconcile, cancel)
+    ACCEPT_DUPLICATE_RISK = "accept_duplicate_risk"  # give up on an unknown submit and submit anew
+    FAIL = "fail"  # end the task FAILED_FINAL; known live jobs are cancelled first
+
+
+class ResolveRequest(BaseModel):
+    """Input of the `resolve` update: an operator's decision on a NEEDS_ATTENTION task."""
+
+    action: ResolveAction
+    reason: str = ""
+    by: str = "operator"
+
+
+class ResolveResult(BaseModel):
+    status: TaskStatus
+    message: str
 
 
 class ProviderUpdate(BaseModel):
@@ -68,7 +93,7 @@ class TransitionInput(BaseModel):
 
 class TransitionResult(BaseModel):
     applied: bool
-    status: str
+    status: TaskStatus
     version: int
 
 
@@ -78,17 +103,24 @@ class AttemptRef(BaseModel):
 
 
 class SubmitActivityResult(BaseModel):
-    outcome: str  # adapters.providers.base.SubmitOutcome value
+    outcome: SubmitOutcome
     job_id: str | None = None
-    error_class: str | None = None
+    error_class: ErrorClass | None = None
     error: str | None = None
     retry_after_s: float | None = None
 
 
+class ReconcileOutcome(StrEnum):
+    FOUND = "found"  # the provider holds a job for our submit: follow it
+    ABSENT = "absent"  # the provider's authoritative answer, after its acceptance window
+    NOT_ASKABLE = "not_askable"  # the provider has no lookup: a person decides
+
+
 class ReconcileResult(BaseModel):
-    found: bool
+    outcome: ReconcileOutcome
     job_id: str | None = None
-    duplicates: list[str] = Field(default_factory=list)
+    duplicates: list[str] = Field(default_factory=list)  # more jobs for one submit: extra charges
+    evidence: str = ""
 
 
 class JobRef(BaseModel):
@@ -98,12 +130,32 @@ class JobRef(BaseModel):
 
 
 class PollResult(BaseModel):
-    status: str  # adapters.providers.base.JobStatus value
+    status: JobStatus
     raw_status: str
     progress: float | None = None
     cost: float | None = None
-    error_class: str | None = None
+    error_class: ErrorClass | None = None
     error: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_JOB_STATUSES
+
+
+TERMINAL_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.EXPIRED})
+
+
+class StrayJobRef(BaseModel):
+    """A provider job beyond the one an attempt follows (a duplicate): cancelled and costed."""
+
+    task_id: str
+    attempt_no: int
+    job_id: str
+
+
+class StrayJobResult(BaseModel):
+    status: JobStatus
+    cost: float
 
 
 class AssetRef(BaseModel):
@@ -128,12 +180,8 @@ class TranscodeResult(BaseModel):
 class SettleInput(BaseModel):
     task_id: str
     attempt_no: int | None = None
-    cost: float
-
-
-class ReleaseInput(BaseModel):
-    task_id: str
-    reason: str
+    cost: float  # what the provider charged for the task's attempts (0: release everything)
+    reason: str = ""
 
 
 class LedgerResult(BaseModel):
@@ -145,7 +193,7 @@ class LedgerResult(BaseModel):
 
 class GenerationOutcome(BaseModel):
     task_id: str
-    status: str
+    status: TaskStatus
     attempts: int
     cost: float
     error: str | None = None

@@ -205,6 +205,7 @@ class Attempt(Base):
     software_version: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _now_column()
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    call_ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # answer or error seen
     acked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = _now_column()
@@ -284,5 +285,25 @@ class CreditEntry(Base):
     amount: Mapped[Decimal]
     business_key: Mapped[str] = mapped_column(String(300))
     attempt_no: Mapped[int | None] = mapped_column(Integer)
+    provider_job_id: Mapped[str | None] = mapped_column(String(256))  # the job an ADJUSTMENT pays for
     note: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now_column()
+
+
+class StrayJob(Base):
+    """A provider job no attempt follows: a duplicate found by reconcile, or a submit answer that
+    arrived after its attempt was concluded. Cancelled where possible; its cost is an ADJUSTMENT."""
+
+    __tablename__ = "stray_jobs"
+    __table_args__ = (UniqueConstraint("provider", "provider_job_id"),)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    attempt_no: Mapped[int] = mapped_column(Integer)
+    provider: Mapped[str] = mapped_column(String(64))
+    provider_job_id: Mapped[str] = mapped_column(String(256))
+    found_by: Mapped[str] = mapped_column(String(32))  # reconcile / late_answer
+    provider_status: Mapped[str | None] = mapped_column(String(32))
+    cost: Mapped[Decimal | None]
+    accounted: Mapped[bool] = mapped_column(default=False)  # terminal at the provider, ADJUSTMENT written
+    created_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = _now_column()

@@ -70,13 +70,15 @@ E = TaskEvent
 TERMINAL: frozenset[TaskStatus] = frozenset({S.SUCCEEDED, S.CANCELED, S.REJECTED, S.FAILED_FINAL, S.EXPIRED})
 NON_TERMINAL: frozenset[TaskStatus] = frozenset(set(TaskStatus) - TERMINAL)
 
-# Before a provider has been asked for anything: cancelling costs nothing and ends the task.
+# No provider job is live (none yet, or every earlier one is known ended): cancelling ends the task.
 PRE_DISPATCH: frozenset[TaskStatus] = frozenset(
-    {S.CREATED, S.VALIDATING, S.INVALID, S.QUOTA_RESERVED, S.QUEUED, S.RETRY_WAIT, S.NEEDS_ATTENTION}
+    {S.CREATED, S.VALIDATING, S.INVALID, S.QUOTA_RESERVED, S.QUEUED, S.RETRY_WAIT}
 )
-# A provider job may exist: cancelling is only an intent until the provider confirms.
+# A provider job may exist: cancelling is only an intent until the provider confirms. A task
+# waits in NEEDS_ATTENTION only while a job may exist, so it belongs here too.
 PROVIDER_SIDE: frozenset[TaskStatus] = frozenset(
-    {S.DISPATCHING, S.SUBMITTED, S.SUBMIT_UNKNOWN, S.RUNNING, S.OUTPUT_FETCHING, S.POST_PROCESSING, S.REVIEW}
+    {S.DISPATCHING, S.SUBMITTED, S.SUBMIT_UNKNOWN, S.RUNNING, S.OUTPUT_FETCHING, S.POST_PROCESSING, S.REVIEW,
+     S.NEEDS_ATTENTION}
 )
 # Where a step can fail in a way that is safe to retry after a wait.
 RETRYABLE_FROM: frozenset[TaskStatus] = frozenset(
@@ -117,7 +119,10 @@ def _table() -> dict[tuple[TaskStatus, TaskEvent], TaskStatus]:
         (S.RETRY_WAIT, E.RETRY_DUE): S.QUEUED,
         (S.CANCEL_REQUESTED, E.CANCEL_CONFIRMED): S.CANCELED,
         (S.CANCEL_REQUESTED, E.COMPLETION_WON): S.OUTPUT_FETCHING,
+        # An operator's decisions (the `resolve` update): submit anew, or run the stuck step again.
         (S.NEEDS_ATTENTION, E.ATTENTION_RESOLVED): S.QUEUED,
+        (S.NEEDS_ATTENTION, E.SUBMIT_AMBIGUOUS): S.SUBMIT_UNKNOWN,
+        (S.NEEDS_ATTENTION, E.PROVIDER_RUNNING): S.RUNNING,
     }
     for status in RETRYABLE_FROM:
         t[(status, E.RETRYABLE_FAILURE)] = S.RETRY_WAIT
@@ -183,3 +188,13 @@ class AttemptState(StrEnum):
     CANCELED = "CANCELED"
     UNKNOWN = "UNKNOWN"
     FAILED_BEFORE_ACCEPT = "FAILED_BEFORE_ACCEPT"
+    ABANDONED = "ABANDONED"  # outcome never learned; an operator accepted the risk (state event says who)
+
+
+# Attempt states after which the attempt's job (if any) can no longer bill more.
+ATTEMPT_SETTLED: frozenset[AttemptState] = frozenset(
+    {AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.CANCELED, AttemptState.FAILED_BEFORE_ACCEPT,
+     AttemptState.ABANDONED}
+)
+# Attempt states whose outcome is not known yet: only reconcile may conclude them.
+ATTEMPT_UNRESOLVED: frozenset[AttemptState] = frozenset({AttemptState.SENDING, AttemptState.UNKNOWN})

@@ -55,15 +55,16 @@ def transition(
         )
     for _ in range(MAX_CAS_RETRIES):
         task = _load(session, task_id)
-        to = sm.target(sm.TaskStatus(task.status), event)
-        if to is None:
+        try:
+            move = sm.apply(sm.TaskStatus(task.status), task.version, event)
+        except sm.IllegalTransition:
             _append_event(session, task, event, task.status, task.status, task.version, source, source_event_id,
                           attempt_no, payload, applied=False)
             return TransitionOutcome(applied=False, from_status=task.status, status=task.status,
                                      version=task.version)
         now = datetime.now(UTC)
-        from_status, version = task.status, task.version
-        values: dict[str, Any] = {"status": to.value, "version": version + 1, "updated_at": now}
+        from_status, version, to = task.status, task.version, move.to_status
+        values: dict[str, Any] = {"status": to.value, "version": move.to_version, "updated_at": now}
         if to in sm.TERMINAL:
             values["finished_at"] = now
         if task.started_at is None and to is not sm.TaskStatus.CREATED:
@@ -74,9 +75,9 @@ def transition(
             execution_options={"synchronize_session": False},
         )
         if result.rowcount == 1:
-            _append_event(session, task, event, from_status, to.value, version + 1, source, source_event_id,
+            _append_event(session, task, event, from_status, to.value, move.to_version, source, source_event_id,
                           attempt_no, payload, applied=True)
-            return TransitionOutcome(applied=True, from_status=from_status, status=to.value, version=version + 1)
+            return TransitionOutcome(applied=True, from_status=from_status, status=to.value, version=move.to_version)
         session.expire_all()  # someone else moved the task: re-read and decide again
     raise RuntimeError(f"task {task_id}: version kept changing, gave up after {MAX_CAS_RETRIES} tries")
 

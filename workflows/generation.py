@@ -1,75 +1,109 @@
 """GenerationWorkflow: one durable workflow per video task. Orchestration only.
 
-Activities are called by name, so this module imports nothing that does I/O. Every status change
-goes through the `record_transition` local activity (the state machine in Postgres) and is
-mirrored into the TaskStatus search attribute for the Web UI.
+The invariants it keeps (docs/architecture.md, "Failure paths"):
+- A provider job that may exist is never forgotten: the task ends only when every job it created
+  is known terminal at the provider or known never created; otherwise it waits in NEEDS_ATTENTION
+  with its reservation held until an operator decides (the `resolve` update).
+- "Never created" comes only from the provider's own answer (reconcile); a provider that cannot
+  be asked goes to NEEDS_ATTENTION, never to an automatic second submit.
+- A cancel, from the `cancel` signal or from Temporal itself, is one path: the running step is
+  never interrupted (a submit in flight is waited for), then the job is cancelled; completion
+  wins once the provider has succeeded (SUCCEEDED, cancel_outcome TOO_LATE).
+- A transition that is not applied means someone else changed the task: the workflow starts
+  nothing new, stops what it started and closes the ledger.
+
+Every status change goes through the `record_transition` local activity (the state machine in
+Postgres) and is mirrored into the TaskStatus search attribute for the Web UI.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.errors import BUSINESS_FAILURES, INSUFFICIENT_CREDIT, TASK_NOT_FOUND
+    from activities.fetch import FetchActivities
+    from activities.ledger import LedgerActivities
+    from activities.media import MediaActivities
+    from activities.poll import PollActivities
+    from activities.submit import SubmitActivities
+    from activities.tasks import TaskActivities
     from schema.contracts import (
-        AssetRef,
         AttemptRef,
         CancelRequest,
+        ErrorClass,
         GenerationInput,
         GenerationOutcome,
         JobRef,
-        LedgerResult,
+        JobStatus,
         PollResult,
         ProviderUpdate,
-        ReconcileResult,
-        ReleaseInput,
+        ReconcileOutcome,
+        ResolveAction,
+        ResolveRequest,
+        ResolveResult,
         SettleInput,
-        SubmitActivityResult,
+        StrayJobRef,
+        SubmitOutcome,
         TaskInfo,
         TaskRef,
         TranscodeInput,
-        TranscodeResult,
         TransitionInput,
         TransitionResult,
-        ValidationResult,
     )
+    from schema.state_machine import TERMINAL
     from schema.state_machine import TaskEvent as E
     from schema.state_machine import TaskStatus as S
+    from workflows import api
     from workflows.search_attributes import TASK_STATUS
 
-MAX_SUBMITS = 3
+MAX_PAID_ATTEMPTS = 3  # submits that created (or may have created) a provider job
+MAX_REFUSALS = 20  # submits refused before acceptance (backpressure), each waited out
 MAX_POLL_INTERVAL_S = 15.0
+OUTAGE_PAUSE_S = 30.0  # between status-call bursts while the provider's status API is down
 RETRY_BACKOFF_S = (5.0, 20.0, 60.0)
+STOP_GRACE = timedelta(minutes=10)  # after a cancel call, how long the job may take to end
+TOO_LATE = "TOO_LATE"
 
+# The stuck step a NEEDS_ATTENTION task resumes with on `resolve --retry`, and the event for it.
+RESUME_EVENT = {"poll": E.PROVIDER_RUNNING, "reconcile": E.SUBMIT_AMBIGUOUS, "cancel": E.CANCEL_REQUESTED}
+# Task statuses a workflow closes as Failed with (the task's reason), so the Web UI shows them.
+FAILED_CLOSE = frozenset({S.FAILED_FINAL, S.EXPIRED, S.INVALID})
 
 
 def _retry(attempts: int | None, *, first_s: float = 1.0, max_s: float = 30.0) -> RetryPolicy:
-    """Exponential backoff capped at `max_s`; `attempts` None = until the step succeeds."""
+    """Exponential backoff capped at `max_s`; `attempts` None = until the step succeeds.
+    Business failures (activities/errors.py) are never retried."""
     return RetryPolicy(initial_interval=timedelta(seconds=first_s), maximum_interval=timedelta(seconds=max_s),
-                       maximum_attempts=attempts or 0)
+                       maximum_attempts=attempts or 0, non_retryable_error_types=list(BUSINESS_FAILURES))
 
 
-# Activities raise non-retryable ApplicationErrors for business failures, so these budgets are
-# for infrastructure trouble (database, storage or provider briefly away): about 8 minutes each
-# with 20 attempts, more for steps that only read or record.
-_POLICIES: dict[str, tuple[timedelta, RetryPolicy, timedelta | None]] = {
-    # name: (start_to_close, retry policy, heartbeat timeout)
-    "validate_task": (timedelta(seconds=30), _retry(20), None),
-    "reserve_credit": (timedelta(seconds=30), _retry(20), None),
+# One row per activity: (start_to_close, retry policy, heartbeat timeout). Budgets are for
+# infrastructure trouble; what happens when one runs out is the workflow's decision below.
+_STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]] = {
+    TaskActivities.validate_task: (timedelta(seconds=30), _retry(20), None),
+    LedgerActivities.reserve_credit: (timedelta(seconds=30), _retry(20), None),
     # A re-run of submit never sends twice (the attempt row says SENDING -> unknown outcome).
-    "submit": (timedelta(seconds=30), _retry(20), None),
-    "reconcile_submit": (timedelta(seconds=30), _retry(40, first_s=2.0), None),
-    "poll_job": (timedelta(seconds=15), _retry(30), None),
-    "cancel_job": (timedelta(seconds=15), _retry(10), None),
-    "fetch_output": (timedelta(minutes=10), _retry(8), timedelta(seconds=30)),
-    "transcode": (timedelta(minutes=15), _retry(6), timedelta(seconds=60)),
-    "settle": (timedelta(seconds=30), _retry(None), None),
-    "release_credit": (timedelta(seconds=30), _retry(None), None),
+    SubmitActivities.submit: (timedelta(seconds=40), _retry(20), None),
+    # About 15 minutes, NotYetConclusive retries included; then a person decides.
+    SubmitActivities.reconcile_submit: (timedelta(seconds=30), _retry(40, first_s=2.0), None),
+    SubmitActivities.abandon_attempt: (timedelta(seconds=30), _retry(None), None),
+    # A short burst: the workflow itself rides out longer status outages until the deadline.
+    PollActivities.poll_job: (timedelta(seconds=15), _retry(5, max_s=10.0), None),
+    # About 18 minutes of provider trouble; then a person decides (the reservation stays held).
+    PollActivities.cancel_job: (timedelta(seconds=15), _retry(40, first_s=2.0), None),
+    PollActivities.account_stray_job: (timedelta(seconds=30), _retry(None, first_s=5.0, max_s=300.0), None),
+    FetchActivities.fetch_output: (timedelta(minutes=10), _retry(8), timedelta(seconds=30)),
+    MediaActivities.transcode: (timedelta(minutes=15), _retry(6), timedelta(seconds=60)),
+    LedgerActivities.settle: (timedelta(seconds=30), _retry(None), None),
 }
 
 
@@ -77,229 +111,426 @@ class TaskEnded(Exception):
     """Internal: the task reached a status where this workflow has nothing more to do."""
 
 
-@workflow.defn(name="GenerationWorkflow")
+class TaskTakenOver(Exception):
+    """Internal: a transition was not applied because someone else changed the task."""
+
+
+@workflow.defn(name=api.WORKFLOW_NAME)
 class GenerationWorkflow:
     def __init__(self) -> None:
         self._task_id = ""
-        self._status = S.CREATED.value
+        self._info: TaskInfo | None = None
+        self._status = S.CREATED
         self._seq = 0
+        self._error: str | None = None
         self._cancel: CancelRequest | None = None
-        self._cancel_sent = False
+        self._cancel_handled = False
+        self._cancelled_in_temporal = False
         self._wake = False
-        self._cost = 0.0
         self._attempt_no = 0
-        self._job: JobRef | None = None
+        self._paid = 0
+        self._refusals = 0
+        self._costs: dict[int, float] = {}  # attempt no -> what the provider reports it charged
+        self._live: JobRef | None = None  # a job not yet known terminal at the provider
+        self._unknown: AttemptRef | None = None  # an attempt whose submit outcome is not known
+        self._strays: list[asyncio.Task[Any]] = []
+        self._stuck: str | None = None
+        self._resolution: ResolveRequest | None = None
+        self._deadline = None  # set once validation has read the task's deadline
 
-    @workflow.signal(name="cancel")
+    # -- messages -------------------------------------------------------------------------
+
+    @workflow.signal(name=api.SIGNAL_CANCEL)
     def cancel(self, request: CancelRequest) -> None:
         self._cancel = self._cancel or request
 
-    @workflow.signal(name="provider_update")
+    @workflow.signal(name=api.SIGNAL_PROVIDER_UPDATE)
     def provider_update(self, update: ProviderUpdate) -> None:
         self._wake = True
 
-    @workflow.query(name="status")
+    @workflow.query(name=api.QUERY_STATUS)
     def status(self) -> str:
-        return self._status
+        return self._status.value
+
+    @workflow.update(name=api.UPDATE_RESOLVE)
+    async def resolve(self, request: ResolveRequest) -> ResolveResult:
+        self._resolution = request
+        await workflow.wait_condition(lambda: self._resolution is None and self._status is not S.NEEDS_ATTENTION)
+        return ResolveResult(status=self._status, message=f"{request.action.value} applied by {request.by}")
+
+    @resolve.validator
+    def _check_resolve(self, request: ResolveRequest) -> None:
+        if self._status is not S.NEEDS_ATTENTION or self._stuck is None or self._resolution is not None:
+            raise ValueError(f"task is {self._status.value}, not waiting for a decision")
+        if request.action is ResolveAction.ACCEPT_DUPLICATE_RISK and self._stuck != "reconcile":
+            raise ValueError(f"accept-duplicate-risk applies to an unknown submit; this task is stuck at "
+                             f"{self._stuck}")
+        if request.action is ResolveAction.FAIL and not request.reason.strip():
+            raise ValueError("failing a task needs a reason")
+
+    # -- the run ----------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, inp: GenerationInput) -> GenerationOutcome:
         self._task_id = inp.task_id
-        error: str | None = None
-        try:
-            await self._pipeline()
-        except TaskEnded as ended:
-            error = str(ended) or None
-        except (ActivityError, asyncio.CancelledError) as exc:
-            if is_cancelled_exception(exc):
-                # Cancelled from Temporal (Web UI, `temporal workflow cancel`); it arrives as an
-                # ActivityError when an activity was running. Leave the facts true before the
-                # workflow closes, so Postgres never shows a task as running forever.
-                await self._record_hard_cancel()
-                raise asyncio.CancelledError() from exc
-            error = _describe(exc)
-            await self._move(E.FINAL_FAILURE, error=error, error_class="activity_failed")
-            await self._close_ledger()
-        return GenerationOutcome(task_id=self._task_id, status=self._status, attempts=self._attempt_no,
-                                 cost=self._cost, error=error)
+        work = asyncio.create_task(self._produce())
+        while True:
+            try:
+                await asyncio.shield(work)  # a Temporal cancel must not interrupt a step midway
+                break
+            except asyncio.CancelledError:
+                if work.done():
+                    break
+                self._cancelled_in_temporal = True
+                self.cancel(CancelRequest(reason=workflow.cancellation_reason() or "cancelled in Temporal",
+                                          requested_by="temporal"))
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._close()
 
-    async def _pipeline(self) -> None:
-        await self._move(E.VALIDATION_STARTED)
-        checked: ValidationResult = await self._call("validate_task", TaskRef(task_id=self._task_id),
-                                                     ValidationResult)
-        if not checked.ok:
-            await self._move(E.VALIDATION_FAILED, error=checked.reason, error_class="invalid_input")
-            raise TaskEnded(checked.reason)
-        info = checked.info
+    def _close(self) -> GenerationOutcome:
+        """How the workflow itself closes: Canceled / Failed (with the task's reason) / Completed."""
+        if self._status is S.CANCELED and self._cancelled_in_temporal:
+            raise asyncio.CancelledError(self._error or "canceled")
+        if self._status in FAILED_CLOSE:
+            raise ApplicationError(f"{self._status.value}: {self._error}", type=self._status.value,
+                                   non_retryable=True)
+        return GenerationOutcome(task_id=self._task_id, status=self._status, attempts=self._attempt_no,
+                                 cost=self._cost(), error=self._error)
+
+    async def _produce(self) -> None:
         try:
-            await self._call("reserve_credit", TaskRef(task_id=self._task_id), LedgerResult)
+            await self._validate_and_reserve()
+            job = await self._generate()
+            await self._deliver(job)
+        except TaskEnded:
+            pass
+        except TaskTakenOver:
+            await self._clean_up_after_takeover()
+        except ActivityError as exc:  # a step ran out of its budget where no job can be live
+            with contextlib.suppress(TaskEnded, TaskTakenOver):
+                await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class="activity_failed")
+
+    async def _validate_and_reserve(self) -> None:
+        await self._move(E.VALIDATION_STARTED)
+        checked = await self._run(TaskActivities.validate_task, TaskRef(task_id=self._task_id))
+        self._info = checked.info
+        self._deadline = workflow.now() + timedelta(seconds=checked.info.deadline_s)
+        if not checked.ok:
+            await self._end(E.VALIDATION_FAILED, error=checked.reason, error_class="invalid_input")
+        try:
+            await self._run(LedgerActivities.reserve_credit, TaskRef(task_id=self._task_id))
         except ActivityError as exc:
-            await self._move(E.FINAL_FAILURE, error=_describe(exc), error_class="credit")
-            raise TaskEnded(_describe(exc)) from exc
+            if _error_type(exc) != INSUFFICIENT_CREDIT:
+                raise
+            await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class="credit")
         await self._move(E.VALIDATION_PASSED)
         await self._move(E.QUEUED)
-        job = await self._dispatch_until_done(info)
-        raw: AssetRef = await self._call("fetch_output", job, AssetRef)
-        await self._move(E.OUTPUT_PERSISTED, payload={"raw_key": raw.key, "sha256": raw.sha256})
-        media: TranscodeResult = await self._call(
-            "transcode", TranscodeInput(task_id=self._task_id, raw_asset_id=raw.asset_id), TranscodeResult
-        )
-        await self._call("settle", SettleInput(task_id=self._task_id, attempt_no=job.attempt_no, cost=self._cost),
-                         LedgerResult)
-        await self._move(E.PLAYABLE_ASSET_READY, payload={"proxy": media.proxy.key},
-                         cancel_outcome="TOO_LATE" if self._cancel else None)
 
-    async def _dispatch_until_done(self, info: TaskInfo) -> JobRef:
-        """Submit attempts until one job succeeds; every other ending raises TaskEnded."""
+    async def _generate(self) -> JobRef:
+        """Submit attempts until a job succeeds; every other ending raises TaskEnded."""
         while True:
-            if self._cancel is not None:
-                await self._move(E.CANCEL_REQUESTED, payload={"reason": self._cancel.reason})
-                await self._close_ledger()
-                raise TaskEnded("canceled before dispatch")
-            if self._attempt_no >= MAX_SUBMITS:
-                await self._move(E.FINAL_FAILURE, error=f"no success after {MAX_SUBMITS} submits",
-                                 error_class="retry_budget")
-                await self._close_ledger()
-                raise TaskEnded("retry budget exhausted")
+            if self._cancel_pending():
+                await self._end(E.CANCEL_REQUESTED, payload=self._cancel_payload())
+            if self._paid >= MAX_PAID_ATTEMPTS or self._refusals >= MAX_REFUSALS:
+                await self._end(E.FINAL_FAILURE, error=f"no success after {self._paid} paid attempts and "
+                                f"{self._refusals} refusals", error_class="retry_budget")
             self._attempt_no += 1
-            ref = AttemptRef(task_id=self._task_id, attempt_no=self._attempt_no)
             await self._move(E.DISPATCH_CLAIMED)
-            job_id = await self._submit(ref)
-            if job_id is None:
+            job = await self._submit(AttemptRef(task_id=self._task_id, attempt_no=self._attempt_no))
+            if job is None:
                 continue
-            job = self._job = JobRef(task_id=self._task_id, attempt_no=self._attempt_no, job_id=job_id)
-            final = await self._follow(job, info)
-            if final.status == "succeeded":
+            final = await self._follow(job)
+            if final.status is JobStatus.SUCCEEDED:
                 return job
-            if final.status == "canceled" or self._cancel_sent:
-                await self._move(E.CANCEL_CONFIRMED, payload={"provider_status": final.raw_status})
-                await self._close_ledger()
-                raise TaskEnded("canceled")
-            if final.error_class in ("moderation", "non_retryable"):
-                await self._move(E.FINAL_FAILURE, error=final.error, error_class=final.error_class)
-                await self._close_ledger()
-                raise TaskEnded(final.error)
+            if final.error_class in (ErrorClass.MODERATION, ErrorClass.NON_RETRYABLE):
+                await self._end(E.FINAL_FAILURE, error=final.error, error_class=final.error_class.value)
             await self._retry_wait(final.error or f"provider job {final.raw_status}", final.error_class)
 
-    async def _submit(self, ref: AttemptRef) -> str | None:
-        """One submit; returns the job id, or None after moving the task back to QUEUED."""
-        result: SubmitActivityResult = await self._call("submit", ref, SubmitActivityResult)
-        if result.outcome == "accepted":
-            await self._move(E.PROVIDER_ACCEPTED, payload={"job_id": result.job_id})
-            return result.job_id
-        if result.outcome == "unknown":
-            await self._move(E.SUBMIT_AMBIGUOUS, error=result.error, error_class="unknown_outcome")
-            found: ReconcileResult = await self._call("reconcile_submit", ref, ReconcileResult)
-            if found.found:
+    async def _submit(self, ref: AttemptRef) -> JobRef | None:
+        """One submit; the job to follow, or None once the task is back in QUEUED."""
+        try:
+            sent = await self._run(SubmitActivities.submit, ref)
+        except ActivityError as exc:  # out of budget: the call may have gone out, so ask, never resend
+            if _error_type(exc) in BUSINESS_FAILURES:
+                raise
+            outcome, error, error_class, retry_after = SubmitOutcome.UNKNOWN, _describe(exc), None, None
+            job_id = None
+        else:
+            outcome, error, error_class = sent.outcome, sent.error, sent.error_class
+            retry_after, job_id = sent.retry_after_s, sent.job_id
+        if outcome is SubmitOutcome.ACCEPTED:
+            self._paid += 1
+            await self._move(E.PROVIDER_ACCEPTED, payload={"job_id": job_id})
+            return self._track(job_id)
+        if outcome is SubmitOutcome.UNKNOWN:
+            self._paid += 1
+            self._unknown = ref
+            await self._move(E.SUBMIT_AMBIGUOUS, error=error, error_class=ErrorClass.UNKNOWN_OUTCOME.value)
+            return await self._reconcile(ref)
+        if outcome is SubmitOutcome.REJECTED_RETRYABLE:
+            self._refusals += 1
+            await self._retry_wait(error or "provider refused the submit", error_class, retry_after)
+            return None
+        await self._end(E.FINAL_FAILURE, error=error, error_class=(error_class or ErrorClass.NON_RETRYABLE).value)
+
+    async def _reconcile(self, ref: AttemptRef) -> JobRef | None:
+        """Find out whether an unknown submit created a job, before anything is sent again."""
+        while True:
+            try:
+                found = await self._run(SubmitActivities.reconcile_submit, ref)
+            except ActivityError as exc:
+                if _error_type(exc) == TASK_NOT_FOUND:
+                    raise
+                await self._attention("reconcile", f"cannot ask the provider: {_describe(exc)}")
+                continue
+            if found.outcome is ReconcileOutcome.FOUND:
+                self._unknown = None
                 await self._move(E.PROVIDER_JOB_FOUND, payload={"job_id": found.job_id,
                                                                 "duplicates": found.duplicates})
-                return found.job_id
-            await self._move(E.CONFIRMED_NOT_CREATED)
-            await self._sleep_then_requeue(None)
-            return None
-        if result.outcome == "rejected_retryable":
-            await self._retry_wait(result.error or "provider refused the submit", result.error_class,
-                                   result.retry_after_s)
-            return None
-        await self._move(E.FINAL_FAILURE, error=result.error, error_class=result.error_class)
-        await self._close_ledger()
-        raise TaskEnded(result.error)
+                self._account_strays(ref, found.duplicates)
+                return self._track(found.job_id)
+            if found.outcome is ReconcileOutcome.ABSENT:
+                self._unknown = None
+                self._paid -= 1  # nothing was created, nothing will bill
+                await self._move(E.CONFIRMED_NOT_CREATED, payload={"evidence": found.evidence})
+                await self._wait_then_requeue(None)
+                return None
+            decision = await self._attention("reconcile", found.evidence)
+            if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK:
+                return None
 
-    async def _follow(self, job: JobRef, info: TaskInfo) -> PollResult:
-        """Poll with an adaptive, jittered interval; a webhook signal wakes the wait early."""
-        interval = max(info.min_poll_interval_s, 1.0)
-        deadline = workflow.now() + timedelta(seconds=info.deadline_s)
+    async def _follow(self, job: JobRef) -> PollResult:
+        """Poll with an adaptive, jittered interval until the job ends; a webhook signal wakes the
+        wait early. Returns a terminal result that is not a stop we asked for (that ends the task)."""
+        interval = max(self._info.min_poll_interval_s, 1.0)
         while True:
-            if self._cancel is not None and not self._cancel_sent:
-                await self._move(E.CANCEL_REQUESTED, payload={"reason": self._cancel.reason})
-                self._cancel_sent = True
-                await self._call("cancel_job", job, PollResult)
-            polled: PollResult = await self._call("poll_job", job, PollResult)
-            if polled.status == "running" and self._status == S.SUBMITTED:
-                await self._move(E.PROVIDER_RUNNING)
-            if polled.status in ("succeeded", "failed", "canceled", "expired"):
-                self._cost += polled.cost or 0.0
-                if polled.status == "succeeded":
-                    if self._cancel_sent:
-                        await self._move(E.COMPLETION_WON, cancel_outcome="TOO_LATE")
-                    else:
+            if self._cancel_pending():
+                self._cancel_handled = True
+                await self._move(E.CANCEL_REQUESTED, payload=self._cancel_payload())
+                return await self._stop(job, E.CANCEL_CONFIRMED)
+            polled = await self._poll(job)
+            if polled is not None:
+                if polled.status is JobStatus.RUNNING and self._status is S.SUBMITTED:
+                    await self._move(E.PROVIDER_RUNNING)
+                if polled.terminal:
+                    if polled.status is JobStatus.SUCCEEDED:
                         await self._move(E.PROVIDER_SUCCEEDED)
-                return polled
-            if workflow.now() >= deadline:
-                await self._call("cancel_job", job, PollResult)
-                await self._move(E.DEADLINE_PASSED, error="provider job did not finish before the deadline")
-                await self._close_ledger()
-                raise TaskEnded("deadline passed")
-            self._wake = False
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: self._wake or (self._cancel is not None and not self._cancel_sent),
-                    timeout=timedelta(seconds=interval * workflow.random().uniform(0.8, 1.2)),
-                )
+                    return polled
+            elif workflow.now() >= self._deadline:
+                await self._attention("poll", f"no status for job {job.job_id} until the task's deadline")
+                self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
+                continue
+            if workflow.now() >= self._deadline:
+                return await self._stop(job, E.DEADLINE_PASSED, error="provider job did not finish before the deadline")
+            await self._pause(interval if polled is not None else OUTAGE_PAUSE_S, wake_on_update=True)
             interval = min(interval * 1.5, MAX_POLL_INTERVAL_S)
 
-    async def _record_hard_cancel(self) -> None:
-        reason = {"reason": "workflow cancelled in Temporal"}
-        if self._job is not None and self._status not in (S.OUTPUT_FETCHING, S.POST_PROCESSING):
-            stopped: PollResult = await self._call("cancel_job", self._job, PollResult)
-            self._cost += stopped.cost or 0.0
-        await self._move(E.CANCEL_REQUESTED, payload=reason)
-        if self._status == S.CANCEL_REQUESTED:
-            await self._move(E.CANCEL_CONFIRMED, payload=reason)
-        await self._close_ledger()
+    async def _stop(self, job: JobRef, ending: E, error: str | None = None) -> PollResult:
+        """Cancel the job and end the task with `ending` once it is terminal; a job that succeeded
+        meanwhile is returned instead (completion wins: the video is paid for)."""
+        final = await self._stop_live(job)
+        if final.status is JobStatus.SUCCEEDED:
+            if self._status is S.CANCEL_REQUESTED:
+                await self._move(E.COMPLETION_WON, cancel_outcome=TOO_LATE)
+            else:
+                await self._move(E.PROVIDER_SUCCEEDED)
+            return final
+        await self._end(ending, error=error, payload={"provider_status": final.raw_status, "job_id": job.job_id})
 
-    async def _retry_wait(self, error: str, error_class: str | None, delay_s: float | None = None) -> None:
-        await self._move(E.RETRYABLE_FAILURE, error=error, error_class=error_class or "retryable")
-        await self._sleep_then_requeue(delay_s)
+    async def _stop_live(self, job: JobRef) -> PollResult:
+        """Cancel `job` and follow it until the provider says it ended (or a person steps in)."""
+        while True:
+            state = await self._cancel_job(job)
+            stop_by = workflow.now() + STOP_GRACE
+            while not state.terminal and workflow.now() < stop_by:
+                await self._pause(max(self._info.min_poll_interval_s, 2.0), wake_on_cancel=False)
+                state = await self._poll(job, ask_on_refusal=False) or state
+            if state.terminal:
+                return state
+            await self._attention("cancel", f"job {job.job_id} still {state.raw_status} after the cancel call")
 
-    async def _sleep_then_requeue(self, delay_s: float | None) -> None:
-        backoff = RETRY_BACKOFF_S[min(self._attempt_no, len(RETRY_BACKOFF_S)) - 1]
-        delay = max(delay_s or 0.0, backoff) * workflow.random().uniform(0.9, 1.1)
-        with contextlib.suppress(TimeoutError):  # a cancel during the wait ends it at once
-            await workflow.wait_condition(lambda: self._cancel is not None, timeout=timedelta(seconds=delay))
+    async def _cancel_job(self, job: JobRef) -> PollResult:
+        while True:
+            try:
+                state = await self._run(PollActivities.cancel_job, job)
+            except ActivityError as exc:
+                await self._attention("cancel", f"cannot cancel job {job.job_id}: {_describe(exc)}")
+                continue
+            self._observe(job, state)
+            return state
+
+    async def _poll(self, job: JobRef, *, ask_on_refusal: bool = True) -> PollResult | None:
+        """One status call; None while the provider's status API is unreachable. A provider that
+        refuses to answer for the job (not an outage) sends the task to a person first."""
+        try:
+            polled = await self._run(PollActivities.poll_job, job)
+        except ActivityError as exc:
+            if ask_on_refusal and _error_type(exc) in BUSINESS_FAILURES:
+                await self._attention("poll", f"job {job.job_id}: {_describe(exc)}")
+            return None
+        self._observe(job, polled)
+        return polled
+
+    async def _deliver(self, job: JobRef) -> NoReturn:
+        """Copy the output, make the renditions, settle, SUCCEEDED. The provider job is done and
+        paid for, so a cancel now is too late and a failure still settles its cost."""
+        try:
+            raw = await self._run(FetchActivities.fetch_output, job)
+            await self._move(E.OUTPUT_PERSISTED, payload={"raw_key": raw.key, "sha256": raw.sha256})
+            media = await self._run(MediaActivities.transcode,
+                                    TranscodeInput(task_id=self._task_id, raw_asset_id=raw.asset_id))
+        except ActivityError as exc:
+            await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class=_error_type(exc) or "activity_failed")
+        late = self._cancel is not None
+        await self._end(E.PLAYABLE_ASSET_READY, payload={"proxy": media.proxy.key},
+                        cancel_outcome=TOO_LATE if late else None)
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    async def _retry_wait(self, error: str, error_class: ErrorClass | None, delay_s: float | None = None) -> None:
+        await self._move(E.RETRYABLE_FAILURE, error=error, error_class=(error_class or ErrorClass.RETRYABLE).value)
+        await self._wait_then_requeue(delay_s)
+
+    async def _wait_then_requeue(self, delay_s: float | None) -> None:
+        """RETRY_WAIT: no job is live, so a cancel ends the task at once."""
+        backoff = RETRY_BACKOFF_S[min(max(self._paid, 1), len(RETRY_BACKOFF_S)) - 1]
+        await self._pause(max(delay_s or 0.0, backoff) * workflow.random().uniform(0.9, 1.1))
+        if self._cancel_pending():
+            await self._end(E.CANCEL_REQUESTED, payload=self._cancel_payload())
         await self._move(E.RETRY_DUE)
 
-    async def _close_ledger(self) -> None:
-        """Settle whatever providers charged (possibly nothing) and release the rest."""
-        if self._cost > 0:
-            await self._call("settle", SettleInput(task_id=self._task_id, attempt_no=self._attempt_no or None,
-                                                   cost=self._cost), LedgerResult)
-        else:
-            await self._call("release_credit", ReleaseInput(task_id=self._task_id, reason=self._status.lower()),
-                             LedgerResult)
+    async def _pause(self, seconds: float, *, wake_on_update: bool = False, wake_on_cancel: bool = True) -> None:
+        """Sleep `seconds` (jittered), ended early by a new cancel request (or a webhook hint)."""
+        self._wake = False
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: (wake_on_cancel and self._cancel_pending()) or (wake_on_update and self._wake),
+                timeout=timedelta(seconds=seconds * workflow.random().uniform(0.8, 1.2)),
+            )
 
-    async def _move(
-        self,
-        event: E,
-        *,
-        error: str | None = None,
-        error_class: str | None = None,
-        payload: dict | None = None,
-        cancel_outcome: str | None = None,
-    ) -> TransitionResult:
+    async def _attention(self, stuck: str, evidence: str | None) -> ResolveRequest:
+        """NEEDS_ATTENTION with the evidence; wait for an operator's decision and carry it out
+        (a retry returns here for the caller to run its step again)."""
+        self._stuck = stuck
+        await self._move(E.NEEDS_ATTENTION, error=evidence, error_class="needs_attention",
+                         payload={"stuck": stuck, "evidence": evidence,
+                                  "job_id": self._live.job_id if self._live else None,
+                                  "unknown_attempt": self._unknown.attempt_no if self._unknown else None})
+        await workflow.wait_condition(lambda: self._resolution is not None)
+        decision, self._stuck = self._resolution, None
+        decided = {"decision": decision.action.value, "by": decision.by, "reason": decision.reason}
+        try:
+            if decision.action is ResolveAction.FAIL:
+                await self._abandon_open_attempts()
+                await self._end(E.FINAL_FAILURE, error=f"failed by {decision.by}: {decision.reason}",
+                                error_class="operator", payload=decided)
+            if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK:
+                await self._abandon_open_attempts()
+                await self._move(E.ATTENTION_RESOLVED, payload=decided)
+            else:
+                await self._move(RESUME_EVENT[stuck], payload=decided)
+        finally:
+            self._resolution = None
+        return decision
+
+    # -- endings ----------------------------------------------------------------------------
+
+    async def _end(self, event: E, *, error: str | None = None, error_class: str | None = None,
+                   payload: dict | None = None, cancel_outcome: str | None = None) -> NoReturn:
+        """The one way a task ends: stop any live job, close the ledger, record the final move."""
+        if self._live is not None:
+            await self._stop_live(self._live)
+        await self._close_ledger(event)
+        self._error = error
+        await self._move(event, error=error, error_class=error_class, payload=payload,
+                         cancel_outcome=cancel_outcome)
+        raise TaskEnded(error)
+
+    async def _clean_up_after_takeover(self) -> None:
+        """Someone else ended the task (e.g. `reelqueue cancel` before this run started): start
+        nothing new, stop the job this run started, and close the ledger."""
+        self._error = f"task ended outside this workflow ({self._status.value})"
+        if self._live is not None:
+            state = await self._run(PollActivities.cancel_job, self._live)
+            self._observe(self._live, state)
+        await self._close_ledger(E.CANCEL_CONFIRMED)
+
+    async def _close_ledger(self, event: E) -> None:
+        """Settle what providers charged (possibly nothing) and release the rest of the hold;
+        duplicate jobs are accounted first, as ADJUSTMENTs of their own."""
+        if self._strays:
+            await asyncio.gather(*self._strays)
+            self._strays = []
+        await self._run(LedgerActivities.settle, SettleInput(task_id=self._task_id, attempt_no=self._attempt_no or None,
+                                                             cost=self._cost(), reason=event.value))
+
+    async def _abandon_open_attempts(self) -> None:
+        for ref in (self._unknown, self._live):
+            if ref is not None:
+                await self._run(SubmitActivities.abandon_attempt,
+                                AttemptRef(task_id=ref.task_id, attempt_no=ref.attempt_no))
+        self._unknown = self._live = None
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def _track(self, job_id: str | None) -> JobRef:
+        self._live = JobRef(task_id=self._task_id, attempt_no=self._attempt_no, job_id=job_id or "")
+        return self._live
+
+    def _observe(self, job: JobRef, state: PollResult) -> None:
+        """Remember what the provider says an attempt costs (the latest report, never a sum)."""
+        if state.cost is not None:
+            self._costs[job.attempt_no] = state.cost
+        if state.terminal and self._live is not None and self._live.job_id == job.job_id:
+            self._live = None
+
+    def _account_strays(self, ref: AttemptRef, job_ids: list[str]) -> None:
+        """Cancel and cost each duplicate job in the background; the task ends only after."""
+        for job_id in job_ids:
+            stray = StrayJobRef(task_id=ref.task_id, attempt_no=ref.attempt_no, job_id=job_id)
+            self._strays.append(asyncio.create_task(self._run(PollActivities.account_stray_job, stray)))
+
+    def _cost(self) -> float:
+        return round(sum(self._costs.values()), 6)
+
+    def _cancel_pending(self) -> bool:
+        return self._cancel is not None and not self._cancel_handled
+
+    def _cancel_payload(self) -> dict:
+        self._cancel_handled = True
+        return {"reason": self._cancel.reason, "by": self._cancel.requested_by}
+
+    async def _move(self, event: E, *, error: str | None = None, error_class: str | None = None,
+                    payload: dict | None = None, cancel_outcome: str | None = None) -> TransitionResult:
         self._seq += 1
-        result: TransitionResult = await workflow.execute_local_activity(
-            "record_transition",
+        result: TransitionResult = await workflow.execute_local_activity_method(
+            TaskActivities.record_transition,
             TransitionInput(
                 task_id=self._task_id, event=event, source_event_id=f"{self._task_id}:{self._seq}:{event.value}",
                 attempt_no=self._attempt_no or None, payload=payload or {}, error=error, error_class=error_class,
                 cancel_outcome=cancel_outcome,
             ),
-            result_type=TransitionResult,
             start_to_close_timeout=timedelta(seconds=15),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
         )
-        if result.status != self._status:
+        if result.status is not self._status:
             self._status = result.status
-            workflow.upsert_search_attributes([TASK_STATUS.value_set(result.status)])
+            workflow.upsert_search_attributes([TASK_STATUS.value_set(result.status.value)])
+        if not result.applied:
+            workflow.logger.warning("task %s: %s not applied, task is %s", self._task_id, event.value, result.status)
+            if result.status in TERMINAL:
+                raise TaskTakenOver(result.status)
         return result
 
-    async def _call(self, name: str, arg: object, result_type: type):  # noqa: ANN202
-        start_to_close, retry, heartbeat = _POLICIES[name]
-        return await workflow.execute_activity(
-            name, arg, result_type=result_type, start_to_close_timeout=start_to_close, retry_policy=retry,
-            heartbeat_timeout=heartbeat,
+    async def _run(self, step: Callable[..., Any], arg: Any) -> Any:
+        start_to_close, retry, heartbeat = _STEPS[step]
+        return await workflow.execute_activity_method(
+            step, arg, start_to_close_timeout=start_to_close, retry_policy=retry, heartbeat_timeout=heartbeat,
         )
+
+
+def _error_type(exc: ActivityError) -> str | None:
+    return exc.cause.type if isinstance(exc.cause, ApplicationError) else None
 
 
 def _describe(exc: ActivityError) -> str:

@@ -97,6 +97,16 @@ class Capabilities(BaseModel):
     min_duration_s: float = 1.0
     max_duration_s: float = 10.0
     min_poll_interval_s: float = 1.0
+    # How long after our submit call ended a job it created may still be missing from the
+    # provider's lookup (eventual consistency); "never created" is concluded only after it.
+    acceptance_window_s: float = 30.0
+    # The adapter's own bound on one submit call; a submit whose run died mid-call ended by then.
+    submit_timeout_s: float = 30.0
+
+    @property
+    def can_reconcile(self) -> bool:
+        """Whether the provider can be asked which jobs exist for one of our submits."""
+        return self.reconcile_by_request_key or self.reconcile_by_list
 
 
 class ProviderError(Exception):

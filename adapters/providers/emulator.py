@@ -77,24 +77,37 @@ def _error_text(resp: httpx.Response, body: Any) -> str:
     return f"HTTP {resp.status_code} {resp.reason_phrase}"
 
 
+_CAPABILITIES = Capabilities(
+    webhooks=True,
+    cancel=True,
+    reconcile_by_request_key=True,
+    reconcile_by_list=False,
+    aspect_ratios=ASPECT_RATIOS,
+    min_duration_s=MIN_DURATION_S,
+    max_duration_s=MAX_DURATION_S,
+    min_poll_interval_s=1.0,
+    # The emulator stores a job before it answers: a job it created is listed at once.
+    acceptance_window_s=5.0,
+)
+
+
+def _provider_refusal(body: Any) -> bool:
+    """The emulator answers errors in its own `{"error": {"code": ...}}` shape only for requests
+    it refused before creating a job; a 5xx without that shape came from something in between
+    (a proxy, a crash mid-request), so the job may exist."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and isinstance(error.get("code"), str)
+
+
 class EmulatorProvider:
     """VideoProvider for the reelqueue emulator (`python -m emulator`)."""
 
     name = "emulator"
-    capabilities = Capabilities(
-        webhooks=True,
-        cancel=True,
-        reconcile_by_request_key=True,
-        reconcile_by_list=False,
-        aspect_ratios=ASPECT_RATIOS,
-        min_duration_s=MIN_DURATION_S,
-        max_duration_s=MAX_DURATION_S,
-        min_poll_interval_s=1.0,
-    )
 
     def __init__(
         self, base_url: str, api_key: str, *, timeout_s: float = 10.0, submit_timeout_s: float = 30.0
     ):
+        self.capabilities = _CAPABILITIES.model_copy(update={"submit_timeout_s": submit_timeout_s})
         # httpx itself never retries a request; no transport-level retries are configured either.
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s
@@ -146,7 +159,8 @@ class EmulatorProvider:
                 )
             return result(SubmitOutcome.ACCEPTED, None, None, job_id=job.id, **answer)
         message = _error_text(resp, body)
-        if resp.status_code == 504:  # a gateway gave up waiting: the provider may have created the job
+        if resp.status_code >= 500 and not _provider_refusal(body):
+            # Sent, and something failed after the body left: the job may exist.
             return result(SubmitOutcome.UNKNOWN, ErrorClass.UNKNOWN_OUTCOME, message, **answer)
         if _retryable_status(resp.status_code):
             return result(

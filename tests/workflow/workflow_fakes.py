@@ -1,0 +1,256 @@
+"""An in-memory world for GenerationWorkflow tests: fake activities under the real names.
+
+The fakes keep the facts the real activities keep (task status through the real state machine,
+attempts, ledger rows, provider jobs) so a test can assert what a path leaves behind. A test
+scripts the provider (what submit, poll, cancel and reconcile answer) and may hold any activity at
+a gate to send a signal or a Temporal cancel while that step is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.errors import INSUFFICIENT_CREDIT, PROVIDER_REFUSED
+from schema import state_machine as sm
+from schema.contracts import (
+    AssetRef,
+    AttemptRef,
+    ErrorClass,
+    JobRef,
+    JobStatus,
+    LedgerResult,
+    PollResult,
+    ReconcileResult,
+    SettleInput,
+    StrayJobRef,
+    StrayJobResult,
+    SubmitActivityResult,
+    SubmitOutcome,
+    TaskInfo,
+    TaskRef,
+    TranscodeInput,
+    TranscodeResult,
+    TransitionInput,
+    TransitionResult,
+    ValidationResult,
+)
+
+TASK_ID = "t1"
+RESERVED = Decimal("4")
+JOB_COST = 3.0
+
+# What a scripted answer may be: a value to return, an exception to raise, or a callable.
+Answer = Any
+
+
+def accepted(job_id: str) -> SubmitActivityResult:
+    return SubmitActivityResult(outcome=SubmitOutcome.ACCEPTED, job_id=job_id)
+
+
+def unknown() -> SubmitActivityResult:
+    return SubmitActivityResult(outcome=SubmitOutcome.UNKNOWN, error="sent, no answer",
+                                error_class=ErrorClass.UNKNOWN_OUTCOME)
+
+
+def refused(retry_after_s: float | None = 1.0) -> SubmitActivityResult:
+    return SubmitActivityResult(outcome=SubmitOutcome.REJECTED_RETRYABLE, error="429 RATE_LIMIT.QUEUE_FULL",
+                                error_class=ErrorClass.RETRYABLE, retry_after_s=retry_after_s)
+
+
+def job(status: JobStatus, *, cost: float | None = None, error_class: ErrorClass | None = None,
+        error: str | None = None) -> PollResult:
+    if cost is None and status in (JobStatus.SUCCEEDED,):
+        cost = JOB_COST
+    return PollResult(status=status, raw_status=status.value, cost=cost, error_class=error_class, error=error)
+
+
+RUNNING = job(JobStatus.RUNNING)
+SUCCEEDED = job(JobStatus.SUCCEEDED)
+CANCELED = job(JobStatus.CANCELED, cost=0.0)
+
+
+def outage(message: str = "503 from the provider") -> RuntimeError:
+    """An infrastructure failure: retried by the step's policy."""
+    return RuntimeError(message)
+
+
+def refusal(message: str = "404 no such job") -> ApplicationError:
+    return ApplicationError(message, type=PROVIDER_REFUSED, non_retryable=True)
+
+
+@dataclass
+class World:
+    """The facts a run leaves behind, and the script the fake provider follows."""
+
+    status: sm.TaskStatus = sm.TaskStatus.CREATED
+    version: int = 0
+    valid: bool | BaseException = True  # an exception: validate_task raises it
+    credit: bool = True
+    deadline_s: float = 3600.0
+    submits: list[Answer] = field(default_factory=lambda: [accepted("job-1")])
+    polls: list[Answer] = field(default_factory=lambda: [RUNNING, SUCCEEDED])
+    reconciles: list[Answer] = field(default_factory=list)
+    cancels: list[Answer] = field(default_factory=lambda: [CANCELED])
+    fetches: list[Answer] = field(default_factory=list)
+    events: list[tuple[str, str, bool]] = field(default_factory=list)  # (event, to status, applied)
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    ledger: list[tuple[str, Decimal, str]] = field(default_factory=list)
+    gates: dict[str, asyncio.Event] = field(default_factory=dict)
+    entered: dict[str, asyncio.Event] = field(default_factory=lambda: defaultdict(asyncio.Event))
+    abandoned: list[int] = field(default_factory=list)
+    seen: dict[str, TransitionResult] = field(default_factory=dict)
+
+    # -- script helpers ---------------------------------------------------------------------
+
+    def hold(self, name: str) -> None:
+        """Make activity `name` wait at its gate until `release(name)`."""
+        self.gates[name] = asyncio.Event()
+
+    def release(self, name: str) -> None:
+        self.gates.pop(name).set()
+
+    def called(self, name: str) -> list[Any]:
+        return [arg for n, arg in self.calls if n == name]
+
+    def moves(self) -> list[str]:
+        return [to for _, to, applied in self.events if applied]
+
+    def sums(self) -> dict[str, Decimal]:
+        out: dict[str, Decimal] = defaultdict(Decimal)
+        for kind, amount, _ in self.ledger:
+            out[kind] += amount
+        return dict(out)
+
+    def balanced(self) -> bool:
+        s = self.sums()
+        return s.get("RESERVE", 0) == s.get("SETTLE", 0) + s.get("RELEASE", 0)
+
+    def held(self) -> Decimal:
+        s = self.sums()
+        return s.get("RESERVE", 0) - s.get("SETTLE", 0) - s.get("RELEASE", 0)
+
+    # -- the fake activities ----------------------------------------------------------------
+
+    async def _enter(self, name: str, arg: Any) -> None:
+        self.calls.append((name, arg))
+        self.entered[name].set()
+        if name in self.gates:
+            await self.gates[name].wait()
+
+    @staticmethod
+    def _next(script: list[Answer], name: str) -> Any:
+        if not script:
+            raise AssertionError(f"the test scripted no more answers for {name}")
+        answer = script.pop(0) if len(script) > 1 else script[0]
+        if callable(answer) and not isinstance(answer, type):
+            answer = answer()
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def activities(self) -> list[Callable[..., Any]]:
+        world = self
+
+        @activity.defn(name="record_transition")
+        async def record_transition(req: TransitionInput) -> TransitionResult:
+            if req.source_event_id in world.seen:  # idempotent per source event, as in Postgres
+                return world.seen[req.source_event_id]
+            to = sm.target(world.status, req.event)
+            world.events.append((req.event.value, (to or world.status).value, to is not None))
+            if to is not None:
+                world.status, world.version = to, world.version + 1
+            result = TransitionResult(applied=to is not None, status=world.status, version=world.version)
+            world.seen[req.source_event_id] = result
+            return result
+
+        @activity.defn(name="validate_task")
+        async def validate_task(ref: TaskRef) -> ValidationResult:
+            await world._enter("validate_task", ref)
+            if isinstance(world.valid, BaseException):
+                raise world.valid
+            info = TaskInfo(task_id=ref.task_id, tenant_id="default", status=world.status.value, provider="fake",
+                            model="m", aspect_ratio="9:16", duration_s=2.0, estimated_cost=float(RESERVED),
+                            min_poll_interval_s=1.0, deadline_s=world.deadline_s, current_attempt_no=0)
+            return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=info)
+
+        @activity.defn(name="reserve_credit")
+        async def reserve_credit(ref: TaskRef) -> LedgerResult:
+            await world._enter("reserve_credit", ref)
+            if not world.credit:
+                raise ApplicationError("tenant has 0 credits", type=INSUFFICIENT_CREDIT, non_retryable=True)
+            if not any(k == "reserve" for _, _, k in world.ledger):
+                world.ledger.append(("RESERVE", RESERVED, "reserve"))
+            return LedgerResult(reserved=float(RESERVED), settled=0, released=0)
+
+        @activity.defn(name="settle")
+        async def settle(req: SettleInput) -> LedgerResult:
+            await world._enter("settle", req)
+            if any(k in ("settle", "release") for _, _, k in world.ledger):
+                return LedgerResult(reserved=0, settled=0, released=0)
+            reserved = world.sums().get("RESERVE", Decimal(0))
+            cost = Decimal(str(req.cost))
+            settled = min(cost, reserved)
+            if settled:
+                world.ledger.append(("SETTLE", settled, "settle"))
+            if reserved - settled:
+                world.ledger.append(("RELEASE", reserved - settled, "release"))
+            if cost > reserved:
+                world.ledger.append(("ADJUSTMENT", cost - reserved, f"adjustment:{req.attempt_no}"))
+            return LedgerResult(reserved=float(reserved), settled=float(settled), released=float(reserved - settled))
+
+        @activity.defn(name="submit")
+        async def submit(ref: AttemptRef) -> SubmitActivityResult:
+            await world._enter("submit", ref)
+            return world._next(world.submits, "submit")
+
+        @activity.defn(name="reconcile_submit")
+        async def reconcile_submit(ref: AttemptRef) -> ReconcileResult:
+            await world._enter("reconcile_submit", ref)
+            return world._next(world.reconciles, "reconcile_submit")
+
+        @activity.defn(name="abandon_attempt")
+        async def abandon_attempt(ref: AttemptRef) -> bool:
+            await world._enter("abandon_attempt", ref)
+            world.abandoned.append(ref.attempt_no)
+            return True
+
+        @activity.defn(name="poll_job")
+        async def poll_job(ref: JobRef) -> PollResult:
+            await world._enter("poll_job", ref)
+            return world._next(world.polls, "poll_job")
+
+        @activity.defn(name="cancel_job")
+        async def cancel_job(ref: JobRef) -> PollResult:
+            await world._enter("cancel_job", ref)
+            return world._next(world.cancels, "cancel_job")
+
+        @activity.defn(name="account_stray_job")
+        async def account_stray_job(ref: StrayJobRef) -> StrayJobResult:
+            await world._enter("account_stray_job", ref)
+            world.ledger.append(("ADJUSTMENT", Decimal("1"), f"adjustment:job:{ref.job_id}"))
+            return StrayJobResult(status=JobStatus.CANCELED, cost=1.0)
+
+        @activity.defn(name="fetch_output")
+        async def fetch_output(ref: JobRef) -> AssetRef:
+            await world._enter("fetch_output", ref)
+            if world.fetches:
+                world._next(world.fetches, "fetch_output")
+            return AssetRef(asset_id=f"raw-{ref.job_id}", kind="RAW_OUTPUT", key=f"raw/{ref.job_id}.mp4",
+                            sha256="0" * 64, size=10)
+
+        @activity.defn(name="transcode")
+        async def transcode(req: TranscodeInput) -> TranscodeResult:
+            await world._enter("transcode", req)
+            ref = AssetRef(asset_id="p", kind="PROXY", key="proxy/main.mp4", sha256="1" * 64, size=5)
+            return TranscodeResult(proxy=ref, hls=ref, thumbnail=ref)
+
+        return [record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
+                abandon_attempt, poll_job, cancel_job, account_stray_job, fetch_output, transcode]

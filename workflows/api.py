@@ -1,0 +1,25 @@
+"""GenerationWorkflow's public surface: its name, id rule, task queue and message names.
+
+Everything outside the workflow (CLI, gateway, tests) reaches it through these names, so a rename
+happens here once.
+"""
+
+from __future__ import annotations
+
+WORKFLOW_NAME = "GenerationWorkflow"
+DEFAULT_TASK_QUEUE = "reelqueue-generation"
+
+SIGNAL_CANCEL = "cancel"  # CancelRequest: stop the task (an intent; the provider job is cancelled)
+SIGNAL_PROVIDER_UPDATE = "provider_update"  # ProviderUpdate: a webhook saw a change, poll now
+UPDATE_RESOLVE = "resolve"  # ResolveRequest -> ResolveResult: an operator's decision on NEEDS_ATTENTION
+QUERY_STATUS = "status"  # the task status as the workflow knows it
+
+
+def workflow_id(task_id: str) -> str:
+    """One workflow per task, for the task's whole life (started with REJECT_DUPLICATE)."""
+    return f"gen-{task_id}"
+
+
+def summary(product_id: str, template_id: str, locale: str, aspect_ratio: str) -> str:
+    """The line the Web UI shows for a task's workflow."""
+    return f"{product_id} · {template_id} · {locale} · {aspect_ratio}"
