@@ -7,7 +7,7 @@ import os
 
 import typer
 
-from cli import commands
+from cli import commands, operations
 from cli.dev import demo, dev_app
 
 app = typer.Typer(help="reelqueue: product catalogs to stored, transcoded videos through durable workflows.",
@@ -20,6 +20,9 @@ app.command("status")(commands.status)
 app.command("tasks")(commands.tasks)
 app.command("show")(commands.show)
 app.command("cancel")(commands.cancel)
+app.add_typer(operations.ledger_app, name="ledger")
+app.command("attention")(operations.attention)
+app.command("resolve")(operations.resolve)
 
 # The CLI reports problems in its own output (tables, reports, --json); library warnings such as
 # fetch refusals are already in the validation report, so only errors reach stderr by default.

@@ -118,6 +118,8 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
     @v1.get("/jobs/{job_id}")
     def get_job(job_id: str) -> JobOut:
         _outage("status_outage_s")
+        if faults.in_outage("status_missing_s"):
+            raise ApiError(404, "NOT_FOUND", f"no job {job_id}")
         return service.view(_found(store.get(job_id), job_id))
 
     @v1.get("/jobs")

@@ -7,7 +7,7 @@ import time
 
 from emulator.wire import Faults
 
-OUTAGES = ("cancel_outage_s", "status_outage_s", "list_outage_s")
+OUTAGES = ("cancel_outage_s", "status_outage_s", "list_outage_s", "status_missing_s")
 
 
 class FaultBoard:

@@ -101,6 +101,8 @@ class Faults(BaseModel):
     cancel_outage_s: float = Field(default=0.0, ge=0)
     status_outage_s: float = Field(default=0.0, ge=0)
     list_outage_s: float = Field(default=0.0, ge=0)
+    # For the next N seconds the job status call answers 404, as for a job the provider lost.
+    status_missing_s: float = Field(default=0.0, ge=0)
 
 
 class ApiErrorBody(BaseModel):

@@ -6,6 +6,7 @@ import asyncio
 
 import httpx
 import pytest
+from cli_helpers import run_cli_async
 from stack_helpers import assert_ledger_balanced, import_small
 
 from cli.commands import _cancel_unstarted
@@ -121,6 +122,8 @@ async def _cancel_while_dispatching(stack, client, task_queue, tmp_path, emulato
     assert [j["status"] for j in jobs] == ["canceled"]
     assert [a["submit_state"] for a in detail["attempts"]] == ["CANCELED"]
     assert_ledger_balanced(stack, [task.id])
+    check = await run_cli_async("ledger", "check", summary.import_id, "--json")
+    assert check.code == 0 and check.json["ok"], check.stdout
     return detail
 
 

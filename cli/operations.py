@@ -1,0 +1,134 @@
+"""The operator commands: `ledger check`, `attention` and `resolve`.
+
+Argument parsing and printing only; the checks live in schema/ledger_check.py and
+control/ledger_audit.py, the attention queue in schema/attention.py, the decision in control/resolve.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+
+import typer
+from rich.table import Table
+
+from cli.output import EXIT_BAD_INPUT, EXIT_FAILURE, console, emit_json, fail
+from config.settings import get_settings
+from schema.contracts import ResolveAction, ResolveRequest
+from schema.db import Database
+
+ledger_app = typer.Typer(help="Check the credit ledger against the tasks, attempts and workflows.",
+                         no_args_is_help=True)
+
+
+@ledger_app.command("check")
+def ledger_check(
+    import_id: str | None = typer.Argument(None, help="limit to the tasks of one import"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Verify every task's ledger; list the violations (exit 1 if there is any)."""
+    from control.ledger_audit import audit_ledger
+    from schema import queries
+
+    settings = get_settings()
+    if import_id is not None:
+        with Database(settings.database_url).transaction() as session:
+            if not queries.import_exists(session, import_id):
+                fail(f"no import {import_id}", EXIT_BAD_INPUT, as_json=as_json)
+    report = asyncio.run(audit_ledger(settings, import_id))
+    if as_json:
+        emit_json(report.model_dump(mode="json"))
+    elif report.ok:
+        console.print(f"[green]ledger ok[/]: {report.tasks_checked} tasks checked"
+                      f"{' in ' + import_id if import_id else ''}, {report.workflows_described} workflows asked")
+    else:
+        table = Table("task", "status", "rule", "detail", title="ledger violations")
+        table.columns[0].no_wrap = True  # ids are copied into `reelqueue show`
+        table.columns[3].overflow = "fold"
+        for v in report.violations:
+            table.add_row(v.task_id, v.status, v.rule.value, v.detail)
+        console.print(table)
+        tasks = len({v.task_id for v in report.violations})
+        console.print(f"[bold red]{_n(len(report.violations), 'violation')}[/] in {_n(tasks, 'task')} "
+                      f"({report.tasks_checked} checked, {report.workflows_described} workflows asked)")
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def attention(
+    import_id: str | None = typer.Argument(None, help="limit to the tasks of one import"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """List the tasks waiting for an operator's decision (NEEDS_ATTENTION), with their evidence."""
+    from schema.attention import needs_attention
+
+    with Database(get_settings().database_url).transaction() as session:
+        waiting = needs_attention(session, import_id)
+    if as_json:
+        emit_json({"total": len(waiting), "tasks": [t.model_dump(mode="json") for t in waiting]})
+        return
+    if not waiting:
+        console.print("no task needs attention")
+        return
+    for t in waiting:
+        console.print(f"[bold]{t.task_id}[/]  {t.product_id}  stuck at [bold]{t.stuck or '?'}[/] since "
+                      f"{t.since.isoformat(timespec='seconds') if t.since else '?'}  credit held {t.credit_held:g}"
+                      f"  (workflow {t.workflow_id})")
+        console.print(f"  evidence: {t.evidence or '-'}", soft_wrap=True)
+        if t.last_error and t.last_error != t.evidence:
+            console.print(f"  last error: {t.last_error}", soft_wrap=True)
+        if t.job_id or t.unknown_attempt:
+            console.print(f"  live job: {t.job_id or '-'}   unknown submit: attempt {t.unknown_attempt or '-'}")
+        table = Table("no", "state", "job", "provider status", "error")
+        table.columns[4].overflow = "fold"
+        for a in t.attempts:
+            table.add_row(str(a.attempt_no), a.submit_state, a.provider_job_id or "-", a.provider_status or "-",
+                          a.error or "")
+        console.print(table)
+        choices = ["--retry", *(["--accept-duplicate-risk"] if t.stuck == "reconcile" else []), '--fail --reason "..."']
+        console.print(f"  decide: reelqueue resolve {t.task_id} " + " | ".join(choices), soft_wrap=True)
+    console.print(f"{_n(len(waiting), 'task')} waiting for a decision")
+
+
+def resolve(
+    task_id: str = typer.Argument(..., help="a task in NEEDS_ATTENTION"),
+    retry: bool = typer.Option(False, "--retry", help="run the stuck step again (poll, reconcile, cancel)"),
+    accept_duplicate_risk: bool = typer.Option(
+        False, "--accept-duplicate-risk", help="give up on an unknown submit and submit anew (may pay twice)"),
+    fail_task: bool = typer.Option(False, "--fail", help="end the task FAILED_FINAL (needs --reason)"),
+    reason: str = typer.Option("", "--reason", help="why; kept in the task's state events"),
+    by: str | None = typer.Option(None, "--by", help="who decides (default: your user name)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Decide on a NEEDS_ATTENTION task; its workflow carries the decision out."""
+    from control.resolve import ResolveNotDelivered, ResolveRefused, UnknownTask, resolve_task
+
+    chosen = [action for action, on in ((ResolveAction.RETRY, retry),
+                                        (ResolveAction.ACCEPT_DUPLICATE_RISK, accept_duplicate_risk),
+                                        (ResolveAction.FAIL, fail_task)) if on]
+    if len(chosen) != 1:
+        fail("choose exactly one of --retry, --accept-duplicate-risk, --fail", EXIT_BAD_INPUT, as_json=as_json)
+    if chosen[0] is ResolveAction.FAIL and not reason.strip():
+        fail("--fail needs --reason", EXIT_BAD_INPUT, as_json=as_json)
+    request = ResolveRequest(action=chosen[0], reason=reason.strip(), by=by or _user())
+    try:
+        outcome = asyncio.run(resolve_task(get_settings(), task_id, request))
+    except (UnknownTask, ResolveRefused) as exc:
+        fail(str(exc), EXIT_BAD_INPUT, as_json=as_json, task_id=task_id)
+    except ResolveNotDelivered as exc:
+        fail(str(exc), EXIT_FAILURE, as_json=as_json, task_id=task_id)
+    if as_json:
+        emit_json(outcome.model_dump(mode="json"))
+    else:
+        console.print(f"{task_id}: {outcome.message}; task is now {outcome.status}")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
+        return "operator"

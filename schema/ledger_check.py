@@ -1,0 +1,157 @@
+"""The ledger's invariants, checked in Postgres: what `reelqueue ledger check` reports.
+
+Set-based queries that return only the rows breaking a rule, so a large healthy import reads a few
+aggregates and nothing else. Whether an open reservation is still covered by a running workflow is
+Temporal's to say: those tasks come back as `open_holds` for control/ledger_audit.py to ask about.
+The rules are listed in docs/architecture.md ("Money").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+from enum import StrEnum
+
+from pydantic import BaseModel
+from sqlalchemy import Select, and_, exists, func, or_, select
+from sqlalchemy.orm import Session
+
+from schema.models import Attempt, CreditEntry, ImportTask, StrayJob, Task
+from schema.state_machine import ATTEMPT_SETTLED, TERMINAL, TaskStatus
+
+# INVALID can be revalidated, but it holds no reservation and runs no job: for money it is an end.
+LEDGER_FINAL: frozenset[str] = frozenset(s.value for s in (*TERMINAL, TaskStatus.INVALID))
+# A person decides on these; their reservation is held on purpose while they wait.
+HELD_ON_PURPOSE: frozenset[str] = frozenset({TaskStatus.NEEDS_ATTENTION.value})
+BUSINESS_ENTRIES = ("RESERVE", "SETTLE", "RELEASE")
+
+
+class Rule(StrEnum):
+    UNBALANCED = "unbalanced"  # finished task: RESERVE != SETTLE + RELEASE
+    REPEATED_ENTRY = "repeated_entry"  # more than one RESERVE, SETTLE or RELEASE row for a task
+    OPEN_ATTEMPT = "open_attempt"  # finished task with an attempt whose job may still bill
+    STRAY_UNACCOUNTED = "stray_unaccounted"  # duplicate provider job without accounted + ADJUSTMENT
+    RESERVATION_WITHOUT_WORKFLOW = "reservation_without_workflow"  # open hold, nobody to close it
+
+
+class Violation(BaseModel):
+    task_id: str
+    status: str
+    rule: Rule
+    detail: str
+
+
+class OpenHold(BaseModel):
+    """A reservation with neither SETTLE nor RELEASE on a task that is still under way."""
+
+    task_id: str
+    status: str
+    workflow_id: str
+    held: Decimal
+
+
+class LedgerFindings(BaseModel):
+    import_id: str | None
+    tasks_checked: int
+    violations: list[Violation]
+    open_holds: list[OpenHold]  # to be confirmed against Temporal (a running workflow covers them)
+
+
+def check(session: Session, import_id: str | None = None) -> LedgerFindings:
+    """Every rule that Postgres alone can decide, for the tasks of `import_id` (all tasks if None)."""
+    violations, holds = _ledger_rules(session, import_id)
+    violations += _open_attempts(session, import_id)
+    violations += _unaccounted_strays(session, import_id)
+    count = _scoped(select(func.count()).select_from(Task), import_id)
+    return LedgerFindings(import_id=import_id, tasks_checked=session.scalar(count) or 0,
+                          violations=sorted(violations, key=lambda v: (v.task_id, v.rule)), open_holds=holds)
+
+
+def open_holds(session: Session, task_ids: Sequence[str]) -> list[OpenHold]:
+    """The holds among `task_ids` right now: a re-read after Temporal said a workflow is closed,
+    because a workflow that closed in between has closed its ledger first."""
+    if not task_ids:
+        return []
+    return _ledger_rules(session, None, task_ids)[1]
+
+
+def _scoped(stmt: Select, import_id: str | None) -> Select:
+    if import_id is None:
+        return stmt
+    return stmt.join(ImportTask, and_(ImportTask.task_id == Task.id, ImportTask.import_id == import_id))
+
+
+def _sum(kind: str):  # noqa: ANN202 - a SQL expression
+    return func.coalesce(func.sum(CreditEntry.amount).filter(CreditEntry.entry_type == kind), 0)
+
+
+def _count(kind: str):  # noqa: ANN202
+    return func.count().filter(CreditEntry.entry_type == kind)
+
+
+def _ledger_rules(session: Session, import_id: str | None,
+                  task_ids: Sequence[str] | None = None) -> tuple[list[Violation], list[OpenHold]]:
+    reserved, settled, released = (_sum(k) for k in BUSINESS_ENTRIES)
+    counts = [_count(k) for k in BUSINESS_ENTRIES]
+    final = Task.status.in_(LEDGER_FINAL)
+    open_hold = and_(~final, Task.status.not_in(HELD_ON_PURPOSE), counts[0] > 0, counts[1] == 0, counts[2] == 0)
+    stmt = (
+        _scoped(select(Task.id, Task.status, Task.workflow_id, reserved, settled, released, *counts), import_id)
+        .join(CreditEntry, CreditEntry.task_id == Task.id)
+        .group_by(Task.id)  # the primary key: status and workflow_id follow from it
+        .having(or_(*(c > 1 for c in counts), and_(final, reserved != settled + released), open_hold))
+        .order_by(Task.id)
+    )
+    if task_ids is not None:
+        stmt = stmt.where(Task.id.in_(task_ids))
+    violations: list[Violation] = []
+    holds: list[OpenHold] = []
+    for task_id, status, workflow_id, res, sett, rel, *ns in session.execute(stmt):
+        for kind, n in zip(BUSINESS_ENTRIES, ns, strict=True):
+            if n > 1:
+                violations.append(Violation(task_id=task_id, status=status, rule=Rule.REPEATED_ENTRY,
+                                            detail=f"{n} {kind} rows (one business entry per task)"))
+        if status in LEDGER_FINAL and res != sett + rel:
+            violations.append(Violation(task_id=task_id, status=status, rule=Rule.UNBALANCED,
+                                        detail=f"RESERVE {fmt_amount(res)} != SETTLE {fmt_amount(sett)} + "
+                                               f"RELEASE {fmt_amount(rel)}"))
+        elif status not in LEDGER_FINAL and status not in HELD_ON_PURPOSE and ns[0] and not ns[1] and not ns[2]:
+            holds.append(OpenHold(task_id=task_id, status=status, workflow_id=workflow_id, held=res))
+    return violations, holds
+
+
+def _open_attempts(session: Session, import_id: str | None) -> list[Violation]:
+    stmt = _scoped(
+        select(Attempt.task_id, Task.status, Attempt.attempt_no, Attempt.submit_state, Attempt.provider_job_id)
+        .select_from(Task).join(Attempt, Attempt.task_id == Task.id), import_id,
+    ).where(Task.status.in_(LEDGER_FINAL), Attempt.submit_state.not_in([s.value for s in ATTEMPT_SETTLED]))
+    return [
+        Violation(task_id=task_id, status=status, rule=Rule.OPEN_ATTEMPT,
+                  detail=f"attempt {no} is {state} (job {job or 'unknown'}) on a {status} task: "
+                         "a provider job the ledger does not account for")
+        for task_id, status, no, state, job in session.execute(stmt.order_by(Attempt.task_id, Attempt.attempt_no))
+    ]
+
+
+def _unaccounted_strays(session: Session, import_id: str | None) -> list[Violation]:
+    adjusted = exists().where(CreditEntry.task_id == StrayJob.task_id, CreditEntry.entry_type == "ADJUSTMENT",
+                              CreditEntry.provider_job_id == StrayJob.provider_job_id)
+    stmt = _scoped(
+        select(StrayJob.task_id, Task.status, StrayJob.provider_job_id, StrayJob.found_by, StrayJob.provider_status,
+               StrayJob.accounted, adjusted.label("adjusted"))
+        .select_from(Task).join(StrayJob, StrayJob.task_id == Task.id), import_id,
+    ).where(Task.status.in_(LEDGER_FINAL), or_(~StrayJob.accounted, ~adjusted))
+    out = []
+    for task_id, status, job, found_by, provider_status, accounted, has_adjustment in session.execute(
+            stmt.order_by(StrayJob.task_id, StrayJob.id)):
+        missing = [m for m, ok in (("not marked accounted", accounted), ("no ADJUSTMENT row", has_adjustment))
+                   if not ok]
+        out.append(Violation(task_id=task_id, status=status, rule=Rule.STRAY_UNACCOUNTED,
+                             detail=f"duplicate job {job} (found by {found_by}, provider status "
+                                    f"{provider_status or 'unknown'}): {' and '.join(missing)}"))
+    return out
+
+
+def fmt_amount(amount: Decimal | int) -> str:
+    """3.000000 -> 3, 2.500000 -> 2.5: credits as people write them."""
+    return f"{Decimal(amount).normalize():f}"

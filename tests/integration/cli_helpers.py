@@ -1,0 +1,38 @@
+"""Running `reelqueue` commands in-process (typer's CliRunner) against the test stack."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from typer.testing import CliRunner
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+    exception: BaseException | None
+
+    @property
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.stdout)
+
+
+def run_cli(*args: str) -> CliResult:
+    """One command with fresh settings (the session's stack), wide output so ids are not folded."""
+    from config.settings import get_settings
+    from starter import app
+
+    get_settings.cache_clear()
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    get_settings.cache_clear()
+    return CliResult(result.exit_code, result.stdout, result.stderr, result.exception)
+
+
+async def run_cli_async(*args: str) -> CliResult:
+    """From an async test: the command runs its own event loop, so it needs its own thread."""
+    return await asyncio.to_thread(run_cli, *args)
