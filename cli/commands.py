@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
-from temporalio.service import RPCError, RPCStatusCode
 
 from cli.output import EXIT_BAD_INPUT, console, emit_json, fail
 from config.settings import Settings, get_settings
@@ -225,47 +224,19 @@ def cancel(
     reason: str = typer.Option("requested by user", "--reason"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Ask a task to stop: a running workflow gets a cancel signal (cancel is an intent, not a fact)."""
+    """Ask a task to stop: its workflow is cancelled (an intent: a job that already succeeded wins)."""
+    from control.cancel import NOT_STARTED, cancel_unstarted, cancel_workflow
+
     settings = get_settings()
     db = _db(settings)
     with db.transaction() as session:
         detail = queries.task_detail(session, task_id)
     if detail is None:
         fail(f"no task {task_id}", EXIT_BAD_INPUT, as_json=as_json)
-    outcome = asyncio.run(_signal_cancel(settings, detail["task"]["workflow_id"], reason))
-    if outcome == "not_started":
-        outcome = _cancel_unstarted(db, task_id, reason)
+    outcome = asyncio.run(cancel_workflow(settings, detail["task"]["workflow_id"], reason))
+    if outcome == NOT_STARTED:
+        outcome = cancel_unstarted(db, task_id, reason)
     if as_json:
         emit_json({"task_id": task_id, "outcome": outcome})
     else:
         console.print(f"{task_id}: {outcome}")
-
-
-async def _signal_cancel(settings: Settings, workflow_id: str, reason: str) -> str:
-    """Cancel the task's workflow in Temporal (it closes as Canceled once the provider job is
-    stopped and the ledger closed); "not_started" when no workflow ever ran for it."""
-    from adapters.temporal_client import connect
-
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
-    handle = client.get_workflow_handle(workflow_id)
-    try:
-        desc = await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return "not_started"
-        raise
-    if desc.status is not None and desc.status.name != "RUNNING":
-        return f"workflow already closed ({desc.status.name})"
-    await handle.cancel(reason=f"cli: {reason}")
-    return "cancel requested"
-
-
-def _cancel_unstarted(db: Database, task_id: str, reason: str) -> str:
-    """No workflow ever ran: nothing was reserved or submitted, so the CLI may end the task itself."""
-    from schema import task_store
-    from schema.state_machine import TaskEvent
-
-    with db.transaction() as session:
-        out = task_store.transition(session, task_id, TaskEvent.CANCEL_REQUESTED, source="cli",
-                                    source_event_id=f"{task_id}:cli-cancel", payload={"reason": reason})
-    return f"{out.status}" if out.applied else f"not canceled: task is {out.status}"

@@ -83,6 +83,7 @@ def demo(
     from catalog.plan import load_plan
     from catalog.service import run_import
     from cli.commands import _start, wait_for_import
+    from control.ledger_audit import audit_ledger
     from schema import queries
     from schema.db import Database
 
@@ -107,18 +108,20 @@ def demo(
         sample = next(iter(queries.list_tasks(session, summary.import_id, "SUCCEEDED", 1)), None)
         detail = queries.task_detail(session, sample.id) if sample else None
     proxy_url = _sample_url(settings, detail)
+    ledger = asyncio.run(audit_ledger(settings, summary.import_id))
     ui = (f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows?query="
           + quote(f"ImportId=\"{summary.import_id}\""))
     result = {
         "import_id": summary.import_id, "tasks": len(tasks), "by_status": counts, **starts,
         "seconds": round(time.monotonic() - started, 1), "temporal_ui": ui,
         "sample_task": sample.id if sample else None, "sample_proxy_url": proxy_url,
+        "ledger_ok": ledger.ok, "ledger_violations": [v.model_dump(mode="json") for v in ledger.violations],
     }
     if as_json:
         emit_json(result)
     else:
         _print_demo(result)
-    if counts.get("SUCCEEDED", 0) != len(tasks):
+    if counts.get("SUCCEEDED", 0) != len(tasks) or not ledger.ok:
         raise typer.Exit(1)
 
 
@@ -137,7 +140,12 @@ def _print_demo(r: dict) -> None:
     for status_name, n in sorted(r["by_status"].items()):
         table.add_row(status_name, str(n))
     console.print(table)
-    console.print("Temporal Web UI, this import's workflows:", style="bold")
+    if r["ledger_ok"]:
+        console.print(f"ledger check: ok (every task's reservation settled or released; reelqueue ledger check "
+                      f"{r['import_id']})")
+    else:
+        console.print(f"[bold red]ledger check: {len(r['ledger_violations'])} violations[/] "
+                      f"(reelqueue ledger check {r['import_id']})")
     console.print(r["temporal_ui"], soft_wrap=True)
     if r["sample_task"]:
         console.print(f"A finished task, with attempts, events and assets: reelqueue show {r['sample_task']}")

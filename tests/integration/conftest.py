@@ -36,8 +36,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         upgrade(settings.database_url)
         ObjectStorage.from_settings(settings).ensure_bucket()
         yield settings
+        _ledger_holds_after_the_suite(settings)
     finally:
         devstack.down(settings)
+
+
+def _ledger_holds_after_the_suite(settings: Settings) -> None:
+    """Whatever the tests did, every task the suite left behind passes `reelqueue ledger check`."""
+    import asyncio
+    import concurrent.futures
+
+    from control.ledger_audit import audit_ledger
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the session's own loop may be running
+        report = pool.submit(asyncio.run, audit_ledger(settings)).result()
+    if not report.ok:
+        pytest.fail("ledger check after the integration suite:\n" + "\n".join(
+            f"{v.task_id} {v.status} {v.rule}: {v.detail}" for v in report.violations))
 
 
 @pytest.fixture(scope="session")

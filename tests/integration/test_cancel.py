@@ -9,8 +9,8 @@ import pytest
 from cli_helpers import run_cli_async
 from stack_helpers import assert_ledger_balanced, import_small
 
-from cli.commands import _cancel_unstarted
 from cli.starting import start_workflows
+from control.cancel import cancel_unstarted
 from schema import queries
 from schema.contracts import CancelRequest
 from schema.db import Database
@@ -57,8 +57,8 @@ def test_cancel_a_task_that_never_started(stack, tmp_path):
     db = Database(stack.database_url)
     with db.transaction() as session:
         (task,) = queries.list_tasks(session, summary.import_id)
-    assert _cancel_unstarted(db, task.id, "not needed") == "CANCELED"
-    assert _cancel_unstarted(db, task.id, "again") == "CANCELED"  # same source event: no second move
+    assert cancel_unstarted(db, task.id, "not needed") == "CANCELED"
+    assert cancel_unstarted(db, task.id, "again") == "CANCELED"  # same source event: no second move
     with db.transaction() as session:
         detail = queries.task_detail(session, task.id)
     assert [e["to"] for e in detail["events"]] == ["CANCELED"]
@@ -141,3 +141,24 @@ async def test_temporal_cancel_survives_two_minutes_of_cancel_errors(stack, clie
                                              ("C-5", "Rug", "A rug"), cancel_outage_s=120)
     cancel_to_end = [e for e in detail["events"] if e["to"] in ("CANCEL_REQUESTED", "CANCELED")]
     assert len(cancel_to_end) == 2
+
+
+async def test_cli_cancel_cancels_the_workflow_in_temporal(stack, client, task_queue, tmp_path, emulator_jobs):
+    from temporalio.client import WorkflowExecutionStatus
+
+    task = await _start_one_and_wait_for_provider(stack, client, task_queue, tmp_path, ("C-6", "Bowl", "A bowl"))
+    said = await run_cli_async("cancel", task.id, "--reason", "wrong price", "--json")
+    assert said.code == 0 and said.json["outcome"] == "cancel requested", said.stdout
+    handle = client.get_workflow_handle(task.workflow_id)
+    for _ in range(300):
+        if (await handle.describe()).status is not WorkflowExecutionStatus.RUNNING:
+            break
+        await asyncio.sleep(0.2)
+    assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+    with Database(stack.database_url).transaction() as session:
+        detail = queries.task_detail(session, task.id)
+    assert detail["task"]["status"] == "CANCELED"
+    requested = next(e for e in detail["events"] if e["to"] == "CANCEL_REQUESTED")
+    assert requested["payload"] == {"reason": "cli: wrong price", "by": "temporal"}
+    again = await run_cli_async("cancel", task.id, "--json")
+    assert again.json["outcome"] == "workflow already closed (CANCELED)"

@@ -207,6 +207,17 @@ async def test_poll_outage_goes_to_attention_not_failure(env, world, run_world):
     assert world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1}
 
 
+async def test_reconcile_outage_goes_to_attention_not_a_second_submit(env, world, run_world):
+    world.submits, world.reconciles = [unknown()], [outage("list API down")]
+    handle = await run_world()
+    await until(env, lambda: world.status is S.NEEDS_ATTENTION)
+    assert len(world.called("submit")) == 1 and world.held() == 4
+    assert len(world.called("reconcile_submit")) == 40  # the whole budget, then a person
+    await resolve(handle, ResolveAction.FAIL, "provider support confirmed no job")
+    assert await ending(handle) == "failed:FAILED_FINAL"
+    assert world.abandoned == [1] and world.sums() == {"RESERVE": 4, "RELEASE": 4}
+
+
 async def test_provider_refuses_status_stops_retrying(env, world, run_world):
     """A non-retryable provider error is not retried 30 times; a person decides."""
     world.polls = [refusal()]

@@ -1,0 +1,41 @@
+"""`reelqueue cancel`: stop a task. A running workflow is cancelled in Temporal (it finishes the
+step in flight, cancels the provider job, closes the ledger and closes as Canceled); a task whose
+workflow never started is ended here, since nothing was reserved or submitted for it.
+"""
+
+from __future__ import annotations
+
+from temporalio.service import RPCError, RPCStatusCode
+
+from adapters.temporal_client import connect
+from config.settings import Settings
+from schema import task_store
+from schema.db import Database
+from schema.state_machine import TaskEvent
+
+NOT_STARTED = "not_started"
+
+
+async def cancel_workflow(settings: Settings, workflow_id: str, reason: str) -> str:
+    """Ask Temporal to cancel the task's workflow; NOT_STARTED when no workflow ever ran for it."""
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        desc = await handle.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return NOT_STARTED
+        raise
+    if desc.status is not None and desc.status.name != "RUNNING":
+        return f"workflow already closed ({desc.status.name})"
+    await handle.cancel(reason=f"cli: {reason}")
+    return "cancel requested"
+
+
+def cancel_unstarted(db: Database, task_id: str, reason: str) -> str:
+    """No workflow ever ran: the task moves to CANCELED here. A workflow started for it later sees
+    its first transition refused and ends without doing anything."""
+    with db.transaction() as session:
+        out = task_store.transition(session, task_id, TaskEvent.CANCEL_REQUESTED, source="cli",
+                                    source_event_id=f"{task_id}:cli-cancel", payload={"reason": reason})
+    return f"{out.status}" if out.applied else f"not canceled: task is {out.status}"

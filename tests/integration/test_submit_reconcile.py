@@ -1,0 +1,220 @@
+"""The submit, reconcile and poll activities against real Postgres (and the real emulator where a
+real provider is needed), run in Temporal's ActivityEnvironment. A scripted provider stands in for
+an outside provider where a test needs answers no real one gives on demand (a late answer, a
+provider without a lookup)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import select, update
+from stack_helpers import import_small
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.errors import NOT_YET_CONCLUSIVE, PROVIDER_REFUSED
+from activities.poll import PollActivities
+from activities.submit import SubmitActivities, request_key
+from adapters.providers.base import (
+    Capabilities,
+    GenerationRequest,
+    JobState,
+    JobStatus,
+    ProviderError,
+    SubmitOutcome,
+    SubmitResult,
+    Usage,
+)
+from adapters.providers.emulator import EmulatorProvider
+from adapters.storage import ObjectStorage
+from schema import queries
+from schema.contracts import AttemptRef, JobRef, ReconcileOutcome, StrayJobRef
+from schema.db import Database
+from schema.models import Attempt, CreditEntry, StrayJob, Task
+
+pytestmark = pytest.mark.integration
+
+
+class ScriptedProvider:
+    """An outside provider whose answers the test sets (named like the task's provider)."""
+
+    def __init__(self, name: str, *, can_reconcile: bool = True, window_s: float = 30.0):
+        self.name = name
+        self.capabilities = Capabilities(reconcile_by_request_key=can_reconcile, acceptance_window_s=window_s,
+                                         submit_timeout_s=20.0)
+        self.answer = SubmitResult(outcome=SubmitOutcome.UNKNOWN, provider=name, request_key="")
+        self.jobs: list[str] = []
+        self.release: threading.Event | None = None
+        self.status_error: ProviderError | None = None
+
+    def submit(self, request: GenerationRequest) -> SubmitResult:
+        if self.release is not None:
+            self.release.wait(30)
+        return self.answer.model_copy(update={"request_key": request.request_key})
+
+    def find_by_request_key(self, key: str) -> list[JobState]:
+        return [JobState(provider=self.name, job_id=j, request_key=key, status=JobStatus.RUNNING,
+                         raw_status="running") for j in self.jobs]
+
+    def get_job(self, job_id: str) -> JobState:
+        if self.status_error:
+            raise self.status_error
+        return JobState(provider=self.name, job_id=job_id, status=JobStatus.RUNNING, raw_status="running")
+
+    def cancel(self, job_id: str) -> JobState:
+        return JobState(provider=self.name, job_id=job_id, status=JobStatus.CANCELED, raw_status="canceled",
+                        usage=Usage(cost=0.5))
+
+
+@pytest.fixture
+def one_task(stack, tmp_path) -> Task:
+    summary = import_small(stack, tmp_path, [("S-1", "Stool", "A stool")], duration_s=1)
+    with Database(stack.database_url).transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)
+    return task
+
+
+def activities(stack, provider) -> tuple[SubmitActivities, PollActivities]:
+    db = Database(stack.database_url)
+    providers = {provider.name: provider}
+    return (SubmitActivities(db, ObjectStorage.from_settings(stack), providers, "test-worker"),
+            PollActivities(db, providers))
+
+
+def attempt_row(stack, task_id: str, attempt_no: int = 1) -> Attempt:
+    with Database(stack.database_url).transaction() as session:
+        return session.scalar(select(Attempt).where(Attempt.task_id == task_id, Attempt.attempt_no == attempt_no))
+
+
+def age_call(stack, task_id: str, seconds: float) -> None:
+    """Pretend our submit call ended `seconds` ago."""
+    with Database(stack.database_url).transaction() as session:
+        session.execute(update(Attempt).where(Attempt.task_id == task_id).values(
+            call_ended_at=datetime.now(UTC) - timedelta(seconds=seconds)))
+
+
+def test_absent_is_concluded_only_after_the_window_from_the_call_end(stack, one_task):
+    provider = ScriptedProvider(one_task.provider, window_s=30)
+    submit, _ = activities(stack, provider)
+    ref = AttemptRef(task_id=one_task.id, attempt_no=1)
+    env = ActivityEnvironment()
+    assert env.run(submit.submit, ref).outcome is SubmitOutcome.UNKNOWN
+    # sent_at may be long past; what counts is when the call ended (just now)
+    with Database(stack.database_url).transaction() as session:
+        session.execute(update(Attempt).where(Attempt.task_id == one_task.id).values(
+            sent_at=datetime.now(UTC) - timedelta(minutes=5)))
+    with pytest.raises(ApplicationError) as early:
+        env.run(submit.reconcile_submit, ref)
+    assert early.value.type == NOT_YET_CONCLUSIVE and not early.value.non_retryable
+    assert attempt_row(stack, one_task.id).submit_state == "UNKNOWN"
+    age_call(stack, one_task.id, 31)
+    result = env.run(submit.reconcile_submit, ref)
+    assert result.outcome is ReconcileOutcome.ABSENT
+    assert attempt_row(stack, one_task.id).submit_state == "FAILED_BEFORE_ACCEPT"
+
+
+def test_a_run_that_died_mid_call_waits_for_the_submit_timeout_too(stack, one_task):
+    provider = ScriptedProvider(one_task.provider, window_s=5)
+    submit, _ = activities(stack, provider)
+    ref = AttemptRef(task_id=one_task.id, attempt_no=1)
+    with Database(stack.database_url).transaction() as session:  # transaction A committed, then the worker died
+        session.add(Attempt(task_id=one_task.id, attempt_no=1, provider=one_task.provider, model=one_task.model,
+                            request_key=request_key(one_task.id, 1), submit_state="SENDING", request_fingerprint="x",
+                            sent_at=datetime.now(UTC) - timedelta(seconds=10), updated_at=datetime.now(UTC)))
+    with pytest.raises(ApplicationError) as early:  # 10 s < 20 s submit timeout + 5 s window
+        ActivityEnvironment().run(submit.reconcile_submit, ref)
+    assert early.value.type == NOT_YET_CONCLUSIVE
+
+
+def test_a_provider_that_cannot_be_asked_is_never_concluded_absent(stack, one_task):
+    provider = ScriptedProvider(one_task.provider, can_reconcile=False)
+    submit, _ = activities(stack, provider)
+    ref = AttemptRef(task_id=one_task.id, attempt_no=1)
+    env = ActivityEnvironment()
+    env.run(submit.submit, ref)
+    age_call(stack, one_task.id, 3600)
+    result = env.run(submit.reconcile_submit, ref)
+    assert result.outcome is ReconcileOutcome.NOT_ASKABLE
+    assert attempt_row(stack, one_task.id).submit_state == "UNKNOWN"
+
+
+def test_a_late_answer_cannot_overwrite_the_conclusion(stack, one_task):
+    """The original submit's second write comes after reconcile concluded "absent": the conclusion
+    stands (compare-and-set) and the job the late answer names is kept as a stray job."""
+    provider = ScriptedProvider(one_task.provider, window_s=0)
+    submit, _ = activities(stack, provider)
+    ref = AttemptRef(task_id=one_task.id, attempt_no=1)
+    provider.release = threading.Event()
+    provider.answer = SubmitResult(outcome=SubmitOutcome.ACCEPTED, provider=provider.name, request_key="",
+                                   job_id="late-job")
+    answers = []
+    slow = threading.Thread(target=lambda: answers.append(ActivityEnvironment().run(submit.submit, ref)))
+    slow.start()
+    for _ in range(100):
+        row = attempt_row(stack, one_task.id)
+        if row is not None:
+            break
+        threading.Event().wait(0.05)
+    with Database(stack.database_url).transaction() as session:
+        session.execute(update(Attempt).where(Attempt.task_id == one_task.id).values(
+            sent_at=datetime.now(UTC) - timedelta(minutes=5)))
+    assert ActivityEnvironment().run(submit.reconcile_submit, ref).outcome is ReconcileOutcome.ABSENT
+    provider.release.set()
+    slow.join(30)
+    assert answers[0].outcome is SubmitOutcome.REJECTED_RETRYABLE  # what the attempt says, not the late answer
+    row = attempt_row(stack, one_task.id)
+    assert row.submit_state == "FAILED_BEFORE_ACCEPT" and row.provider_job_id is None
+    with Database(stack.database_url).transaction() as session:
+        stray = session.scalar(select(StrayJob).where(StrayJob.task_id == one_task.id))
+    assert (stray.provider_job_id, stray.found_by, stray.accounted) == ("late-job", "late_answer", False)
+
+
+def test_duplicates_are_kept_cancelled_and_costed(stack, one_task):
+    """Two jobs at the emulator for one request key: reconcile follows the oldest and keeps the
+    other as a stray job, which is cancelled and recorded as an ADJUSTMENT with its job id."""
+    emulator = EmulatorProvider(stack.emulator_url, stack.emulator_api_key)
+    submit, poll = activities(stack, emulator)
+    ref = AttemptRef(task_id=one_task.id, attempt_no=1)
+    request = GenerationRequest(request_key=request_key(one_task.id, 1), model=one_task.model, prompt="p",
+                                aspect_ratio="9:16", duration_s=1.0)
+    first, second = emulator.submit(request).job_id, emulator.submit(request).job_id
+    with Database(stack.database_url).transaction() as session:
+        session.add(Attempt(task_id=one_task.id, attempt_no=1, provider=emulator.name, model=one_task.model,
+                            request_key=request.request_key, submit_state="UNKNOWN", request_fingerprint="x",
+                            sent_at=datetime.now(UTC), call_ended_at=datetime.now(UTC), updated_at=datetime.now(UTC)))
+    env = ActivityEnvironment()
+    found = env.run(submit.reconcile_submit, ref)
+    assert (found.outcome, found.job_id, found.duplicates) == (ReconcileOutcome.FOUND, first, [second])
+    stray = env.run(poll.account_stray_job, StrayJobRef(task_id=one_task.id, attempt_no=1, job_id=second))
+    assert stray.status is JobStatus.CANCELED
+    assert emulator.get_job(second).status is JobStatus.CANCELED
+    with Database(stack.database_url).transaction() as session:
+        adjustment = session.scalar(select(CreditEntry).where(CreditEntry.task_id == one_task.id,
+                                                              CreditEntry.entry_type == "ADJUSTMENT"))
+        kept = session.scalar(select(StrayJob).where(StrayJob.provider_job_id == second))
+    assert adjustment.provider_job_id == second and adjustment.amount == Decimal(str(stray.cost))
+    assert kept.accounted
+    emulator.cancel(first)
+
+
+def test_a_refused_status_call_is_not_retried(stack, one_task):
+    provider = ScriptedProvider(one_task.provider)
+    provider.status_error = ProviderError("GET /jobs/j: 404 no such job", retryable=False, http_status=404)
+    _, poll = activities(stack, provider)
+    with pytest.raises(ApplicationError) as refused:
+        ActivityEnvironment().run(poll.poll_job, JobRef(task_id=one_task.id, attempt_no=1, job_id="j"))
+    assert refused.value.type == PROVIDER_REFUSED and refused.value.non_retryable
+    provider.status_error = ProviderError("GET /jobs/j: 503", retryable=True, http_status=503)
+    with pytest.raises(ProviderError):  # an outage stays retryable
+        ActivityEnvironment().run(poll.poll_job, JobRef(task_id=one_task.id, attempt_no=1, job_id="j"))
+
+
+def test_an_unknown_task_is_a_business_failure(stack):
+    provider = ScriptedProvider("emulator")
+    submit, _ = activities(stack, provider)
+    with pytest.raises(ApplicationError) as missing:
+        ActivityEnvironment().run(submit.submit, AttemptRef(task_id="no-such-task", attempt_no=1))
+    assert missing.value.type == "TaskNotFound" and missing.value.non_retryable
