@@ -83,3 +83,27 @@ def assert_ledger_balanced(settings, task_ids) -> None:
                 sums[r.entry_type] = sums.get(r.entry_type, Decimal(0)) + r.amount
             assert sums.get("RESERVE", 0) > 0, rows
             assert sums["RESERVE"] == sums.get("SETTLE", 0) + sums.get("RELEASE", 0), sums
+
+
+async def wait_for_status(settings, task_id: str, wanted: set[str], timeout_s: float = 30) -> str:
+    """Poll Postgres until the task is in one of `wanted`; fail the test with the last status."""
+    import pytest
+
+    db = Database(settings.database_url)
+    for _ in range(int(timeout_s * 10)):
+        with db.transaction() as session:
+            status = session.get(Task, task_id).status
+        if status in wanted:
+            return status
+        await asyncio.sleep(0.1)
+    pytest.fail(f"task {task_id} never reached {sorted(wanted)} (last status {status})")
+
+
+async def start_one_at_provider(settings, client, queue: str, folder: Path, product, duration_s: int = 8) -> Task:
+    """Import one task, start its workflow, return once the provider has its job."""
+    summary = import_small(settings, folder, [product], duration_s=duration_s)
+    with Database(settings.database_url).transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)
+    await start_workflows(client, [task], summary.import_id, queue)
+    await wait_for_status(settings, task.id, {"SUBMITTED", "RUNNING"})
+    return task

@@ -9,9 +9,8 @@ from decimal import Decimal
 import pytest
 from cli_helpers import run_cli, run_cli_async
 from sqlalchemy import update
-from stack_helpers import import_small, run_all
+from stack_helpers import import_small, run_all, start_one_at_provider
 
-from cli.starting import start_workflows
 from schema import queries
 from schema.contracts import CancelRequest
 from schema.db import Database
@@ -76,19 +75,8 @@ def test_resolve_needs_exactly_one_action_and_a_known_task(stack):
 
 
 async def test_resolve_is_refused_unless_the_workflow_waits_for_a_decision(stack, client, task_queue, tmp_path):
-    summary = import_small(stack, tmp_path, [("A-4", "Clock", "A clock")], duration_s=8)
+    task = await start_one_at_provider(stack, client, task_queue, tmp_path, ("A-4", "Clock", "A clock"))
     db = Database(stack.database_url)
-    with db.transaction() as session:
-        (task,) = queries.list_tasks(session, summary.import_id)
-    await start_workflows(client, [task], summary.import_id, task_queue)
-    for _ in range(300):
-        with db.transaction() as session:
-            status = session.get(Task, task.id).status
-        if status in ("SUBMITTED", "RUNNING"):
-            break
-        await asyncio.sleep(0.1)
-    else:
-        pytest.fail(f"task never reached the provider (last status {status})")
 
     refused = await run_cli_async("resolve", task.id, "--retry", "--by", "tester", "--json")
     assert refused.code == 2, (refused.stdout, refused.exception)

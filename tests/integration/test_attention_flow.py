@@ -10,7 +10,7 @@ import asyncio
 import httpx
 import pytest
 from cli_helpers import run_cli_async
-from stack_helpers import import_small
+from stack_helpers import import_small, wait_for_status
 
 from cli.starting import start_workflows
 from schema import queries
@@ -27,14 +27,7 @@ async def test_needs_attention_then_resolve_retry(stack, client, task_queue, tmp
     httpx.post(f"{stack.emulator_url}/_sim/faults", json={"status_missing_s": 600}, timeout=10).raise_for_status()
     try:
         await start_workflows(client, [task], summary.import_id, task_queue)
-        for _ in range(600):
-            with db.transaction() as session:
-                status = queries.task_detail(session, task.id)["task"]["status"]
-            if status == "NEEDS_ATTENTION":
-                break
-            await asyncio.sleep(0.1)
-        else:
-            pytest.fail(f"task never needed attention (status {status})")
+        await wait_for_status(stack, task.id, {"NEEDS_ATTENTION"}, timeout_s=60)
 
         listed = await run_cli_async("attention", summary.import_id, "--json")
         assert listed.code == 0, listed.stdout

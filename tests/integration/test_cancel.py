@@ -7,38 +7,21 @@ import asyncio
 import httpx
 import pytest
 from cli_helpers import run_cli_async
-from stack_helpers import assert_ledger_balanced, import_small
+from stack_helpers import assert_ledger_balanced, import_small, start_one_at_provider
 
 from cli.starting import start_workflows
 from control.cancel import cancel_unstarted
 from schema import queries
 from schema.contracts import CancelRequest
 from schema.db import Database
-from schema.models import Task
 from workflows.generation import GenerationWorkflow
 
 pytestmark = pytest.mark.integration
 
 
-async def _start_one_and_wait_for_provider(stack, client, task_queue, tmp_path, product) -> Task:
-    """Import one 8-second task, start its workflow, return once the provider has the job."""
-    summary = import_small(stack, tmp_path, [product], duration_s=8)
-    db = Database(stack.database_url)
-    with db.transaction() as session:
-        (task,) = queries.list_tasks(session, summary.import_id)
-    await start_workflows(client, [task], summary.import_id, task_queue)
-    for _ in range(300):
-        with db.transaction() as session:
-            status = queries.task_detail(session, task.id)["task"]["status"]
-        if status in ("SUBMITTED", "RUNNING"):
-            return task
-        await asyncio.sleep(0.1)
-    pytest.fail(f"task never reached the provider (last status {status})")
-
-
 async def test_cancel_while_the_provider_runs(stack, client, task_queue, tmp_path, emulator_jobs):
     db = Database(stack.database_url)
-    task = await _start_one_and_wait_for_provider(stack, client, task_queue, tmp_path, ("C-1", "Clock", "A clock"))
+    task = await start_one_at_provider(stack, client, task_queue, tmp_path, ("C-1", "Clock", "A clock"))
     handle = client.get_workflow_handle_for(GenerationWorkflow.run, task.workflow_id)
     await handle.signal("cancel", CancelRequest(reason="test"))
     outcome = await asyncio.wait_for(handle.result(), timeout=60)
@@ -69,7 +52,7 @@ async def test_cancel_from_temporal_keeps_postgres_true(stack, client, task_queu
     from temporalio.client import WorkflowFailureError
 
     db = Database(stack.database_url)
-    task = await _start_one_and_wait_for_provider(stack, client, task_queue, tmp_path, ("C-3", "Lamp", "A lamp"))
+    task = await start_one_at_provider(stack, client, task_queue, tmp_path, ("C-3", "Lamp", "A lamp"))
     handle = client.get_workflow_handle(task.workflow_id)
     await handle.cancel()
     with pytest.raises(WorkflowFailureError):
@@ -146,7 +129,7 @@ async def test_temporal_cancel_survives_two_minutes_of_cancel_errors(stack, clie
 async def test_cli_cancel_cancels_the_workflow_in_temporal(stack, client, task_queue, tmp_path, emulator_jobs):
     from temporalio.client import WorkflowExecutionStatus
 
-    task = await _start_one_and_wait_for_provider(stack, client, task_queue, tmp_path, ("C-6", "Bowl", "A bowl"))
+    task = await start_one_at_provider(stack, client, task_queue, tmp_path, ("C-6", "Bowl", "A bowl"))
     said = await run_cli_async("cancel", task.id, "--reason", "wrong price", "--json")
     assert said.code == 0 and said.json["outcome"] == "cancel requested", said.stdout
     handle = client.get_workflow_handle(task.workflow_id)

@@ -10,9 +10,8 @@ from decimal import Decimal
 import pytest
 from cli_helpers import run_cli, run_cli_async
 from sqlalchemy import delete, select, update
-from stack_helpers import import_small, run_all
+from stack_helpers import import_small, run_all, start_one_at_provider
 
-from cli.starting import start_workflows
 from schema import queries
 from schema.contracts import CancelRequest
 from schema.db import Database
@@ -149,25 +148,13 @@ def test_an_open_reservation_needs_a_running_workflow_or_a_person(stack, tmp_pat
 
 
 async def test_an_open_reservation_of_a_running_workflow_is_fine(stack, client, task_queue, tmp_path):
-    summary = import_small(stack, tmp_path, [("L-5", "Clock", "A clock")], duration_s=8)
-    db = Database(stack.database_url)
-    with db.transaction() as session:
-        (task,) = queries.list_tasks(session, summary.import_id)
-    await start_workflows(client, [task], summary.import_id, task_queue)
-    for _ in range(300):
-        with db.transaction() as session:
-            status = session.get(Task, task.id).status
-        if status in ("SUBMITTED", "RUNNING"):
-            break
-        await asyncio.sleep(0.1)
-    else:
-        pytest.fail(f"task never reached the provider (last status {status})")
-    running = (await run_cli_async("ledger", "check", summary.import_id, "--json")).json
+    task = await start_one_at_provider(stack, client, task_queue, tmp_path, ("L-5", "Clock", "A clock"))
+    running = (await run_cli_async("ledger", "check", task.import_id, "--json")).json
     assert running["ok"] is True and running["workflows_described"] == 1
 
     await client.get_workflow_handle(task.workflow_id).signal(api.SIGNAL_CANCEL, CancelRequest(reason="test over"))
     await asyncio.wait_for(client.get_workflow_handle(task.workflow_id).result(), timeout=60)
-    done = (await run_cli_async("ledger", "check", summary.import_id, "--json")).json
+    done = (await run_cli_async("ledger", "check", task.import_id, "--json")).json
     assert done["ok"] is True and done["workflows_described"] == 0
 
 
