@@ -17,6 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CATALOGS = ROOT.parent / "shared" / "catalogs"
 PLAN = ROOT / "examples" / "plan.toml"
+# A plain clone has no shared/ beside it: these tests then skip, saying where they looked.
+pytestmark = pytest.mark.skipif(not CATALOGS.is_dir(), reason=f"shared catalog corpus not found at {CATALOGS}")
 FILES = sorted(p for p in CATALOGS.rglob("*") if p.suffix in (".csv", ".tsv"))
 EXPECTED_PRODUCTS = {
     "shopifypartners__apparel.csv": 20,
