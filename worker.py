@@ -19,6 +19,7 @@ from activities import build_activities
 from adapters.temporal_client import connect
 from config.settings import Settings, get_settings
 from workflows.generation import GenerationWorkflow
+from workflows.provider_gate import ProviderGateWorkflow
 
 MAX_CONCURRENT_ACTIVITIES = 8
 
@@ -30,8 +31,8 @@ def build_worker(client: Client, settings: Settings, *, task_queue: str | None =
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[GenerationWorkflow],
-        activities=build_activities(settings),
+        workflows=[GenerationWorkflow, ProviderGateWorkflow],
+        activities=build_activities(settings, client),
         activity_executor=ThreadPoolExecutor(MAX_CONCURRENT_ACTIVITIES),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
     )

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 
-def build_activities(settings) -> list[Callable[..., Any]]:  # noqa: ANN001 - config.Settings
+def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN001 - Settings, Client
+    from activities.admission import AdmissionActivities
     from activities.fetch import FetchActivities
     from activities.ledger import LedgerActivities
     from activities.media import MediaActivities
@@ -28,7 +29,9 @@ def build_activities(settings) -> list[Callable[..., Any]]:  # noqa: ANN001 - co
     poll = PollActivities(db, providers)
     fetch = FetchActivities(db, storage, providers, fetcher)
     media = MediaActivities(db, storage)
+    admission = AdmissionActivities(client, settings.provider_limits)
     return [
+        admission.request_slot,
         tasks.validate_task,
         tasks.record_transition,
         ledger.reserve_credit,

@@ -8,7 +8,7 @@ leads to. Everything else is infrastructure trouble and is retried by the step's
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import ParamSpec, TypeVar
@@ -74,5 +74,16 @@ def classified(fn: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         with activity_boundary():
             return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def classified_async(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """`classified` for `async def` activity methods."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with activity_boundary():
+            return await fn(*args, **kwargs)
 
     return wrapper

@@ -30,6 +30,7 @@ class TaskActivities:
             updates = {"last_error_class": req.error_class, "last_error": req.error}
         if req.cancel_outcome is not None:
             updates["cancel_outcome"] = req.cancel_outcome
+        updates["next_retry_at"] = req.next_retry_at  # set while RETRY_WAIT, cleared by any other move
         payload = dict(req.payload)
         if req.error:
             payload.setdefault("error", req.error)

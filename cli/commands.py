@@ -148,17 +148,32 @@ def status(
     import_id: str | None = typer.Argument(None, help="limit to one import"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Task counts by status (from Postgres, the source of truth)."""
-    with _db(get_settings()).transaction() as session:
+    """Task counts by status (from Postgres, the source of truth) and each provider's admission gate."""
+    from control.gates import gate_snapshots
+
+    settings = get_settings()
+    with _db(settings).transaction() as session:
         counts = queries.status_counts(session, import_id)
+        providers = queries.providers_in_use(session, import_id)
+    gates = asyncio.run(gate_snapshots(settings, providers))
     total = sum(counts.values())
     if as_json:
-        emit_json({"total": total, "by_status": counts})
+        emit_json({"total": total, "by_status": counts,
+                   "providers": {p: g.model_dump(mode="json") if g else None for p, g in gates.items()}})
         return
     table = Table("status", "tasks", title=f"tasks{' of ' + import_id if import_id else ''}: {total}")
     for s, n in sorted(counts.items()):
         table.add_row(s, str(n))
     console.print(table)
+    admission = Table("provider", "slots in use / limit", "effective limit", "waiting", "oldest wait",
+                      "refusals", title="admission")
+    for provider, gate in gates.items():
+        if gate is None:
+            admission.add_row(provider, "-", "-", "0", "-", "-")
+        else:
+            admission.add_row(provider, f"{gate.in_use} / {gate.limit}", str(gate.effective), str(gate.waiting),
+                              f"{gate.oldest_wait_s:.0f} s", str(gate.throttles))
+    console.print(admission)
 
 
 def tasks(
@@ -204,6 +219,10 @@ def show(
                   f"{t['aspect_ratio']} / {t['variant']}  (workflow {t['workflow_id']})")
     if t["last_error"]:
         console.print(f"last error: {t['last_error_class']}: {t['last_error']}")
+    if t["status"] == "RETRY_WAIT" and t["next_retry_at"]:
+        console.print(f"waiting: next attempt due at {t['next_retry_at']}")
+    elif t["status"] == "QUEUED":
+        console.print(f"waiting: for a {t['provider']} slot (its gate admits tasks oldest first)")
     attempts = Table("no", "state", "job", "provider status", "polls", "error", title="attempts")
     for a in detail["attempts"]:
         attempts.add_row(str(a["attempt_no"]), a["submit_state"], a["provider_job_id"] or "-",

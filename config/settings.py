@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from schema.admission import ProviderLimits
 from workflows.api import DEFAULT_TASK_QUEUE
 
 STACK_FILE = "stack.json"
@@ -50,6 +51,9 @@ class Settings(BaseSettings):
     fetch_allowed_hosts: list[str] = Field(default_factory=list)
     fetch_max_bytes: int = 512 * 1024 * 1024
     fetch_timeout_s: float = 60.0
+
+    # Admission per provider, e.g. REELQUEUE_PROVIDER_LIMITS='{"emulator": {"max_concurrent": 20}}'.
+    provider_limits: dict[str, ProviderLimits] = Field(default_factory=dict)
 
     tenant: str = "default"
     tenant_credit_limit: float = 1_000_000.0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,7 +21,7 @@ from emulator.service import JobService
 from emulator.signing import check_file_token
 from emulator.store import JobRecord, JobStore
 from emulator.webhooks import WebhookSender
-from emulator.wire import Faults, JobList, JobOut, SimJobList, SubmitIn
+from emulator.wire import Faults, JobList, JobOut, SimJobList, SimStats, SubmitIn
 from emulator.worker import RenderPool
 
 _RETRY_AFTER_S = "1"
@@ -65,6 +66,8 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
     service = JobService(config, store, webhooks)
     faults = FaultBoard()
     pool = RenderPool(service, config, faults)
+    stats = SimStats()
+    stats_lock = threading.Lock()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -95,17 +98,29 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
             raise ApiError(404, "NOT_FOUND", f"no job {job_id}")
         return job
 
+    def _count_refusal(status: int) -> None:
+        if status == 429:
+            with stats_lock:
+                stats.refused_429 += 1
+
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_bearer)])
 
     @v1.post("/jobs", status_code=201)
     async def submit(body: SubmitIn, request: Request) -> JobOut:
+        with stats_lock:
+            stats.submits += 1
         injected = faults.take_submit_status()
         if injected is not None:
             retry = _RETRY_AFTER_S if injected == 429 or injected >= 500 else None
+            _count_refusal(injected)
             raise ApiError(injected, "SIM.INJECTED_STATUS", f"injected HTTP {injected}", retry_after=retry)
         if store.count("queued") >= config.max_queued:
+            _count_refusal(429)
             raise ApiError(429, "RATE_LIMIT.QUEUE_FULL", "too many queued jobs", retry_after=_RETRY_AFTER_S)
         job = service.create(body, fail_injected=faults.take("fail_next"))
+        alive = store.count("queued") + store.count("running")
+        with stats_lock:
+            stats.max_alive = max(stats.max_alive, alive)
         pool.wake()
         if faults.take("submit_hang_after_create"):
             await _hold_answer(request, config.hang_s)
@@ -150,6 +165,18 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
     @app.get("/_sim/jobs")
     def sim_jobs() -> SimJobList:
         return SimJobList(jobs=[service.sim_view(j) for j in store.list()])
+
+    @app.get("/_sim/stats")
+    def sim_stats() -> SimStats:
+        with stats_lock:
+            return stats.model_copy()
+
+    @app.delete("/_sim/stats")
+    def reset_stats() -> SimStats:
+        nonlocal stats
+        with stats_lock:
+            stats = SimStats()
+            return stats.model_copy()
 
     @app.get("/_sim/faults")
     def get_faults() -> Faults:

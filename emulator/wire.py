@@ -88,6 +88,14 @@ class SimJobList(BaseModel):
     jobs: list[SimJobOut]
 
 
+class SimStats(BaseModel):
+    """What the emulator saw since it started (GET /_sim/stats)."""
+
+    submits: int = 0
+    refused_429: int = 0
+    max_alive: int = 0  # most jobs queued or running at once
+
+
 class Faults(BaseModel):
     """Counters of pending injected faults (POST sets the given ones, DELETE zeroes all)."""
 

@@ -6,6 +6,7 @@ facts travel through Temporal history, never media bytes (payloads fail at 2 MB)
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -19,6 +20,12 @@ __all__ = ["ErrorClass", "JobStatus", "SubmitOutcome"]  # re-exported: the workf
 
 class GenerationInput(BaseModel):
     task_id: str
+    run: int = 1  # 1 for the first run; `reelqueue retry` starts run n+1 of a task that ended
+
+
+def run_suffix(run: int) -> str:
+    """What tells run n of a task apart in its keys (ledger, state events); empty for run 1."""
+    return "" if run == 1 else f":run{run}"
 
 
 class CancelRequest(BaseModel):
@@ -57,6 +64,7 @@ class ProviderUpdate(BaseModel):
 
 class TaskRef(BaseModel):
     task_id: str
+    run: int = 1
 
 
 class TaskInfo(BaseModel):
@@ -69,8 +77,9 @@ class TaskInfo(BaseModel):
     duration_s: float
     estimated_cost: float
     min_poll_interval_s: float
-    deadline_s: float
+    deadline_s: float  # how long one provider job may run before it is cancelled (EXPIRED)
     current_attempt_no: int
+    task_deadline_s: float = 86_400.0  # bounds every wait and retry of the task: admission, refusals
 
 
 class ValidationResult(BaseModel):
@@ -89,6 +98,7 @@ class TransitionInput(BaseModel):
     error_class: str | None = None
     error: str | None = None
     cancel_outcome: str | None = None
+    next_retry_at: datetime | None = None  # RETRY_WAIT: when the next attempt is due (shown by `show`)
 
 
 class TransitionResult(BaseModel):
@@ -179,6 +189,7 @@ class TranscodeResult(BaseModel):
 
 class SettleInput(BaseModel):
     task_id: str
+    run: int = 1
     attempt_no: int | None = None
     cost: float  # what the provider charged for the task's attempts (0: release everything)
     reason: str = ""

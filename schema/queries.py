@@ -25,6 +25,11 @@ def status_counts(session: Session, import_id: str | None = None) -> dict[str, i
     return {status: n for status, n in session.execute(stmt).all()}
 
 
+def providers_in_use(session: Session, import_id: str | None = None) -> list[str]:
+    stmt = _scoped(select(Task.provider).select_from(Task), import_id).distinct().order_by(Task.provider)
+    return list(session.scalars(stmt).all())
+
+
 def list_tasks(session: Session, import_id: str | None = None, status: str | None = None,
                limit: int | None = None) -> list[Task]:
     stmt = _scoped(select(Task), import_id)
@@ -66,7 +71,8 @@ def task_detail(session: Session, task_id: str) -> dict[str, Any] | None:
             "duration_s": float(task.duration_s), "provider": task.provider, "model": task.model,
             "estimated_cost": float(task.estimated_cost), "current_attempt_no": task.current_attempt_no,
             "workflow_id": task.workflow_id, "output_asset_id": task.output_asset_id,
-            "cancel_outcome": task.cancel_outcome, "last_error_class": task.last_error_class,
+            "cancel_outcome": task.cancel_outcome, "next_retry_at": _iso(task.next_retry_at),
+            "last_error_class": task.last_error_class,
             "last_error": task.last_error, "identity": task.identity, "created_at": _iso(task.created_at),
             "updated_at": _iso(task.updated_at), "finished_at": _iso(task.finished_at),
         },

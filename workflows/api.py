@@ -13,11 +13,24 @@ SIGNAL_CANCEL = "cancel"  # CancelRequest: stop the task (an intent; the provide
 SIGNAL_PROVIDER_UPDATE = "provider_update"  # ProviderUpdate: a webhook saw a change, poll now
 UPDATE_RESOLVE = "resolve"  # ResolveRequest -> ResolveResult: an operator's decision on NEEDS_ATTENTION
 QUERY_STATUS = "status"  # the task status as the workflow knows it
+SIGNAL_SLOT_GRANTED = "slot_granted"  # SlotGrant: the provider's gate admitted this task
+
+# ProviderGateWorkflow: one per provider, admission control shared by every worker.
+GATE_WORKFLOW_NAME = "ProviderGateWorkflow"
+SIGNAL_GATE_REQUEST = "request"  # SlotRequest
+SIGNAL_GATE_RELEASE = "release"  # SlotRelease
+SIGNAL_GATE_RENEW = "renew"  # SlotRenewal
+QUERY_GATE_SNAPSHOT = "snapshot"  # GateSnapshot: limit, effective limit, in use, waiting, oldest wait
 
 
 def workflow_id(task_id: str) -> str:
     """One workflow per task, for the task's whole life (started with REJECT_DUPLICATE)."""
     return f"gen-{task_id}"
+
+
+def gate_id(provider: str, task_queue: str) -> str:
+    """One gate per provider and task queue (tests run their own queues side by side)."""
+    return f"gate-{provider}" if task_queue == DEFAULT_TASK_QUEUE else f"gate-{provider}-{task_queue}"
 
 
 def summary(product_id: str, template_id: str, locale: str, aspect_ratio: str) -> str:

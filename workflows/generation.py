@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
@@ -29,6 +29,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.admission import AdmissionActivities
     from activities.errors import BUSINESS_FAILURES, INSUFFICIENT_CREDIT, TASK_NOT_FOUND
     from activities.fetch import FetchActivities
     from activities.ledger import LedgerActivities
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.poll import PollActivities
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
+    from schema.admission import AdmissionInput, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
     from schema.contracts import (
         AttemptRef,
         CancelRequest,
@@ -58,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         TranscodeInput,
         TransitionInput,
         TransitionResult,
+        run_suffix,
     )
     from schema.state_machine import TERMINAL
     from schema.state_machine import TaskEvent as E
@@ -66,7 +69,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.search_attributes import TASK_STATUS
 
 MAX_PAID_ATTEMPTS = 3  # submits that created (or may have created) a provider job
-MAX_REFUSALS = 20  # submits refused before acceptance (backpressure), each waited out
+ADMISSION = "admission-v1"  # workflow.patched: ask the provider's gate for a slot before submitting
+RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
 MAX_POLL_INTERVAL_S = 15.0
 OUTAGE_PAUSE_S = 30.0  # between status-call bursts while the provider's status API is down
 RETRY_BACKOFF_S = (5.0, 20.0, 60.0)
@@ -96,6 +100,7 @@ _STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]
     # About 15 minutes, NotYetConclusive retries included; then a person decides.
     SubmitActivities.reconcile_submit: (timedelta(seconds=30), _retry(40, first_s=2.0), None),
     SubmitActivities.abandon_attempt: (timedelta(seconds=30), _retry(None), None),
+    AdmissionActivities.request_slot: (timedelta(seconds=30), _retry(None), None),
     # A short burst: the workflow itself rides out longer status outages until the deadline.
     PollActivities.poll_job: (timedelta(seconds=15), _retry(5, max_s=10.0), None),
     # About 18 minutes of provider trouble; then a person decides (the reservation stays held).
@@ -119,6 +124,7 @@ class TaskTakenOver(Exception):
 class GenerationWorkflow:
     def __init__(self) -> None:
         self._task_id = ""
+        self._run_no = 1
         self._info: TaskInfo | None = None
         self._status = S.CREATED
         self._seq = 0
@@ -129,7 +135,12 @@ class GenerationWorkflow:
         self._wake = False
         self._attempt_no = 0
         self._paid = 0
-        self._refusals = 0
+        self._refusals = 0  # refusals before acceptance in a row (backpressure; not a spent attempt)
+        self._slot: SlotGrant | None = None
+        self._granted: SlotGrant | None = None
+        self._asked_at = None  # when this task first asked its provider's gate (its place in the queue)
+        self._renewed_at = None
+        self._task_deadline = None
         self._costs: dict[int, float] = {}  # attempt no -> what the provider reports it charged
         self._live: JobRef | None = None  # a job not yet known terminal at the provider
         self._unknown: AttemptRef | None = None  # an attempt whose submit outcome is not known
@@ -143,6 +154,10 @@ class GenerationWorkflow:
     @workflow.signal(name=api.SIGNAL_CANCEL)
     def cancel(self, request: CancelRequest) -> None:
         self._cancel = self._cancel or request
+
+    @workflow.signal(name=api.SIGNAL_SLOT_GRANTED)
+    def slot_granted(self, grant: SlotGrant) -> None:
+        self._granted = grant
 
     @workflow.signal(name=api.SIGNAL_PROVIDER_UPDATE)
     def provider_update(self, update: ProviderUpdate) -> None:
@@ -172,7 +187,7 @@ class GenerationWorkflow:
 
     @workflow.run
     async def run(self, inp: GenerationInput) -> GenerationOutcome:
-        self._task_id = inp.task_id
+        self._task_id, self._run_no = inp.task_id, inp.run
         work = asyncio.create_task(self._produce())
         while True:
             try:
@@ -212,13 +227,15 @@ class GenerationWorkflow:
 
     async def _validate_and_reserve(self) -> None:
         await self._move(E.VALIDATION_STARTED)
-        checked = await self._run(TaskActivities.validate_task, TaskRef(task_id=self._task_id))
+        checked = await self._run(TaskActivities.validate_task, TaskRef(task_id=self._task_id, run=self._run_no))
         self._info = checked.info
+        self._attempt_no = checked.info.current_attempt_no  # a re-driven task continues its numbering
         self._deadline = workflow.now() + timedelta(seconds=checked.info.deadline_s)
+        self._task_deadline = workflow.now() + timedelta(seconds=checked.info.task_deadline_s)
         if not checked.ok:
             await self._end(E.VALIDATION_FAILED, error=checked.reason, error_class="invalid_input")
         try:
-            await self._run(LedgerActivities.reserve_credit, TaskRef(task_id=self._task_id))
+            await self._run(LedgerActivities.reserve_credit, TaskRef(task_id=self._task_id, run=self._run_no))
         except ActivityError as exc:
             if _error_type(exc) != INSUFFICIENT_CREDIT:
                 raise
@@ -231,9 +248,13 @@ class GenerationWorkflow:
         while True:
             if self._cancel_pending():
                 await self._end(E.CANCEL_REQUESTED, payload=self._cancel_payload())
-            if self._paid >= MAX_PAID_ATTEMPTS or self._refusals >= MAX_REFUSALS:
-                await self._end(E.FINAL_FAILURE, error=f"no success after {self._paid} paid attempts and "
-                                f"{self._refusals} refusals", error_class="retry_budget")
+            if self._paid >= MAX_PAID_ATTEMPTS:
+                await self._end(E.FINAL_FAILURE, error=f"no success after {self._paid} paid attempts",
+                                error_class="retry_budget")
+            if workflow.now() >= self._task_deadline:
+                await self._end(E.DEADLINE_PASSED, error="the task's deadline passed before a job succeeded")
+            if not await self._admit():
+                continue
             self._attempt_no += 1
             await self._move(E.DISPATCH_CLAIMED)
             job = await self._submit(AttemptRef(task_id=self._task_id, attempt_no=self._attempt_no))
@@ -260,6 +281,8 @@ class GenerationWorkflow:
             retry_after, job_id = sent.retry_after_s, sent.job_id
         if outcome is SubmitOutcome.ACCEPTED:
             self._paid += 1
+            self._refusals = 0
+            await self._renew_slot(accepted=True)
             await self._move(E.PROVIDER_ACCEPTED, payload={"job_id": job_id})
             return self._track(job_id)
         if outcome is SubmitOutcome.UNKNOWN:
@@ -267,8 +290,9 @@ class GenerationWorkflow:
             self._unknown = ref
             await self._move(E.SUBMIT_AMBIGUOUS, error=error, error_class=ErrorClass.UNKNOWN_OUTCOME.value)
             return await self._reconcile(ref)
-        if outcome is SubmitOutcome.REJECTED_RETRYABLE:
+        if outcome is SubmitOutcome.REJECTED_RETRYABLE:  # backpressure, not a spent attempt
             self._refusals += 1
+            await self._release_slot(throttled=True, retry_after_s=retry_after)
             await self._retry_wait(error or "provider refused the submit", error_class, retry_after)
             return None
         await self._end(E.FINAL_FAILURE, error=error, error_class=(error_class or ErrorClass.NON_RETRYABLE).value)
@@ -292,11 +316,15 @@ class GenerationWorkflow:
             if found.outcome is ReconcileOutcome.ABSENT:
                 self._unknown = None
                 self._paid -= 1  # nothing was created, nothing will bill
-                await self._move(E.CONFIRMED_NOT_CREATED, payload={"evidence": found.evidence})
-                await self._wait_then_requeue(None)
+                await self._release_slot()
+                delay = self._retry_delay(None)
+                await self._move(E.CONFIRMED_NOT_CREATED, payload={"evidence": found.evidence},
+                                 next_retry_at=workflow.now() + timedelta(seconds=delay))
+                await self._wait_then_requeue(delay)
                 return None
             decision = await self._attention("reconcile", found.evidence)
             if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK:
+                await self._release_slot()
                 return None
 
     async def _follow(self, job: JobRef) -> PollResult:
@@ -309,6 +337,7 @@ class GenerationWorkflow:
                 await self._move(E.CANCEL_REQUESTED, payload=self._cancel_payload())
                 return await self._stop(job, E.CANCEL_CONFIRMED)
             polled = await self._poll(job)
+            await self._renew_slot()
             if polled is not None:
                 if polled.status is JobStatus.RUNNING and self._status is S.SUBMITTED:
                     await self._move(E.PROVIDER_RUNNING)
@@ -356,7 +385,7 @@ class GenerationWorkflow:
             except ActivityError as exc:
                 await self._attention("cancel", f"cannot cancel job {job.job_id}: {_describe(exc)}")
                 continue
-            self._observe(job, state)
+            await self._observe(job, state)
             return state
 
     async def _poll(self, job: JobRef, *, ask_on_refusal: bool = True) -> PollResult | None:
@@ -368,7 +397,7 @@ class GenerationWorkflow:
             if ask_on_refusal and _error_type(exc) in BUSINESS_FAILURES:
                 await self._attention("poll", f"job {job.job_id}: {_describe(exc)}")
             return None
-        self._observe(job, polled)
+        await self._observe(job, polled)
         return polled
 
     async def _deliver(self, job: JobRef) -> NoReturn:
@@ -387,14 +416,23 @@ class GenerationWorkflow:
 
     # -- waiting ----------------------------------------------------------------------------
 
-    async def _retry_wait(self, error: str, error_class: ErrorClass | None, delay_s: float | None = None) -> None:
-        await self._move(E.RETRYABLE_FAILURE, error=error, error_class=(error_class or ErrorClass.RETRYABLE).value)
-        await self._wait_then_requeue(delay_s)
+    async def _retry_wait(self, error: str, error_class: ErrorClass | None, hint_s: float | None = None) -> None:
+        delay = self._retry_delay(hint_s)
+        await self._move(E.RETRYABLE_FAILURE, error=error, error_class=(error_class or ErrorClass.RETRYABLE).value,
+                         next_retry_at=workflow.now() + timedelta(seconds=delay))
+        await self._wait_then_requeue(delay)
 
-    async def _wait_then_requeue(self, delay_s: float | None) -> None:
-        """RETRY_WAIT: no job is live, so a cancel ends the task at once."""
+    def _retry_delay(self, hint_s: float | None) -> float:
+        """The provider's Retry-After if longer, else 5 s / 20 s / 60 s by paid attempts (doubling per
+        refusal in a row), with jitter."""
         backoff = RETRY_BACKOFF_S[min(max(self._paid, 1), len(RETRY_BACKOFF_S)) - 1]
-        await self._pause(max(delay_s or 0.0, backoff) * workflow.random().uniform(0.9, 1.1))
+        if self._refusals > 1:
+            backoff = min(backoff * 2 ** (self._refusals - 1), RETRY_BACKOFF_S[-1])
+        return max(hint_s or 0.0, backoff) * workflow.random().uniform(0.9, 1.1)
+
+    async def _wait_then_requeue(self, delay_s: float) -> None:
+        """RETRY_WAIT: no job is live, so a cancel ends the task at once."""
+        await self._pause(delay_s)
         if self._cancel_pending():
             await self._end(E.CANCEL_REQUESTED, payload=self._cancel_payload())
         await self._move(E.RETRY_DUE)
@@ -440,6 +478,7 @@ class GenerationWorkflow:
         """The one way a task ends: stop any live job, close the ledger, record the final move."""
         if self._live is not None:
             await self._stop_live(self._live)
+        await self._release_slot()
         await self._close_ledger(event)
         self._error = error
         await self._move(event, error=error, error_class=error_class, payload=payload,
@@ -452,7 +491,8 @@ class GenerationWorkflow:
         self._error = f"task ended outside this workflow ({self._status.value})"
         if self._live is not None:
             state = await self._run(PollActivities.cancel_job, self._live)
-            self._observe(self._live, state)
+            await self._observe(self._live, state)
+        await self._release_slot()
         await self._close_ledger(E.CANCEL_CONFIRMED)
 
     async def _close_ledger(self, event: E) -> None:
@@ -461,8 +501,9 @@ class GenerationWorkflow:
         if self._strays:
             await asyncio.gather(*self._strays)
             self._strays = []
-        await self._run(LedgerActivities.settle, SettleInput(task_id=self._task_id, attempt_no=self._attempt_no or None,
-                                                             cost=self._cost(), reason=event.value))
+        await self._run(LedgerActivities.settle, SettleInput(
+            task_id=self._task_id, run=self._run_no, attempt_no=self._attempt_no or None, cost=self._cost(),
+            reason=event.value))
 
     async def _abandon_open_attempts(self) -> None:
         for ref in (self._unknown, self._live):
@@ -471,18 +512,64 @@ class GenerationWorkflow:
                                 AttemptRef(task_id=ref.task_id, attempt_no=ref.attempt_no))
         self._unknown = self._live = None
 
+    # -- admission ---------------------------------------------------------------------------
+
+    async def _admit(self) -> bool:
+        """Wait, QUEUED, until the provider's gate grants a slot (oldest first); False when a cancel
+        came first. Waiting is a blocked workflow: it costs nothing however many tasks wait."""
+        if self._slot is not None or not workflow.patched(ADMISSION):
+            return True
+        self._asked_at = self._asked_at or workflow.now()
+        self._granted = None
+        request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
+                              requested_at=self._asked_at)
+        await self._run(AdmissionActivities.request_slot, AdmissionInput(provider=self._info.provider,
+                                                                         request=request))
+        await workflow.wait_condition(lambda: self._granted is not None or self._cancel_pending())
+        if self._granted is None:
+            await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id))
+            return False
+        self._slot, self._renewed_at = self._granted, workflow.now()
+        return True
+
+    async def _renew_slot(self, *, accepted: bool = False) -> None:
+        if self._slot is None or not (accepted or workflow.now() - self._renewed_at >= RENEW_EVERY):
+            return
+        self._renewed_at = workflow.now()
+        await self._signal_gate(api.SIGNAL_GATE_RENEW, SlotRenewal(
+            workflow_id=workflow.info().workflow_id, token=self._slot.token, accepted=accepted))
+
+    async def _release_slot(self, *, throttled: bool = False, retry_after_s: float | None = None) -> None:
+        if self._slot is None:
+            return
+        release = SlotRelease(workflow_id=workflow.info().workflow_id, token=self._slot.token, throttled=throttled,
+                              retry_after_s=retry_after_s)
+        self._slot = None
+        await self._signal_gate(api.SIGNAL_GATE_RELEASE, release)
+
+    async def _signal_gate(self, signal: str, message: object) -> None:
+        """Tell the gate; a gate that is gone (terminated by hand) holds nothing to give back, and the
+        next request starts a new one."""
+        gate = api.gate_id(self._info.provider, workflow.info().task_queue)
+        try:
+            await workflow.get_external_workflow_handle(gate).signal(signal, message)
+        except ApplicationError as exc:
+            workflow.logger.warning("gate %s did not take %s: %s", gate, signal, exc)
+
     # -- bookkeeping ------------------------------------------------------------------------
 
     def _track(self, job_id: str | None) -> JobRef:
         self._live = JobRef(task_id=self._task_id, attempt_no=self._attempt_no, job_id=job_id or "")
         return self._live
 
-    def _observe(self, job: JobRef, state: PollResult) -> None:
-        """Remember what the provider says an attempt costs (the latest report, never a sum)."""
+    async def _observe(self, job: JobRef, state: PollResult) -> None:
+        """Remember what the provider says an attempt costs (the latest report, never a sum); a job
+        that ended gives its slot back."""
         if state.cost is not None:
             self._costs[job.attempt_no] = state.cost
         if state.terminal and self._live is not None and self._live.job_id == job.job_id:
             self._live = None
+            await self._release_slot()
 
     def _account_strays(self, ref: AttemptRef, job_ids: list[str]) -> None:
         """Cancel and cost each duplicate job in the background; the task ends only after."""
@@ -501,14 +588,16 @@ class GenerationWorkflow:
         return {"reason": self._cancel.reason, "by": self._cancel.requested_by}
 
     async def _move(self, event: E, *, error: str | None = None, error_class: str | None = None,
-                    payload: dict | None = None, cancel_outcome: str | None = None) -> TransitionResult:
+                    payload: dict | None = None, cancel_outcome: str | None = None,
+                    next_retry_at: datetime | None = None) -> TransitionResult:
         self._seq += 1
         result: TransitionResult = await workflow.execute_local_activity_method(
             TaskActivities.record_transition,
             TransitionInput(
-                task_id=self._task_id, event=event, source_event_id=f"{self._task_id}:{self._seq}:{event.value}",
+                task_id=self._task_id, event=event,
+                source_event_id=f"{self._task_id}{run_suffix(self._run_no)}:{self._seq}:{event.value}",
                 attempt_no=self._attempt_no or None, payload=payload or {}, error=error, error_class=error_class,
-                cancel_outcome=cancel_outcome,
+                cancel_outcome=cancel_outcome, next_retry_at=next_retry_at,
             ),
             start_to_close_timeout=timedelta(seconds=15),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -14,20 +15,37 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from workflow_fakes import TASK_ID, World
 
+from workflows import api
 from workflows.generation import GenerationWorkflow
+from workflows.provider_gate import ProviderGateWorkflow
 from workflows.search_attributes import ALL
 
-HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories"
+# Recorded histories of this workflow version (earlier versions' folders stay, and keep replaying).
+HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "admission-v1"
 RECORD = os.environ.get("REELQUEUE_RECORD_HISTORIES") == "1"
 
 
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
+    async with time_skipping_server() as env:
+        yield env
+
+
+@pytest.fixture
+async def own_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A server of the test's own, for tests that skip hours and must not move anyone else's clock."""
+    async with time_skipping_server() as env:
+        yield env
+
+
+@contextlib.asynccontextmanager
+async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
     beside_python = Path(sys.executable).parent / "temporal-test-server"
     server = str(beside_python) if beside_python.exists() else shutil.which("temporal-test-server")
     if server is None:
@@ -64,9 +82,16 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
         handles.append(handle)
         return handle
 
-    async with Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow], activities=world.activities(),
+    world.client = env.client
+    async with Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
+                      activities=world.activities(),
                       workflow_runner=SandboxedWorkflowRunner()):
         yield start
+        # Nothing of this test may keep running: on a time-skipping server a workflow whose worker
+        # is gone stops the clock for every later test.
+        for leftover in [*handles, env.client.get_workflow_handle(api.gate_id("fake", queue))]:
+            with contextlib.suppress(RPCError):
+                await leftover.terminate("test over")
         if RECORD and handles:
             history = await handles[0].fetch_history()
             HISTORIES.mkdir(parents=True, exist_ok=True)

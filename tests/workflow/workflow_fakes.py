@@ -16,10 +16,12 @@ from decimal import Decimal
 from typing import Any
 
 from temporalio import activity
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from schema import state_machine as sm
+from schema.admission import AdmissionInput, GateInput
 from schema.contracts import (
     AssetRef,
     AttemptRef,
@@ -42,6 +44,7 @@ from schema.contracts import (
     TransitionResult,
     ValidationResult,
 )
+from workflows import api
 
 TASK_ID = "t1"
 RESERVED = Decimal("4")
@@ -107,6 +110,8 @@ class World:
     entered: dict[str, asyncio.Event] = field(default_factory=lambda: defaultdict(asyncio.Event))
     abandoned: list[int] = field(default_factory=list)
     seen: dict[str, TransitionResult] = field(default_factory=dict)
+    client: Any = None  # the test environment's client: the real provider gate runs beside the fakes
+    limit: int = 20
 
     # -- script helpers ---------------------------------------------------------------------
 
@@ -252,5 +257,16 @@ class World:
             ref = AssetRef(asset_id="p", kind="PROXY", key="proxy/main.mp4", sha256="1" * 64, size=5)
             return TranscodeResult(proxy=ref, hls=ref, thumbnail=ref)
 
-        return [record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
+        @activity.defn(name="request_slot")
+        async def request_slot(inp: AdmissionInput) -> None:
+            await world._enter("request_slot", inp)
+            queue = activity.info().task_queue
+            # The time-skipping test server drops signal-with-start's signal: start, then signal.
+            gate = await world.client.start_workflow(
+                api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=world.limit),
+                id=api.gate_id(inp.provider, queue), task_queue=queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+            await gate.signal(api.SIGNAL_GATE_REQUEST, inp.request)
+
+        return [request_slot, record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
                 abandon_attempt, poll_job, cancel_job, account_stray_job, fetch_output, transcode]

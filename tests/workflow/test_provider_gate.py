@@ -1,0 +1,160 @@
+"""ProviderGateWorkflow on the time-skipping server: at most `limit` holders at once, oldest request
+first, unique fencing tokens, a refusal halves the limit and pauses grants, a vanished holder's slot
+comes back when its lease expires, and a stale release changes nothing."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.client import WorkflowHandle
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from schema.admission import GateInput, GateSnapshot, SlotGrant, SlotRelease, SlotRequest
+from workflows import api
+from workflows.provider_gate import LEASE, ProviderGateWorkflow
+
+
+class HoldInput(BaseModel):
+    gate_id: str
+    hold_s: float
+    release: bool = True
+    throttled: bool = False
+    stale_token: bool = False
+    retry_after_s: float = 30.0
+
+
+class Held(BaseModel):
+    token: int
+    granted_at: datetime
+    released_at: datetime
+
+
+@workflow.defn(name="HolderWorkflow")
+class HolderWorkflow:
+    """A stand-in for a generation task: ask, hold for a while, give back."""
+
+    def __init__(self) -> None:
+        self._grant: SlotGrant | None = None
+
+    @workflow.signal(name=api.SIGNAL_SLOT_GRANTED)
+    def granted(self, grant: SlotGrant) -> None:
+        self._grant = grant
+
+    @workflow.run
+    async def run(self, inp: HoldInput) -> Held:
+        me = workflow.info().workflow_id
+        gate = workflow.get_external_workflow_handle(inp.gate_id)
+        await gate.signal(api.SIGNAL_GATE_REQUEST, SlotRequest(workflow_id=me, task_id=me))
+        await workflow.wait_condition(lambda: self._grant is not None)
+        granted_at = workflow.now()
+        await workflow.sleep(inp.hold_s)
+        if inp.release:
+            token = self._grant.token + 1000 if inp.stale_token else self._grant.token
+            release = SlotRelease(workflow_id=me, token=token, throttled=inp.throttled,
+                                  retry_after_s=inp.retry_after_s)
+            await gate.signal(api.SIGNAL_GATE_RELEASE, release)
+        return Held(token=self._grant.token, granted_at=granted_at, released_at=workflow.now())
+
+
+async def start_gate(env, queue: str, limit: int) -> WorkflowHandle:
+    return await env.client.start_workflow(ProviderGateWorkflow.run, GateInput(provider="p", limit=limit),
+                                           id=api.gate_id("p", queue), task_queue=queue)
+
+
+async def hold(env, queue: str, gate: WorkflowHandle, n: int, **kw) -> list[WorkflowHandle]:
+    handles = []
+    for i in range(n):
+        handles.append(await env.client.start_workflow(
+            HolderWorkflow.run, HoldInput(gate_id=gate.id, **kw), id=f"holder-{i}-{uuid.uuid4().hex[:6]}",
+            task_queue=queue))
+        await env.sleep(1)  # requests arrive in this order
+    return handles
+
+
+def worker(env, queue: str) -> Worker:
+    return Worker(env.client, task_queue=queue, workflows=[ProviderGateWorkflow, HolderWorkflow],
+                  workflow_runner=UnsandboxedWorkflowRunner())
+
+
+def max_overlap(held: list[Held]) -> int:
+    edges = sorted([(h.granted_at, 1) for h in held] + [(h.released_at, -1) for h in held])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+async def test_at_most_limit_holders_oldest_first_unique_tokens(own_env):
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    async with worker(own_env, queue):
+        gate = await start_gate(own_env, queue, limit=2)
+        handles = await hold(own_env, queue, gate, 6, hold_s=60)
+        held = [await h.result() for h in handles]
+        snapshot = await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+    assert max_overlap(held) == 2
+    assert [h.token for h in held] == [1, 2, 3, 4, 5, 6]  # granted in the order asked
+    assert snapshot.in_use == 0 and snapshot.waiting == 0 and snapshot.granted == 6
+
+
+async def test_a_refusal_halves_the_limit_and_pauses_grants(own_env):
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    async with worker(own_env, queue):
+        gate = await start_gate(own_env, queue, limit=4)
+        await hold(own_env, queue, gate, 1, hold_s=1, throttled=True, retry_after_s=600)
+        await own_env.sleep(5)
+        snapshot = await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+        assert (snapshot.effective, snapshot.throttles) == (2, 1) and snapshot.paused_until is not None
+        later = await hold(own_env, queue, gate, 3, hold_s=10)
+        held = [await h.result() for h in later]
+    assert held[0].granted_at >= snapshot.paused_until  # nothing granted during the pause
+    assert max_overlap(held) == 2
+
+
+async def test_a_vanished_holder_gives_its_slot_back_when_the_lease_expires(own_env):
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    async with worker(own_env, queue):
+        gate = await start_gate(own_env, queue, limit=1)
+        started = await own_env.get_current_time()
+        (lost,) = await hold(own_env, queue, gate, 1, hold_s=3600 * 24, release=False)
+        (waiting,) = await hold(own_env, queue, gate, 1, hold_s=1)
+        await own_env.sleep(5)
+        await lost.terminate("operator terminated it")  # never releases
+        lost_granted = (await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)).in_use
+        held = await waiting.result()
+    assert lost_granted == 1 and held.token == 2
+    assert started + LEASE <= held.granted_at <= started + LEASE + timedelta(minutes=1)
+
+
+async def test_a_stale_release_changes_nothing(own_env):
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    async with worker(own_env, queue):
+        gate = await start_gate(own_env, queue, limit=1)
+        await hold(own_env, queue, gate, 1, hold_s=1, stale_token=True)
+        await own_env.sleep(5)  # the stale release has arrived; the lease (15 min) has not expired
+        snapshot = await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+    assert snapshot.in_use == 1  # the release named another token: the holder still counts
+
+
+async def test_gate_carries_its_state_across_continue_as_new(own_env):
+    from workflows import provider_gate
+
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    limit_before = provider_gate.HISTORY_LIMIT
+    provider_gate.HISTORY_LIMIT = 40
+    try:
+        async with worker(own_env, queue):
+            gate = await start_gate(own_env, queue, limit=2)
+            handles = await hold(own_env, queue, gate, 8, hold_s=5)
+            held = [await h.result() for h in handles]
+            latest = own_env.client.get_workflow_handle(gate.id)
+            snapshot = await latest.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+            current_run = (await latest.describe()).run_id
+    finally:
+        provider_gate.HISTORY_LIMIT = limit_before
+    assert current_run != gate.result_run_id  # it continued as new at least once
+    assert sorted(h.token for h in held) == list(range(1, 9)) and max_overlap(list(held)) <= 2
+    assert snapshot.granted == 8 and snapshot.in_use == 0

@@ -1,0 +1,177 @@
+"""ProviderGateWorkflow: admission control for one provider, shared by every worker.
+
+One long-lived workflow per provider (id `gate-{provider}`) hands out slots: at most `limit` jobs
+alive at the provider, granted oldest request first, at most `submits_per_minute` grants a minute.
+A generation task asks for a slot before it submits and gives it back once its job is terminal or
+known never created. Waiting costs nothing: a waiting task is a workflow blocked on a signal.
+
+Why a workflow and not rows in Postgres: the queue, the grants and the limit live in one
+deterministic place whose every change is in its history, a waiting task needs no polling, and a
+worker that dies holds nothing (slots belong to workflows, not processes). A slot whose holder
+vanished without giving it back (a workflow terminated by hand) returns when its lease expires;
+holders renew their lease while their job runs. Every grant carries a fencing token: a release or
+renewal with another token than the holder's current one changes nothing, so no slot is counted
+twice. A provider's refusal (429, queue full) halves the effective limit and pauses grants for the
+provider's Retry-After; each accepted submit raises it again by 1/limit (AIMD).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import math
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from schema.admission import (
+        GateInput,
+        GateSnapshot,
+        GateState,
+        Holder,
+        SlotGrant,
+        SlotRelease,
+        SlotRenewal,
+        SlotRequest,
+    )
+    from workflows import api
+
+LEASE = timedelta(minutes=15)
+IDLE_WAKE = timedelta(hours=1)
+HISTORY_LIMIT = 8_000  # events before the gate continues as new with its state
+
+
+@workflow.defn(name=api.GATE_WORKFLOW_NAME)
+class ProviderGateWorkflow:
+    @workflow.init
+    def __init__(self, inp: GateInput) -> None:
+        # Set up here, not in run(): a signal-with-start's request is delivered before run() begins.
+        self._limit, self._per_minute = max(1, inp.limit), inp.submits_per_minute
+        self._state = inp.state or GateState(effective=float(self._limit))
+        self._state.effective = min(self._state.effective, float(self._limit))
+        self._changed = False
+
+    # -- messages -------------------------------------------------------------------------
+
+    @workflow.signal(name=api.SIGNAL_GATE_REQUEST)
+    def request(self, req: SlotRequest) -> None:
+        if req.limit:  # the configuration as of this ask
+            self._limit, self._per_minute = req.limit, req.submits_per_minute
+            self._state.effective = min(self._state.effective, float(self._limit))
+        holder = self._state.holders.get(req.workflow_id)
+        if holder is not None:  # asked again (its activity re-ran): grant the same slot again
+            self._state.regrant.append(req.workflow_id)
+        elif all(q.workflow_id != req.workflow_id for q in self._state.queue):
+            # Oldest first: a task that asks again after a refusal keeps its place by its first ask.
+            req = req.model_copy(update={"requested_at": req.requested_at or workflow.now()})
+            bisect.insort(self._state.queue, req, key=lambda q: q.requested_at)
+        self._changed = True
+
+    @workflow.signal(name=api.SIGNAL_GATE_RELEASE)
+    def release(self, rel: SlotRelease) -> None:
+        self._state.queue = [q for q in self._state.queue if q.workflow_id != rel.workflow_id]
+        holder = self._state.holders.get(rel.workflow_id)
+        if holder is not None and (rel.token is None or holder.token == rel.token):
+            del self._state.holders[rel.workflow_id]
+        if rel.throttled:
+            self._state.effective = max(1.0, self._state.effective / 2)
+            self._state.throttles += 1
+            pause = workflow.now() + timedelta(seconds=max(rel.retry_after_s or 1.0, 1.0))
+            self._state.paused_until = max(self._state.paused_until or pause, pause)
+        self._changed = True
+
+    @workflow.signal(name=api.SIGNAL_GATE_RENEW)
+    def renew(self, ren: SlotRenewal) -> None:
+        holder = self._state.holders.get(ren.workflow_id)
+        if holder is not None and holder.token == ren.token:
+            holder.expires_at = workflow.now() + LEASE
+        if ren.accepted and self._state.effective < self._limit:
+            self._state.effective = min(float(self._limit), self._state.effective + 1 / self._limit)
+            self._changed = True
+
+    @workflow.query(name=api.QUERY_GATE_SNAPSHOT)
+    def snapshot(self) -> GateSnapshot:
+        oldest = min((q.requested_at for q in self._state.queue if q.requested_at), default=None)
+        return GateSnapshot(
+            limit=self._limit, effective=math.floor(self._state.effective), in_use=len(self._state.holders),
+            waiting=len(self._state.queue), oldest_wait_s=(workflow.now() - oldest).total_seconds() if oldest else 0.0,
+            granted=self._state.next_token - 1, throttles=self._state.throttles,
+            paused_until=self._state.paused_until if self._paused() else None,
+        )
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: GateInput) -> None:
+        while True:
+            self._expire_leases()
+            await self._grant()
+            if workflow.info().get_current_history_length() > HISTORY_LIMIT or \
+                    workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(GateInput(provider=inp.provider, limit=self._limit,
+                                                   submits_per_minute=self._per_minute, state=self._state))
+            self._changed = False
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self._changed, timeout=self._next_wake())
+
+    def _next_wake(self) -> timedelta:
+        """When something changes without a signal: a pause ends, a lease expires, rate room opens;
+        at the latest an hour from now (an idle gate's own heartbeat: four events an hour)."""
+        now = workflow.now()
+        times: list[datetime] = [h.expires_at for h in self._state.holders.values()]
+        if self._state.queue:
+            if self._paused():
+                times.append(self._state.paused_until)
+            if self._per_minute and self._state.recent_grants:
+                times.append(self._state.recent_grants[0] + timedelta(minutes=1))
+        times.append(now + IDLE_WAKE)
+        return max(min(times) - now, timedelta(seconds=1))
+
+    def _expire_leases(self) -> None:
+        now = workflow.now()
+        for workflow_id, holder in list(self._state.holders.items()):
+            if holder.expires_at <= now:
+                workflow.logger.warning("slot of %s expired without a release", workflow_id)
+                del self._state.holders[workflow_id]
+
+    def _paused(self) -> bool:
+        return self._state.paused_until is not None and workflow.now() < self._state.paused_until
+
+    def _rate_room(self) -> int:
+        if not self._per_minute:
+            return 1_000_000
+        cutoff = workflow.now() - timedelta(minutes=1)
+        self._state.recent_grants = [t for t in self._state.recent_grants if t > cutoff]
+        return max(0, self._per_minute - len(self._state.recent_grants))
+
+    async def _grant(self) -> None:
+        """Grant slots, oldest request first, while capacity, pause and rate allow."""
+        grants: list[tuple[str, SlotGrant]] = []
+        for workflow_id in self._state.regrant:
+            holder = self._state.holders.get(workflow_id)
+            if holder is not None:
+                grants.append((workflow_id, SlotGrant(token=holder.token)))
+        self._state.regrant = []
+        room = min(math.floor(self._state.effective) - len(self._state.holders), self._rate_room())
+        while room > 0 and self._state.queue and not self._paused():
+            req = self._state.queue.pop(0)
+            token = self._state.next_token
+            self._state.next_token += 1
+            self._state.holders[req.workflow_id] = Holder(token=token, expires_at=workflow.now() + LEASE)
+            self._state.recent_grants.append(workflow.now())
+            grants.append((req.workflow_id, SlotGrant(token=token)))
+            room -= 1
+        results = await asyncio.gather(*(self._send(wid, grant) for wid, grant in grants), return_exceptions=True)
+        for (workflow_id, grant), result in zip(grants, results, strict=True):
+            if isinstance(result, BaseException):  # the task's workflow is gone: take the slot back
+                holder = self._state.holders.get(workflow_id)
+                if holder is not None and holder.token == grant.token:
+                    del self._state.holders[workflow_id]
+                    self._changed = True
+
+    @staticmethod
+    async def _send(workflow_id: str, grant: SlotGrant) -> None:
+        await workflow.get_external_workflow_handle(workflow_id).signal(api.SIGNAL_SLOT_GRANTED, grant)
