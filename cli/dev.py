@@ -146,6 +146,7 @@ def _print_demo(r: dict) -> None:
     else:
         console.print(f"[bold red]ledger check: {len(r['ledger_violations'])} violations[/] "
                       f"(reelqueue ledger check {r['import_id']})")
+    console.print("Temporal Web UI, this import's workflows:", style="bold")
     console.print(r["temporal_ui"], soft_wrap=True)
     if r["sample_task"]:
         console.print(f"A finished task, with attempts, events and assets: reelqueue show {r['sample_task']}")
