@@ -16,7 +16,7 @@ from temporalio import activity
 
 from activities.errors import INSUFFICIENT_CREDIT, business_failure, classified
 from activities.failpoints import failpoint
-from schema.contracts import LedgerResult, SettleInput, TaskRef
+from schema.contracts import LedgerResult, SettleInput, TaskRef, run_suffix
 from schema.db import Database
 from schema.models import CreditEntry, Task, Tenant
 from schema.task_store import TaskNotFound
@@ -35,7 +35,8 @@ class LedgerActivities:
             task = session.get(Task, ref.task_id)
             if task is None:
                 raise TaskNotFound(ref.task_id)
-            if _entry(session, f"reserve:{task.id}") is None:
+            reserve_key = f"reserve:{task.id}{run_suffix(ref.run)}"
+            if _entry(session, reserve_key) is None:
                 # Serialize reservations per tenant: the balance check and the insert must agree.
                 tenant = session.scalar(select(Tenant).where(Tenant.id == task.tenant_id).with_for_update())
                 available = tenant.credit_limit - _committed(session, task.tenant_id)
@@ -44,8 +45,8 @@ class LedgerActivities:
                         f"tenant {task.tenant_id} has {available} credits, task needs {task.estimated_cost}",
                         INSUFFICIENT_CREDIT,
                     )
-                _append(session, task, "RESERVE", task.estimated_cost, f"reserve:{task.id}")
-            return balance(session, task.id)
+                _append(session, task, "RESERVE", task.estimated_cost, reserve_key, run_no=ref.run)
+            return balance(session, task.id, ref.run)
 
     @activity.defn(name="settle")
     @classified
@@ -58,18 +59,19 @@ class LedgerActivities:
             task = session.get(Task, req.task_id)
             if task is None:
                 raise TaskNotFound(req.task_id)
-            reserved = _amount(session, f"reserve:{req.task_id}")
+            run = run_suffix(req.run)
+            reserved = _amount(session, f"reserve:{req.task_id}{run}")
             cost = Decimal(str(req.cost)).quantize(CENT)
             settled = min(cost, reserved)
             if settled > 0:
-                _append(session, task, "SETTLE", settled, f"settle:{task.id}", req.attempt_no)
+                _append(session, task, "SETTLE", settled, f"settle:{task.id}{run}", req.attempt_no, run_no=req.run)
             if reserved - settled > 0:
-                _append(session, task, "RELEASE", reserved - settled, f"release:{task.id}", req.attempt_no,
-                        note=req.reason or None)
+                _append(session, task, "RELEASE", reserved - settled, f"release:{task.id}{run}", req.attempt_no,
+                        note=req.reason or None, run_no=req.run)
             if cost > reserved:
                 _append(session, task, "ADJUSTMENT", cost - reserved, f"adjustment:{task.id}:{req.attempt_no}",
-                        req.attempt_no, note="provider cost above reservation")
-            return balance(session, task.id)
+                        req.attempt_no, note="provider cost above reservation", run_no=req.run)
+            return balance(session, task.id, req.run)
 
 
 def _entry(session: Session, key: str) -> CreditEntry | None:
@@ -83,12 +85,12 @@ def _amount(session: Session, key: str) -> Decimal:
 
 def _append(
     session: Session, task: Task, entry_type: str, amount: Decimal, key: str, attempt_no: int | None = None,
-    note: str | None = None,
+    note: str | None = None, run_no: int = 1,
 ) -> None:
     session.execute(
         insert(CreditEntry)
         .values(tenant_id=task.tenant_id, task_id=task.id, entry_type=entry_type, amount=amount,
-                business_key=key, attempt_no=attempt_no, note=note)
+                business_key=key, attempt_no=attempt_no, note=note, run_no=run_no)
         .on_conflict_do_nothing(index_elements=["business_key"])
     )
 
@@ -106,11 +108,11 @@ def _committed(session: Session, tenant_id: str) -> Decimal:
     return get("RESERVE") - get("RELEASE") + get("ADJUSTMENT") - get("REFUND")
 
 
-def balance(session: Session, task_id: str) -> LedgerResult:
+def balance(session: Session, task_id: str, run: int = 1) -> LedgerResult:
     sums = dict(
         session.execute(
             select(CreditEntry.entry_type, func.sum(CreditEntry.amount))
-            .where(CreditEntry.task_id == task_id)
+            .where(CreditEntry.task_id == task_id, CreditEntry.run_no == run)
             .group_by(CreditEntry.entry_type)
         ).all()
     )

@@ -259,3 +259,38 @@ def cancel(
         emit_json({"task_id": task_id, "outcome": outcome})
     else:
         console.print(f"{task_id}: {outcome}")
+
+
+def retry(
+    import_id: str = typer.Argument(..., help="the import whose ended tasks to run again"),
+    status_filter: str = typer.Option("FAILED_FINAL,EXPIRED", "--status",
+                                      help="comma-separated: FAILED_FINAL, EXPIRED, CANCELED"),
+    task_id: str | None = typer.Option(None, "--task", help="only this task"),
+    reason: str = typer.Option("re-run by an operator", "--reason"),
+    by: str | None = typer.Option(None, "--by", help="who decided (default: your user name)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list what would be re-run; change nothing"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Re-drive tasks that ended without a video: a new run each (new reservation, attempts continue)."""
+    import getpass
+
+    from control.redrive import RedriveRefused, redrive
+
+    statuses = [s.strip().upper() for s in status_filter.split(",") if s.strip()]
+    try:
+        plan = asyncio.run(redrive(get_settings(), import_id, statuses, task_id=task_id, dry_run=dry_run,
+                                   by=by or getpass.getuser(), reason=reason))
+    except RedriveRefused as exc:
+        fail(str(exc), EXIT_BAD_INPUT, as_json=as_json)
+    if as_json:
+        emit_json(plan.model_dump(mode="json"))
+        return
+    table = Table("id", "status", "product", "template", "locale", "ratio", "next run",
+                  title=f"{'would re-run' if dry_run else 're-run'}: {len(plan.tasks)} tasks of {import_id}")
+    for t in plan.tasks:
+        table.add_row(t["id"], t["status"], t["product_id"], t["template"], t["locale"], t["aspect_ratio"],
+                      str(t["next_run"]))
+    console.print(table)
+    if not dry_run:
+        console.print(f"{plan.redriven} tasks re-driven, {plan.started} workflows started; follow with "
+                      f"reelqueue status {import_id}")

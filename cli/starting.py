@@ -44,7 +44,7 @@ async def start_workflows(client: Client, tasks: Sequence[Task], import_id: str,
                 continue
             try:
                 await client.start_workflow(
-                    GenerationWorkflow.run, GenerationInput(task_id=task.id), id=task.workflow_id,
+                    GenerationWorkflow.run, GenerationInput(task_id=task.id, run=task.run_no), id=task.workflow_id,
                     task_queue=task_queue, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                     search_attributes=search_attributes_for(task, import_id),
                     static_summary=api.summary(task.product_id, task.template_id, task.locale, task.aspect_ratio),

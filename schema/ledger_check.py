@@ -93,12 +93,14 @@ def _ledger_rules(session: Session, import_id: str | None,
                   task_ids: Sequence[str] | None = None) -> tuple[list[Violation], list[OpenHold]]:
     reserved, settled, released = (_sum(k) for k in BUSINESS_ENTRIES)
     counts = [_count(k) for k in BUSINESS_ENTRIES]
-    final = Task.status.in_(LEDGER_FINAL)
+    # Each run of a task balances on its own; a run before the task's current one has ended.
+    final = or_(Task.status.in_(LEDGER_FINAL), CreditEntry.run_no < Task.run_no)
     open_hold = and_(~final, Task.status.not_in(HELD_ON_PURPOSE), counts[0] > 0, counts[1] == 0, counts[2] == 0)
     stmt = (
-        _scoped(select(Task.id, Task.status, Task.workflow_id, reserved, settled, released, *counts), import_id)
+        _scoped(select(Task.id, Task.status, Task.workflow_id, reserved, settled, released, *counts,
+                       final), import_id)
         .join(CreditEntry, CreditEntry.task_id == Task.id)
-        .group_by(Task.id)  # the primary key: status and workflow_id follow from it
+        .group_by(Task.id, CreditEntry.run_no)  # per run; status and workflow_id follow from the key
         .having(or_(*(c > 1 for c in counts), and_(final, reserved != settled + released), open_hold))
         .order_by(Task.id)
     )
@@ -106,16 +108,16 @@ def _ledger_rules(session: Session, import_id: str | None,
         stmt = stmt.where(Task.id.in_(task_ids))
     violations: list[Violation] = []
     holds: list[OpenHold] = []
-    for task_id, status, workflow_id, res, sett, rel, *ns in session.execute(stmt):
+    for task_id, status, workflow_id, res, sett, rel, *ns, ended in session.execute(stmt):
         for kind, n in zip(BUSINESS_ENTRIES, ns, strict=True):
             if n > 1:
                 violations.append(Violation(task_id=task_id, status=status, rule=Rule.REPEATED_ENTRY,
-                                            detail=f"{n} {kind} rows (one business entry per task)"))
-        if status in LEDGER_FINAL and res != sett + rel:
+                                            detail=f"{n} {kind} rows (one business entry per task and run)"))
+        if ended and res != sett + rel:
             violations.append(Violation(task_id=task_id, status=status, rule=Rule.UNBALANCED,
                                         detail=f"RESERVE {fmt_amount(res)} != SETTLE {fmt_amount(sett)} + "
                                                f"RELEASE {fmt_amount(rel)}"))
-        elif status not in LEDGER_FINAL and status not in HELD_ON_PURPOSE and ns[0] and not ns[1] and not ns[2]:
+        elif not ended and status not in HELD_ON_PURPOSE and ns[0] and not ns[1] and not ns[2]:
             holds.append(OpenHold(task_id=task_id, status=status, workflow_id=workflow_id, held=res))
     return violations, holds
 

@@ -148,6 +148,7 @@ class Task(Base):
     version: Mapped[int] = mapped_column(Integer, default=0)
     progress: Mapped[Decimal] = mapped_column(Numeric(5, 4), default=0)
     current_attempt_no: Mapped[int] = mapped_column(Integer, default=0)
+    run_no: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))  # +1 per redrive
     output_asset_id: Mapped[str | None] = mapped_column(ForeignKey("assets.id"))
     deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     next_retry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -286,6 +287,7 @@ class CreditEntry(Base):
     business_key: Mapped[str] = mapped_column(String(300))
     attempt_no: Mapped[int | None] = mapped_column(Integer)
     provider_job_id: Mapped[str | None] = mapped_column(String(256))  # the job an ADJUSTMENT pays for
+    run_no: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))  # each run balances
     note: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now_column()
 

@@ -62,6 +62,7 @@ class TaskEvent(StrEnum):
     ATTENTION_RESOLVED = "attention_resolved"
     FINAL_FAILURE = "final_failure"
     DEADLINE_PASSED = "deadline_passed"
+    REDRIVE = "redrive"  # `reelqueue retry`: a new run of a task that ended without a video
 
 
 S = TaskStatus
@@ -96,6 +97,11 @@ RETRYABLE_FROM: frozenset[TaskStatus] = frozenset(
 )
 
 
+# Ended without a video: a person may start a new run (new reservation, attempt numbers continue).
+# SUCCEEDED and REJECTED are never re-run.
+REDRIVABLE: frozenset[TaskStatus] = frozenset({S.FAILED_FINAL, S.EXPIRED, S.CANCELED})
+
+
 def _table() -> dict[tuple[TaskStatus, TaskEvent], TaskStatus]:
     t: dict[tuple[TaskStatus, TaskEvent], TaskStatus] = {
         (S.CREATED, E.VALIDATION_STARTED): S.VALIDATING,
@@ -124,6 +130,8 @@ def _table() -> dict[tuple[TaskStatus, TaskEvent], TaskStatus]:
         (S.NEEDS_ATTENTION, E.SUBMIT_AMBIGUOUS): S.SUBMIT_UNKNOWN,
         (S.NEEDS_ATTENTION, E.PROVIDER_RUNNING): S.RUNNING,
     }
+    for status in REDRIVABLE:
+        t[(status, E.REDRIVE)] = S.CREATED
     for status in RETRYABLE_FROM:
         t[(status, E.RETRYABLE_FAILURE)] = S.RETRY_WAIT
     for status in PRE_DISPATCH:

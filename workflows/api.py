@@ -23,9 +23,9 @@ SIGNAL_GATE_RENEW = "renew"  # SlotRenewal
 QUERY_GATE_SNAPSHOT = "snapshot"  # GateSnapshot: limit, effective limit, in use, waiting, oldest wait
 
 
-def workflow_id(task_id: str) -> str:
-    """One workflow per task, for the task's whole life (started with REJECT_DUPLICATE)."""
-    return f"gen-{task_id}"
+def workflow_id(task_id: str, run: int = 1) -> str:
+    """One workflow per run of a task (started with REJECT_DUPLICATE); `reelqueue retry` starts run n+1."""
+    return f"gen-{task_id}" if run == 1 else f"gen-{task_id}-run{run}"
 
 
 def gate_id(provider: str, task_queue: str) -> str:

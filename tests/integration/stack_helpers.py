@@ -66,8 +66,10 @@ async def run_all(client, settings, import_id: str, queue: str, timeout: float =
     with db.transaction() as session:
         tasks = queries.list_tasks(session, import_id)
     await start_workflows(client, tasks, import_id, queue)
+    # A task that ends FAILED_FINAL or EXPIRED closes its workflow as Failed: the caller checks statuses.
     await asyncio.wait_for(
-        asyncio.gather(*(client.get_workflow_handle(t.workflow_id).result() for t in tasks)), timeout=timeout
+        asyncio.gather(*(client.get_workflow_handle(t.workflow_id).result() for t in tasks), return_exceptions=True),
+        timeout=timeout,
     )
     with db.transaction() as session:
         return queries.list_tasks(session, import_id)

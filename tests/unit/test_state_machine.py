@@ -27,8 +27,19 @@ def test_only_table_rows_are_accepted_and_each_adds_one_to_the_version(status, e
 
 @given(st.sampled_from(sorted(sm.TERMINAL)), st.lists(events, max_size=20))
 def test_terminal_states_are_sticky(status, later_events):
+    """Nothing a workflow, a webhook or a poll sends moves a finished task; only an operator's
+    redrive starts a new run, and never of a task that produced its video (or was rejected)."""
     for event in later_events:
-        assert sm.target(status, event) is None
+        to = sm.target(status, event)
+        if event is sm.TaskEvent.REDRIVE and status in sm.REDRIVABLE:
+            assert to is sm.TaskStatus.CREATED
+        else:
+            assert to is None
+
+
+def test_succeeded_and_rejected_are_never_redriven():
+    assert sm.target(sm.TaskStatus.SUCCEEDED, sm.TaskEvent.REDRIVE) is None
+    assert sm.target(sm.TaskStatus.REJECTED, sm.TaskEvent.REDRIVE) is None
 
 
 @given(st.lists(events, max_size=60))

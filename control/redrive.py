@@ -1,0 +1,77 @@
+"""`reelqueue retry`: a new run of tasks that ended without a video (FAILED_FINAL, EXPIRED,
+CANCELED). Each redrive is a state event naming who and why; the task goes back to CREATED with its
+run number raised, so the new run has its own workflow id (`gen-{task}-run{n}`), its own
+reservation and ledger keys (each run balances on its own) and continues the attempt numbering
+(new request keys). SUCCEEDED and REJECTED tasks are never re-run.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from sqlalchemy import select
+
+from adapters.temporal_client import connect
+from cli.starting import start_workflows
+from config.settings import Settings
+from schema import queries, task_store
+from schema.db import Database
+from schema.models import Task
+from schema.state_machine import REDRIVABLE, TaskEvent, TaskStatus
+from workflows import api
+
+
+class RedriveRefused(ValueError):
+    """Bad input: an unknown import or task, or a status that is never re-run."""
+
+
+class RedrivePlan(BaseModel):
+    import_id: str
+    tasks: list[dict]  # task summaries (with the run they would get)
+    redriven: int = 0
+    started: int = 0
+    dry_run: bool = False
+
+
+def select_tasks(db: Database, import_id: str, statuses: list[str], task_id: str | None) -> list[Task]:
+    wrong = sorted(set(statuses) - {s.value for s in REDRIVABLE})
+    if wrong:
+        raise RedriveRefused(f"only {', '.join(sorted(s.value for s in REDRIVABLE))} can be re-run, not "
+                             f"{', '.join(wrong)}")
+    with db.transaction() as session:
+        if not queries.import_exists(session, import_id):
+            raise RedriveRefused(f"no import {import_id}")
+        tasks = [t for t in queries.list_tasks(session, import_id) if t.status in statuses]
+    if task_id is not None:
+        tasks = [t for t in tasks if t.id == task_id]
+        if not tasks:
+            raise RedriveRefused(f"task {task_id} is not in {import_id} with status {', '.join(statuses)}")
+    return tasks
+
+
+async def redrive(settings: Settings, import_id: str, statuses: list[str], *, task_id: str | None = None,
+                  dry_run: bool = False, by: str, reason: str) -> RedrivePlan:
+    db = Database(settings.database_url)
+    tasks = select_tasks(db, import_id, statuses, task_id)
+    plan = RedrivePlan(import_id=import_id, dry_run=dry_run,
+                       tasks=[{**queries.task_summary(t), "next_run": t.run_no + 1} for t in tasks])
+    if dry_run or not tasks:
+        return plan
+    moved: list[str] = []
+    for task in tasks:  # one short transaction each; the workflow starts after, outside any
+        run = task.run_no + 1
+        with db.transaction() as session:
+            out = task_store.transition(
+                session, task.id, TaskEvent.REDRIVE, source="cli", source_event_id=f"{task.id}:redrive:{run}",
+                payload={"by": by, "reason": reason, "run": run},
+                task_updates={"run_no": run, "workflow_id": api.workflow_id(task.id, run),
+                              "last_error": None, "last_error_class": None, "cancel_outcome": None,
+                              "finished_at": None},
+            )
+        if out.applied and out.status == TaskStatus.CREATED:
+            moved.append(task.id)
+    with db.transaction() as session:
+        fresh = list(session.scalars(select(Task).where(Task.id.in_(moved))))
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    started = await start_workflows(client, fresh, import_id, settings.task_queue)
+    plan.redriven, plan.started = len(moved), started["started"]
+    return plan

@@ -1,0 +1,59 @@
+"""`reelqueue retry`: a FAILED_FINAL task re-driven ends SUCCEEDED; the redrive is a state event,
+attempt numbers continue, and each run's ledger balances on its own."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from cli_helpers import run_cli_async
+from sqlalchemy import select
+from stack_helpers import import_small, run_all
+
+from schema import queries
+from schema.db import Database
+from schema.models import CreditEntry
+from workflows import api
+
+pytestmark = pytest.mark.integration
+
+
+async def test_failed_task_is_redriven_to_success(stack, client, task_queue, tmp_path, monkeypatch):
+    summary = import_small(stack, tmp_path, [("D-1", "Drum", "A drum")], duration_s=1)
+    httpx.post(f"{stack.emulator_url}/_sim/faults", json={"fail_next": 3}, timeout=10).raise_for_status()
+    try:
+        (task,) = await run_all(client, stack, summary.import_id, task_queue, timeout=180)
+    finally:
+        httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
+    assert task.status == "FAILED_FINAL" and task.current_attempt_no == 3
+
+    monkeypatch.setenv("REELQUEUE_TASK_QUEUE", task_queue)  # the CLI starts the new run where our worker is
+    planned = await run_cli_async("retry", summary.import_id, "--dry-run", "--json")
+    assert planned.code == 0 and [t["id"] for t in planned.json["tasks"]] == [task.id], planned.stdout
+    refused = await run_cli_async("retry", summary.import_id, "--status", "SUCCEEDED", "--json")
+    assert refused.code == 2 and "can be re-run" in refused.json["error"]
+
+    done = await run_cli_async("retry", summary.import_id, "--by", "test", "--reason", "provider fixed", "--json")
+    assert done.code == 0 and (done.json["redriven"], done.json["started"]) == (1, 1), done.stdout
+    outcome = await asyncio.wait_for(client.get_workflow_handle(api.workflow_id(task.id, 2)).result(), timeout=120)
+    assert outcome["status"] == "SUCCEEDED"
+
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        detail = queries.task_detail(session, task.id)
+        rows = session.scalars(select(CreditEntry).where(CreditEntry.task_id == task.id)).all()
+    assert [a["attempt_no"] for a in detail["attempts"]] == [1, 2, 3, 4]  # numbering continues: new request keys
+    assert detail["attempts"][-1]["request_key"].endswith("-a4")
+    redrive = next(e for e in detail["events"] if e["event"] == "redrive")
+    assert (redrive["from"], redrive["to"], redrive["payload"]["by"]) == ("FAILED_FINAL", "CREATED", "test")
+    for run in (1, 2):
+        sums = {}
+        for r in rows:
+            if r.run_no == run:
+                sums[r.entry_type] = sums.get(r.entry_type, 0) + r.amount
+        assert sums["RESERVE"] == sums.get("SETTLE", 0) + sums.get("RELEASE", 0), (run, sums)
+    check = await run_cli_async("ledger", "check", summary.import_id, "--json")
+    assert check.code == 0 and check.json["ok"], check.stdout
+    again = await run_cli_async("retry", summary.import_id, "--json")  # SUCCEEDED now: nothing to re-run
+    assert again.code == 0 and again.json["tasks"] == []
