@@ -122,8 +122,12 @@ def run(
     else:
         console.print(f"started {started['started']} workflows "
                       f"({started['already_started']} already running, {started['already_finished']} finished)")
-    if wait and result["by_status"].get("SUCCEEDED", 0) != len(tasks):
-        raise typer.Exit(1)
+    if wait:
+        waiting = {s: n for s, n in result["by_status"].items() if s in ("NEEDS_ATTENTION", "REVIEW") and n}
+        if waiting and not as_json:
+            console.print(f"waiting for a person: {waiting} (reelqueue attention)")
+        if result["by_status"].get("SUCCEEDED", 0) != len(tasks):
+            raise typer.Exit(1)
 
 
 async def _start(settings: Settings, tasks, import_id: str) -> dict[str, int]:  # noqa: ANN001

@@ -19,6 +19,9 @@ from workflows import search_attributes as sa
 from workflows.generation import GenerationWorkflow
 
 START_CONCURRENCY = 16
+# Where `run --wait` stops waiting for a task: it ended, or nothing moves it until a person acts.
+SETTLED_FOR_NOW: frozenset[TaskStatus] = TERMINAL | {TaskStatus.INVALID, TaskStatus.NEEDS_ATTENTION,
+                                                      TaskStatus.REVIEW}
 
 
 def search_attributes_for(task: Task, import_id: str) -> TypedSearchAttributes:
@@ -60,7 +63,7 @@ async def start_workflows(client: Client, tasks: Sequence[Task], import_id: str,
 def wait_with_progress(
     read_counts: Callable[[], dict[str, int]], total: int, *, show: bool, timeout_s: float, poll_s: float = 1.0
 ) -> dict[str, int]:
-    """Poll Postgres until every task is terminal; one progress bar per status when `show`."""
+    """Poll Postgres until every task ended or waits for a person; one progress bar per status."""
     deadline = time.monotonic() + timeout_s
     counts = read_counts()
     with Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -72,9 +75,9 @@ def wait_with_progress(
                 if status.value not in bars and n:
                     bars[status.value] = progress.add_task(status.value, total=total)
                 if status.value in bars:
-                    keep = n > 0 or status in TERMINAL
+                    keep = n > 0 or status in SETTLED_FOR_NOW
                     progress.update(bars[status.value], completed=n, visible=keep)
-            if sum(counts.get(s.value, 0) for s in TERMINAL) >= total or time.monotonic() > deadline:
+            if sum(counts.get(s.value, 0) for s in SETTLED_FOR_NOW) >= total or time.monotonic() > deadline:
                 return counts
             time.sleep(poll_s)
             counts = read_counts()

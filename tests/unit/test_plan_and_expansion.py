@@ -91,3 +91,26 @@ def test_unknown_prompt_field_is_refused(tmp_path):
     path.write_text(text)
     with pytest.raises(PlanError, match="colour"):
         load_plan(path)
+
+
+def test_run_wait_stops_for_tasks_nothing_will_move():
+    """INVALID or NEEDS_ATTENTION tasks end `run --wait` at once instead of waiting for its timeout."""
+    from cli.starting import wait_with_progress
+
+    reads: list[int] = []
+
+    def settled() -> dict[str, int]:
+        reads.append(1)
+        return {"SUCCEEDED": 2, "INVALID": 3, "NEEDS_ATTENTION": 1}
+
+    assert wait_with_progress(settled, 6, show=False, timeout_s=30, poll_s=5)["INVALID"] == 3
+    assert len(reads) == 1  # no second look: nothing was left to wait for
+    running = {"SUCCEEDED": 2, "RUNNING": 1}
+    reads.clear()
+
+    def busy() -> dict[str, int]:
+        reads.append(1)
+        return running
+
+    assert wait_with_progress(busy, 3, show=False, timeout_s=0.25, poll_s=0.1) == running
+    assert len(reads) > 1  # a running task is waited for (here until the timeout)
