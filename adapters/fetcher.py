@@ -1,7 +1,7 @@
 """One SSRF-safe HTTP fetcher for provider outputs and catalog URL checks.
 
 Provider output URLs and catalog image URLs come from outside, so every request goes through the
-checks of shared/notes/reliability.md ("Fetching provider-supplied URLs without SSRF"):
+checks listed in docs/architecture.md ("Security"):
 
 - scheme allowlist (https; http only when ``allow_http``), no credentials in URLs;
 - the host is resolved ONCE per operation and every answer must be a global unicast address

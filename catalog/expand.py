@@ -3,7 +3,8 @@
 The task id is the hash of a canonical identity object (sorted-key JSON): catalog, product id,
 template version, locale, ratio, variant, plus the hashes of everything else that changes the
 output (prompt, source image, render parameters). Same inputs -> same id, whatever the row order
-or how often the expansion runs; a changed prompt or image -> a new task (seed 000).
+or how often the expansion runs; a changed prompt or image -> a new task (docs/architecture.md,
+"The flow of one catalog").
 """
 
 from __future__ import annotations

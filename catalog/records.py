@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 
 class IssueAction(StrEnum):
-    """The queue action of seed 000's validation table."""
+    """The queue action of import's validation table (README, "Catalog formats")."""
 
     STOP_IMPORT = "stop_import"  # product id empty or duplicated: nothing is expanded
     ROW_INVALID = "row_invalid"  # e.g. main image missing: the product makes no task

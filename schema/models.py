@@ -1,7 +1,7 @@
 """SQLAlchemy models: Postgres holds the business facts, Temporal holds the execution.
 
-Every boundary of DESIGN.md has its unique constraint here; the constraints, not isolation
-levels, are what keep duplicates out (shared/notes/reliability.md, "Postgres facts").
+Every idempotency boundary (docs/architecture.md) has its unique constraint here; the constraints, not isolation
+levels, are what keep duplicates out (docs/architecture.md, "Idempotency keys").
 """
 
 from __future__ import annotations

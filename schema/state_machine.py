@@ -1,7 +1,7 @@
 """The task state machine: one explicit transition table, nothing else decides a status.
 
 Pure module (no I/O): the workflow sandbox, the activities and the tests all import it. Rows follow
-seed 002 section 4.5.3, plus the review and needs-attention rows of DESIGN.md. A transition is
+docs/architecture.md ("Task state machine"), review and needs-attention rows included. A transition is
 looked up by (current status, event); terminal statuses accept nothing, so a late event can never
 overwrite SUCCEEDED or CANCELED.
 """

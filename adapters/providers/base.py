@@ -1,4 +1,4 @@
-"""The normalized provider interface (shared/notes/providers.md, last section).
+"""The normalized provider interface (normalized submit outcomes, statuses, error classes and capabilities).
 
 Activities speak only these models; each provider module turns them into its own HTTP API and
 back. Nothing provider-specific leaks past an adapter.

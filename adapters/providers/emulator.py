@@ -2,7 +2,7 @@
 
 httpx directly, with no retries anywhere: a submit is sent at most once per call, and a submit
 that was sent but got no answer is reported as UNKNOWN so the caller reconciles by request key
-before sending again (shared/notes/providers.md).
+before sending again (docs/architecture.md, "Failure paths").
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ class ProductDraft:
             self.attributes[header] = value
 
     def reject(self, row: int, header: str, value: str, reason: str) -> None:
-        """The product makes no task (seed 000: row invalid); it is not emitted."""
+        """The product makes no task (row invalid); it is not emitted."""
         self._note(row, header, value, reason, IssueAction.ROW_INVALID)
         self.invalid = True
 

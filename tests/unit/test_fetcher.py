@@ -1,4 +1,4 @@
-"""SafeFetcher: the SSRF corpus of shared/notes/reliability.md, limits and URL-check classification.
+"""SafeFetcher: the SSRF corpus (docs/architecture.md, "Security"), limits and URL-check classification.
 
 Servers are real http.server instances on 127.0.0.1 free ports; names that must resolve to
 specific addresses use an injected resolver (there is no DNS here, and tests must not need it).

@@ -81,6 +81,16 @@ async def cancel(handle: WorkflowHandle, how: str) -> None:
         await handle.cancel(reason="test")
 
 
+async def cancel_during(world: World, run_world, step: str, how: str) -> WorkflowHandle:
+    """Start the task, hold `step` in flight, cancel meanwhile, then let the step finish."""
+    world.hold(step)
+    handle = await run_world()
+    await entered(world, step)
+    await cancel(handle, how)
+    world.release(step)
+    return handle
+
+
 def closed_as_canceled(how: str) -> str:
     return "completed" if how == "signal" else "canceled"
 
@@ -243,11 +253,7 @@ async def test_deadline_cancels_and_accounts_the_job(world, run_world):
 
 @pytest.mark.parametrize("how", ["signal", "temporal"])
 async def test_cancel_in_queued(world, run_world, how):
-    world.hold("reserve_credit")
-    handle = await run_world()
-    await entered(world, "reserve_credit")
-    await cancel(handle, how)
-    world.release("reserve_credit")
+    handle = await cancel_during(world, run_world, "reserve_credit", how)
     assert await ending(handle) == closed_as_canceled(how)
     assert world.status is S.CANCELED and not world.called("submit")
     assert world.sums() == {"RESERVE": 4, "RELEASE": 4}  # the reserve committed during the cancel is released
@@ -255,11 +261,7 @@ async def test_cancel_in_queued(world, run_world, how):
 
 @pytest.mark.parametrize("how", ["signal", "temporal"])
 async def test_cancel_during_submit_cancels_that_job(world, run_world, how):
-    world.hold("submit")
-    handle = await run_world()
-    await entered(world, "submit")
-    await cancel(handle, how)
-    world.release("submit")
+    handle = await cancel_during(world, run_world, "submit", how)
     assert await ending(handle) == closed_as_canceled(how)
     assert cancelled_jobs(world) == ["job-1"]
     assert world.moves()[-2:] == ["CANCEL_REQUESTED", "CANCELED"]
@@ -269,11 +271,7 @@ async def test_cancel_during_submit_cancels_that_job(world, run_world, how):
 @pytest.mark.parametrize("how", ["signal", "temporal"])
 async def test_cancel_during_reconcile_cancels_the_found_job(world, run_world, how):
     world.submits, world.reconciles = [unknown()], [FOUND]
-    world.hold("reconcile_submit")
-    handle = await run_world()
-    await entered(world, "reconcile_submit")
-    await cancel(handle, how)
-    world.release("reconcile_submit")
+    handle = await cancel_during(world, run_world, "reconcile_submit", how)
     assert await ending(handle) == closed_as_canceled(how)
     assert cancelled_jobs(world) == ["job-1"] and len(world.called("submit")) == 1
     assert world.balanced()
@@ -293,11 +291,7 @@ async def test_cancel_while_running(env, world, run_world, how):
 @pytest.mark.parametrize("how", ["signal", "temporal"])
 async def test_cancel_after_provider_succeeded_is_too_late(world, run_world, how):
     """Completion wins, and the cost is settled once (not once per observation)."""
-    world.hold("fetch_output")
-    handle = await run_world()
-    await entered(world, "fetch_output")
-    await cancel(handle, how)
-    world.release("fetch_output")
+    handle = await cancel_during(world, run_world, "fetch_output", how)
     assert await ending(handle) == "completed"
     assert world.status is S.SUCCEEDED and cancelled_jobs(world) == []
     assert world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1}

@@ -150,6 +150,11 @@ class World:
         if name in self.gates:
             await self.gates[name].wait()
 
+    async def _answer(self, name: str, arg: Any, script: list[Answer]) -> Any:
+        """A scripted activity: record the call, wait at its gate, give the next scripted answer."""
+        await self._enter(name, arg)
+        return self._next(script, name)
+
     @staticmethod
     def _next(script: list[Answer], name: str) -> Any:
         if not script:
@@ -213,13 +218,11 @@ class World:
 
         @activity.defn(name="submit")
         async def submit(ref: AttemptRef) -> SubmitActivityResult:
-            await world._enter("submit", ref)
-            return world._next(world.submits, "submit")
+            return await world._answer("submit", ref, world.submits)
 
         @activity.defn(name="reconcile_submit")
         async def reconcile_submit(ref: AttemptRef) -> ReconcileResult:
-            await world._enter("reconcile_submit", ref)
-            return world._next(world.reconciles, "reconcile_submit")
+            return await world._answer("reconcile_submit", ref, world.reconciles)
 
         @activity.defn(name="abandon_attempt")
         async def abandon_attempt(ref: AttemptRef) -> bool:
@@ -229,13 +232,11 @@ class World:
 
         @activity.defn(name="poll_job")
         async def poll_job(ref: JobRef) -> PollResult:
-            await world._enter("poll_job", ref)
-            return world._next(world.polls, "poll_job")
+            return await world._answer("poll_job", ref, world.polls)
 
         @activity.defn(name="cancel_job")
         async def cancel_job(ref: JobRef) -> PollResult:
-            await world._enter("cancel_job", ref)
-            return world._next(world.cancels, "cancel_job")
+            return await world._answer("cancel_job", ref, world.cancels)
 
         @activity.defn(name="account_stray_job")
         async def account_stray_job(ref: StrayJobRef) -> StrayJobResult:
