@@ -29,7 +29,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     poll = PollActivities(db, providers)
     fetch = FetchActivities(db, storage, providers, fetcher)
     media = MediaActivities(db, storage)
-    admission = AdmissionActivities(client, settings.provider_limits)
+    admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s)
     return [
         admission.request_slot,
         tasks.validate_task,

@@ -7,12 +7,12 @@ from temporalio import activity
 from activities.errors import classified
 from adapters.providers.base import VideoProvider
 from adapters.storage import ObjectStorage
+from catalog.plan import Deadlines
+from catalog.plan import Plan as PlanSpec
 from schema import task_store
 from schema.contracts import TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
 from schema.db import Database
-from schema.models import Asset, Task
-
-DEFAULT_DEADLINE_S = 3600.0
+from schema.models import Asset, Plan, Task
 
 
 class TaskActivities:
@@ -50,13 +50,16 @@ class TaskActivities:
             if task is None:
                 raise task_store.TaskNotFound(ref.task_id)
             image = session.get(Asset, task.image_asset_id) if task.image_asset_id else None
+            plan = PlanSpec.model_validate(session.get(Plan, task.plan_id).content)
         provider = self.providers.get(task.provider)
+        deadlines = plan.deadlines or Deadlines()
         info = TaskInfo(
             task_id=task.id, tenant_id=task.tenant_id, status=task.status, provider=task.provider,
             model=task.model, aspect_ratio=task.aspect_ratio, duration_s=float(task.duration_s),
             estimated_cost=float(task.estimated_cost),
             min_poll_interval_s=provider.capabilities.min_poll_interval_s if provider else 1.0,
-            deadline_s=DEFAULT_DEADLINE_S, current_attempt_no=task.current_attempt_no,
+            deadline_s=deadlines.job_minutes * 60, task_deadline_s=deadlines.task_hours * 3600,
+            plan_limits=plan.limits_for(task.provider), current_attempt_no=task.current_attempt_no,
         )
         reason = _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)

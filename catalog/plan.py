@@ -13,7 +13,9 @@ import tomllib
 from decimal import Decimal
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from schema.admission import PlanLimits
 
 LOCALE_RE = re.compile(r"^[a-z]{2,3}(-[A-Z][a-z]{3})?(-[A-Z]{2}|-\d{3})?$")
 SUPPORTED_RATIOS = ("9:16", "16:9", "1:1")
@@ -56,6 +58,18 @@ class CatalogOptions(BaseModel):
     columns: dict[str, str] | None = None  # our field -> header in the file
 
 
+class Deadlines(BaseModel):
+    """How long a task may take in all (waits and retries included) and one provider job may run."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_hours: float = Field(default=24.0, gt=0, le=24 * 30)
+    job_minutes: float = Field(default=60.0, gt=0, le=24 * 60)
+
+
+# Operational settings: absent unless the plan sets them, so plans without them keep their hash.
+_OPERATIONAL = ("deadlines", "providers")
+
+
 class Plan(BaseModel):
     name: str
     locales: list[str]
@@ -63,6 +77,8 @@ class Plan(BaseModel):
     templates: list[Template]
     variants: list[Variant] = Field(default_factory=lambda: [Variant(id="default")])
     catalog: CatalogOptions = Field(default_factory=CatalogOptions)
+    deadlines: Deadlines | None = None
+    providers: dict[str, PlanLimits] | None = Field(default=None, description="admission limits per provider")
 
     @field_validator("aspect_ratios")
     @classmethod
@@ -80,10 +96,17 @@ class Plan(BaseModel):
                 raise ValueError(f"duplicate {label} ids: {sorted(dupes)}")
         if not self.templates:
             raise ValueError("a plan needs at least one template")
+        unused = set(self.providers or {}) - {t.provider for t in self.templates}
+        if unused:
+            raise ValueError(f"[providers] names {sorted(unused)}, which no template uses")
         return self
 
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        unset = {name for name in _OPERATIONAL if getattr(self, name) is None}
+        return json.dumps(self.model_dump(mode="json", exclude=unset), sort_keys=True, separators=(",", ":"))
+
+    def limits_for(self, provider: str) -> PlanLimits | None:
+        return (self.providers or {}).get(provider)
 
     @property
     def plan_id(self) -> str:

@@ -111,11 +111,11 @@ def run(
     with db.transaction() as session:
         if not queries.import_exists(session, import_id):
             fail(f"no import {import_id}", EXIT_BAD_INPUT, as_json=as_json)
-        tasks = queries.list_tasks(session, import_id)
-    started = asyncio.run(_start(settings, tasks, import_id))
-    result: dict = {"import_id": import_id, "tasks": len(tasks), **started}
+        total = queries.count_tasks(session, import_id)
+    started = start_import(settings, db, import_id, total, show=not as_json)
+    result: dict = {"import_id": import_id, "tasks": total, **started}
     if wait:
-        counts = wait_for_import(db, import_id, len(tasks), show=not as_json, timeout_s=timeout)
+        counts = wait_for_import(db, import_id, total, show=not as_json, timeout_s=timeout)
         result["by_status"] = counts
     if as_json:
         emit_json(result)
@@ -126,16 +126,21 @@ def run(
         waiting = {s: n for s, n in result["by_status"].items() if s in ("NEEDS_ATTENTION", "REVIEW") and n}
         if waiting and not as_json:
             console.print(f"waiting for a person: {waiting} (reelqueue attention)")
-        if result["by_status"].get("SUCCEEDED", 0) != len(tasks):
+        if result["by_status"].get("SUCCEEDED", 0) != total:
             raise typer.Exit(1)
 
 
-async def _start(settings: Settings, tasks, import_id: str) -> dict[str, int]:  # noqa: ANN001
+def start_import(settings: Settings, db: Database, import_id: str, total: int, *, show: bool) -> dict[str, int]:
+    """Start every task's workflow, reading the tasks page by page (bounded memory at any size)."""
     from adapters.temporal_client import connect
-    from cli.starting import start_workflows
+    from cli.starting import start_with_progress
 
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
-    return await start_workflows(client, tasks, import_id, settings.task_queue)
+    async def start() -> dict[str, int]:
+        client = await connect(settings.temporal_address, settings.temporal_namespace)
+        return await start_with_progress(client, queries.iter_tasks_to_start(db, import_id), total, import_id,
+                                         settings.task_queue, show=show)
+
+    return asyncio.run(start())
 
 
 def wait_for_import(db: Database, import_id: str, total: int, *, show: bool, timeout_s: float) -> dict[str, int]:

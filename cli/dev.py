@@ -82,7 +82,7 @@ def demo(
     from catalog.importer import ImportRejected
     from catalog.plan import load_plan
     from catalog.service import run_import
-    from cli.commands import _start, wait_for_import
+    from cli.commands import start_import, wait_for_import
     from control.ledger_audit import audit_ledger
     from schema import queries
     from schema.db import Database
@@ -98,12 +98,12 @@ def demo(
         fail(f"the example catalog was rejected: {exc}")
     db = Database(settings.database_url)
     with db.transaction() as session:
-        tasks = queries.list_tasks(session, summary.import_id)
+        total = queries.count_tasks(session, summary.import_id)
     if not as_json:
         console.print(f"imported {summary.products} products from {catalog.name} -> {summary.tasks} tasks "
                       f"({summary.tasks_new} new, {summary.tasks_reused} reused); import {summary.import_id}")
-    starts = asyncio.run(_start(settings, tasks, summary.import_id))
-    counts = wait_for_import(db, summary.import_id, len(tasks), show=not as_json, timeout_s=timeout)
+    starts = start_import(settings, db, summary.import_id, total, show=not as_json)
+    counts = wait_for_import(db, summary.import_id, total, show=not as_json, timeout_s=timeout)
     with db.transaction() as session:
         sample = next(iter(queries.list_tasks(session, summary.import_id, "SUCCEEDED", 1)), None)
         detail = queries.task_detail(session, sample.id) if sample else None
@@ -112,7 +112,7 @@ def demo(
     ui = (f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows?query="
           + quote(f"ImportId=\"{summary.import_id}\""))
     result = {
-        "import_id": summary.import_id, "tasks": len(tasks), "by_status": counts, **starts,
+        "import_id": summary.import_id, "tasks": total, "by_status": counts, **starts,
         "seconds": round(time.monotonic() - started, 1), "temporal_ui": ui,
         "sample_task": sample.id if sample else None, "sample_proxy_url": proxy_url,
         "ledger_ok": ledger.ok, "ledger_violations": [v.model_dump(mode="json") for v in ledger.violations],
@@ -121,7 +121,7 @@ def demo(
         emit_json(result)
     else:
         _print_demo(result)
-    if counts.get("SUCCEEDED", 0) != len(tasks) or not ledger.ok:
+    if counts.get("SUCCEEDED", 0) != total or not ledger.ok:
         raise typer.Exit(1)
 
 

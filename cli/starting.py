@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from temporalio.client import Client
@@ -12,7 +13,6 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from schema.contracts import GenerationInput
-from schema.models import Task
 from schema.state_machine import TERMINAL, TaskStatus
 from workflows import api
 from workflows import search_attributes as sa
@@ -24,7 +24,21 @@ SETTLED_FOR_NOW: frozenset[TaskStatus] = TERMINAL | {TaskStatus.INVALID, TaskSta
                                                       TaskStatus.REVIEW}
 
 
-def search_attributes_for(task: Task, import_id: str) -> TypedSearchAttributes:
+class TaskToStart(Protocol):
+    """What starting a task's workflow reads: a Task row, or a row of queries.START_COLUMNS."""
+
+    id: str
+    workflow_id: str
+    status: str
+    run_no: int
+    product_id: str
+    template_id: str
+    locale: str
+    aspect_ratio: str
+    provider: str
+
+
+def search_attributes_for(task: TaskToStart, import_id: str) -> TypedSearchAttributes:
     return TypedSearchAttributes([
         SearchAttributePair(sa.TASK_STATUS, task.status),
         SearchAttributePair(sa.IMPORT_ID, import_id),
@@ -35,29 +49,52 @@ def search_attributes_for(task: Task, import_id: str) -> TypedSearchAttributes:
     ])
 
 
-async def start_workflows(client: Client, tasks: Sequence[Task], import_id: str, task_queue: str) -> dict[str, int]:
-    """Start one workflow per task, START_CONCURRENCY at a time; an id that already ran is never started again."""
+async def start_workflows(client: Client, tasks: Iterable[TaskToStart], import_id: str, task_queue: str,
+                          on_start: Callable[[], None] | None = None) -> dict[str, int]:
+    """Start one workflow per task, START_CONCURRENCY at a time; an id that already ran is never started again.
+
+    `tasks` is consumed lazily (a paged query for large imports), so memory does not grow with the
+    import; `on_start` is told after every task, started or not (a progress bar)."""
     counts = {"started": 0, "already_started": 0, "already_finished": 0}
     pending = iter(tasks)
 
     async def starter() -> None:
         for task in pending:  # the shared iterator hands each task to exactly one starter
-            if task.status in TERMINAL:
-                counts["already_finished"] += 1
-                continue
-            try:
-                await client.start_workflow(
-                    GenerationWorkflow.run, GenerationInput(task_id=task.id, run=task.run_no), id=task.workflow_id,
-                    task_queue=task_queue, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                    search_attributes=search_attributes_for(task, import_id),
-                    static_summary=api.summary(task.product_id, task.template_id, task.locale, task.aspect_ratio),
-                )
-                counts["started"] += 1
-            except WorkflowAlreadyStartedError:
-                counts["already_started"] += 1
+            counts[await _start_one(client, task, import_id, task_queue)] += 1
+            if on_start is not None:
+                on_start()
 
     await asyncio.gather(*(starter() for _ in range(START_CONCURRENCY)))
     return counts
+
+
+async def _start_one(client: Client, task: TaskToStart, import_id: str, task_queue: str) -> str:
+    if task.status in TERMINAL:
+        return "already_finished"
+    try:
+        await client.start_workflow(
+            GenerationWorkflow.run, GenerationInput(task_id=task.id, run=task.run_no), id=task.workflow_id,
+            task_queue=task_queue, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=search_attributes_for(task, import_id),
+            static_summary=api.summary(task.product_id, task.template_id, task.locale, task.aspect_ratio),
+        )
+    except WorkflowAlreadyStartedError:
+        return "already_started"
+    return "started"
+
+
+async def start_with_progress(client: Client, tasks: Iterable[TaskToStart], total: int, import_id: str,
+                              task_queue: str, *, show: bool) -> dict[str, int]:
+    """start_workflows with a progress bar (hidden for --json)."""
+    with _bars(show) as progress:
+        bar = progress.add_task("starting", total=total)
+        return await start_workflows(client, tasks, import_id, task_queue,
+                                     on_start=lambda: progress.advance(bar))
+
+
+def _bars(show: bool) -> Progress:
+    return Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    disable=not show, transient=False)
 
 
 def wait_with_progress(
@@ -66,8 +103,7 @@ def wait_with_progress(
     """Poll Postgres until every task ended or waits for a person; one progress bar per status."""
     deadline = time.monotonic() + timeout_s
     counts = read_counts()
-    with Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  disable=not show, transient=False) as progress:
+    with _bars(show) as progress:
         bars: dict[str, int] = {}
         while True:
             for status in TaskStatus:  # a bar per status that holds tasks now (terminal ones stay)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     s3_region: str = "us-east-1"
 
     emulator_url: str = "http://127.0.0.1:8900"
+    # How `reelqueue dev up` runs the emulator: render "fast" (tiny clips) for load tests.
+    emulator_render: Literal["full", "fast"] = "full"
+    emulator_max_running: int = 50
+    emulator_max_queued: int = 100
     emulator_api_key: str = "emulator-dev-key"
     gateway_url: str = "http://127.0.0.1:8000"
     provider: str = "emulator"
@@ -54,6 +58,8 @@ class Settings(BaseSettings):
 
     # Admission per provider, e.g. REELQUEUE_PROVIDER_LIMITS='{"emulator": {"max_concurrent": 20}}'.
     provider_limits: dict[str, ProviderLimits] = Field(default_factory=dict)
+    # How long a gate waits on a silent slot holder before checking that it still runs.
+    gate_lease_s: float = Field(default=900.0, gt=0)
 
     tenant: str = "default"
     tenant_credit_limit: float = 1_000_000.0

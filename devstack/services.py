@@ -236,7 +236,10 @@ class Emulator(_PythonService):
         datadir = ctx.paths.data(self.name)
         datadir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "emulator", "--host", "127.0.0.1", "--port", str(ctx.ports["emulator"])]
-        return self._spawn(ctx, cmd + ["--data-dir", str(datadir)])
+        s = ctx.settings
+        tuning = ["--render", s.emulator_render, "--max-running", str(s.emulator_max_running),
+                  "--max-queued", str(s.emulator_max_queued)]
+        return self._spawn(ctx, cmd + ["--data-dir", str(datadir), *tuning])
 
     def probe(self, settings: Settings, paths: StackPaths) -> bool:
         return probes.http_ok(settings.emulator_url.rstrip("/") + "/healthz")

@@ -18,7 +18,19 @@ def parse_args(argv: list[str] | None = None) -> EmulatorConfig:
     p.add_argument("--host", default=defaults.host)
     p.add_argument("--port", type=int, default=defaults.port)
     p.add_argument("--data-dir", type=Path, default=defaults.data_dir, help="sqlite jobs + rendered files")
-    p.add_argument("--job-seconds", type=float, default=defaults.job_seconds, help="minimum running time")
+    p.add_argument("--job-seconds", type=float, default=defaults.job_seconds, help="time a job runs")
+    p.add_argument("--job-jitter", type=float, default=defaults.job_jitter, help="job time x [1-J, 1+J]")
+    p.add_argument("--max-running", type=int, default=defaults.max_running, help="jobs running at once")
+    p.add_argument("--max-queued", type=int, default=defaults.max_queued, help="waiting jobs before 429")
+    p.add_argument("--render", choices=["full", "fast"], default=defaults.render, help="clip size and frame rate")
+    p.add_argument("--render-workers", type=int, default=defaults.render_workers, help="ffmpeg renders at once")
+    p.add_argument(
+        "--render-cache",
+        dest="render_cache_max",
+        type=int,
+        default=defaults.render_cache_max,
+        help="clips kept in DATA_DIR/cache (0: off)",
+    )
     p.add_argument("--public-url", default=None, help="base of output URLs (default http://HOST:PORT)")
     p.add_argument("--webhook-secret", default=None, help="whsec_... (default: random per process)")
     p.add_argument("--price-per-second", type=float, default=defaults.price_per_second)

@@ -1,10 +1,9 @@
 """The emulator's HTTP API (see README.md): provider-style /v1 routes, signed file URLs and
-/_sim test hooks, over the sqlite store and the render threads."""
+/_sim test hooks, over the sqlite store, the job clock and the render threads."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,13 +14,15 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 
+from emulator.clock import JobClock
 from emulator.config import EmulatorConfig
 from emulator.faults import FaultBoard
 from emulator.service import JobService
 from emulator.signing import check_file_token
+from emulator.stats import StatsBoard
 from emulator.store import JobRecord, JobStore
 from emulator.webhooks import WebhookSender
-from emulator.wire import Faults, JobList, JobOut, SimJobList, SimStats, SubmitIn
+from emulator.wire import ALIVE, WAITING, Faults, JobList, JobOut, SimJobList, SimStats, SubmitIn
 from emulator.worker import RenderPool
 
 _RETRY_AFTER_S = "1"
@@ -62,18 +63,20 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
     """Build the app from a config, or from EmulatorConfig fields given as keywords."""
     config = config or EmulatorConfig(**params)
     store = JobStore(config.db_path)
-    webhooks = WebhookSender(config.webhook_secret, attempts=config.webhook_attempts)
+    stats = StatsBoard()
+    webhooks = WebhookSender(config.webhook_secret, attempts=config.webhook_attempts, stats=stats)
     service = JobService(config, store, webhooks)
     faults = FaultBoard()
-    pool = RenderPool(service, config, faults)
-    stats = SimStats()
-    stats_lock = threading.Lock()
+    pool = RenderPool(store, config, stats, on_rendered=lambda: clock.wake())
+    clock = JobClock(service, config, faults, stats, on_started=pool.wake)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         webhooks.start()
         pool.start()
+        clock.start()
         yield
+        await asyncio.to_thread(clock.stop)
         await asyncio.to_thread(pool.stop)
         await asyncio.to_thread(webhooks.stop)
         store.close()
@@ -100,28 +103,25 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
 
     def _count_refusal(status: int) -> None:
         if status == 429:
-            with stats_lock:
-                stats.refused_429 += 1
+            stats.add("refused_429")
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_bearer)])
 
     @v1.post("/jobs", status_code=201)
     async def submit(body: SubmitIn, request: Request) -> JobOut:
-        with stats_lock:
-            stats.submits += 1
+        stats.add("submits")
         injected = faults.take_submit_status()
         if injected is not None:
             retry = _RETRY_AFTER_S if injected == 429 or injected >= 500 else None
             _count_refusal(injected)
             raise ApiError(injected, "SIM.INJECTED_STATUS", f"injected HTTP {injected}", retry_after=retry)
-        if store.count("queued") >= config.max_queued:
+        if store.count(*WAITING) >= faults.tuning(config).max_queued:
             _count_refusal(429)
-            raise ApiError(429, "RATE_LIMIT.QUEUE_FULL", "too many queued jobs", retry_after=_RETRY_AFTER_S)
+            raise ApiError(429, "RATE_LIMIT.QUEUE_FULL", "too many jobs waiting", retry_after=_RETRY_AFTER_S)
         job = service.create(body, fail_injected=faults.take("fail_next"))
-        alive = store.count("queued") + store.count("running")
-        with stats_lock:
-            stats.max_alive = max(stats.max_alive, alive)
-        pool.wake()
+        stats.add("jobs_created")
+        stats.peak("max_alive", store.count(*ALIVE))
+        clock.wake()
         if faults.take("submit_hang_after_create"):
             await _hold_answer(request, config.hang_s)
         return service.view(job)
@@ -132,6 +132,7 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
 
     @v1.get("/jobs/{job_id}")
     def get_job(job_id: str) -> JobOut:
+        stats.add("status_calls")
         _outage("status_outage_s")
         if faults.in_outage("status_missing_s"):
             raise ApiError(404, "NOT_FOUND", f"no job {job_id}")
@@ -145,7 +146,9 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
     @v1.post("/jobs/{job_id}/cancel")
     def cancel(job_id: str) -> JobOut:
         _outage("cancel_outage_s")
-        return service.view(_found(service.cancel(job_id), job_id))
+        job = _found(service.cancel(job_id), job_id)
+        clock.wake()  # a running slot may be free
+        return service.view(job)
 
     app.include_router(v1)
 
@@ -168,15 +171,11 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
 
     @app.get("/_sim/stats")
     def sim_stats() -> SimStats:
-        with stats_lock:
-            return stats.model_copy()
+        return stats.snapshot()
 
     @app.delete("/_sim/stats")
     def reset_stats() -> SimStats:
-        nonlocal stats
-        with stats_lock:
-            stats = SimStats()
-            return stats.model_copy()
+        return stats.reset()
 
     @app.get("/_sim/faults")
     def get_faults() -> Faults:
@@ -184,10 +183,14 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
 
     @app.post("/_sim/faults")
     def set_faults(body: Faults) -> Faults:
-        return faults.update(body)
+        updated = faults.update(body)
+        clock.wake()  # a raised max_running starts throttled jobs now
+        return updated
 
     @app.delete("/_sim/faults")
     def reset_faults() -> Faults:
-        return faults.reset()
+        reset = faults.reset()
+        clock.wake()
+        return reset
 
     return app

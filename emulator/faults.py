@@ -1,13 +1,27 @@
-"""Injected faults, counted down as submits and jobs consume them (in memory, per process)."""
+"""Injected faults, counted down as submits and jobs consume them, and runtime tuning of the
+job limits (in memory, per process): one emulator serves a whole test session, so each test
+sets what it needs here instead of restarting it."""
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, fields
 
+from emulator.config import EmulatorConfig
 from emulator.wire import Faults
 
 OUTAGES = ("cancel_outage_s", "status_outage_s", "list_outage_s", "status_missing_s")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The job limits in force: the board's overrides, else the configured values."""
+
+    job_seconds: float
+    job_jitter: float
+    max_running: int
+    max_queued: int
 
 
 class FaultBoard:
@@ -36,6 +50,14 @@ class FaultBoard:
             self._faults = Faults()
             self._outage_until.clear()
             return self._view()
+
+    def tuning(self, config: EmulatorConfig) -> Tuning:
+        faults = self.snapshot()
+        values = {}
+        for field in fields(Tuning):
+            override = getattr(faults, field.name)
+            values[field.name] = getattr(config, field.name) if override is None else override
+        return Tuning(**values)
 
     def in_outage(self, name: str) -> bool:
         with self._lock:

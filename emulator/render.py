@@ -1,12 +1,14 @@
 """Render a job for real: fetch the product image, then ffmpeg a zoom/pan clip with text.
 
 The output is a genuine H.264/AAC MP4 at the requested ratio and duration, so everything
-downstream (fetch, probe, transcode, review) works on real media.
+downstream (fetch, probe, transcode, review) works on real media. Mode "fast" renders the same
+clip tiny and at a low frame rate, for load tests where only the pipeline around it matters.
 """
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import ffmpeg
@@ -14,11 +16,41 @@ import httpx
 
 from adapters.media.ffmpeg_tools import MediaError, atomic_output, font_path, run_ffmpeg
 from adapters.media.transcode import frame_size, probe
+from emulator.config import RenderMode
 
 FPS = 24
 RENDER_SCALE = 1.5  # x the proxy frame: 9:16 -> 540x960, 16:9 -> 960x540, 1:1 -> 720x720
+FAST_FPS = 10
+FAST_SHORT_SIDE = 180  # 9:16 -> 180x320, 16:9 -> 320x180, 1:1 -> 180x180
 ZOOM_END = 1.25
 BACKGROUND = "0x1d2b53"
+
+
+@dataclass(frozen=True)
+class RenderProfile:
+    """What a render mode sets: frame, frame rate and encoder effort."""
+
+    width: int
+    height: int
+    fps: int
+    preset: str
+    crf: int | None  # None: x264's default
+    audio_bitrate: str
+
+
+def fast_frame_size(aspect_ratio: str, short_side: int = FAST_SHORT_SIDE) -> tuple[int, int]:
+    """The ratio's frame scaled so its short side is `short_side` (even, ratio kept exactly)."""
+    width, height = frame_size(aspect_ratio)
+    scale = short_side / min(width, height)
+    return round(width * scale), round(height * scale)
+
+
+def render_profile(aspect_ratio: str, mode: RenderMode) -> RenderProfile:
+    if mode == "fast":
+        width, height = fast_frame_size(aspect_ratio)
+        return RenderProfile(width, height, FAST_FPS, preset="ultrafast", crf=35, audio_bitrate="32k")
+    width, height = frame_size(aspect_ratio, scale=RENDER_SCALE)
+    return RenderProfile(width, height, FPS, preset="veryfast", crf=None, audio_bitrate="64k")
 
 
 class RenderError(Exception):
@@ -54,10 +86,10 @@ def fetch_image(url: str, dst: Path, *, timeout_s: float, max_bytes: int) -> Pat
     return dst
 
 
-def _background(image: Path | None, width: int, height: int, frames: int):
+def _background(image: Path | None, width: int, height: int, fps: int, frames: int):
     """Slow zoom with a left-to-right drift over the image (cropped to fill), or a plain colour."""
     if image is None:
-        return ffmpeg.input(f"color=c={BACKGROUND}:s={width}x{height}:r={FPS}", f="lavfi").video
+        return ffmpeg.input(f"color=c={BACKGROUND}:s={width}x{height}:r={fps}", f="lavfi").video
     step = (ZOOM_END - 1.0) / max(frames, 1)
     big_w, big_h = int(width * RENDER_SCALE) // 2 * 2, int(height * RENDER_SCALE) // 2 * 2
     return (
@@ -71,7 +103,7 @@ def _background(image: Path | None, width: int, height: int, frames: int):
             y="(ih-ih/zoom)/2",
             d=frames,
             s=f"{width}x{height}",
-            fps=FPS,
+            fps=fps,
         )
     )
 
@@ -114,15 +146,18 @@ def render_video(
     duration_s: float,
     overlay_lines: list[str],
     work_dir: Path,
+    mode: RenderMode = "full",
 ) -> Path:
-    """Write the job's MP4 to `dst` (atomically): H.264 24 fps + a quiet AAC sine tone.
+    """Write the job's MP4 to `dst` (atomically): H.264 + a quiet AAC sine tone, framed by `mode`.
 
     `work_dir` (the caller's, existing) receives the drawtext text files."""
-    width, height = frame_size(aspect_ratio, scale=RENDER_SCALE)
-    frames = max(1, round(duration_s * FPS))
-    video = _overlay(_background(image, width, height, frames), overlay_lines, work_dir, width, height)
+    prof = render_profile(aspect_ratio, mode)
+    frames = max(1, round(duration_s * prof.fps))
+    background = _background(image, prof.width, prof.height, prof.fps, frames)
+    video = _overlay(background, overlay_lines, work_dir, prof.width, prof.height)
     tone = ffmpeg.input(f"sine=frequency=440:sample_rate=48000:duration={duration_s}", f="lavfi").audio
     audio = tone.filter("volume", 0.05)
+    quality = {} if prof.crf is None else {"crf": prof.crf}
     try:
         with atomic_output(dst) as tmp:
             out = ffmpeg.output(
@@ -131,13 +166,14 @@ def render_video(
                 str(tmp),
                 f="mp4",
                 t=duration_s,
-                r=FPS,
+                r=prof.fps,
                 vcodec="libx264",
-                preset="veryfast",
+                preset=prof.preset,
                 pix_fmt="yuv420p",
                 acodec="aac",
-                audio_bitrate="64k",
+                audio_bitrate=prof.audio_bitrate,
                 movflags="+faststart",
+                **quality,
             )
             run_ffmpeg(out, f"render {dst.name}")
     except MediaError as exc:

@@ -1,4 +1,7 @@
-"""Job lifecycle: every status change goes through here, so each one fires its webhook."""
+"""Job lifecycle: every status change goes through here, so each one fires its webhook.
+
+queued -> (throttled ->) running -> succeeded | failed, and canceled from any of the first three.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,9 @@ from datetime import UTC, datetime
 from emulator.config import EmulatorConfig
 from emulator.signing import file_token
 from emulator.store import JobRecord, JobStore
+from emulator.timing import PROGRESS_CAP, running_progress
 from emulator.webhooks import WebhookSender
-from emulator.wire import ErrorOut, JobOut, OutputOut, SimJobOut, SubmitIn, UsageOut
+from emulator.wire import ALIVE, ErrorOut, JobOut, OutputOut, SimJobOut, SubmitIn, UsageOut
 
 
 def _ts(epoch: float) -> datetime:
@@ -40,27 +44,43 @@ class JobService:
 
     def cancel(self, job_id: str) -> JobRecord | None:
         """Cancel if not finished; a terminal job is returned unchanged. None if unknown."""
-        changed = self.store.transition(job_id, "canceled", only_from=("queued", "running"))
+        changed = self.store.transition(job_id, "canceled", only_from=ALIVE)
         if changed:
             self._changed(changed)
             return changed
         return self.store.get(job_id)
 
-    def claim_next(self) -> JobRecord | None:
-        claimed = self.store.claim_next()
-        if claimed is None:
-            return None
-        job, before = claimed
-        if before != job.status:
-            self._changed(job)
-        return job
+    def start(self, job: JobRecord, job_s: float) -> JobRecord | None:
+        """Start the job's timer and queue its render (again, for a job a dead process left
+        running); None if it was canceled meanwhile."""
+        started = self.store.transition(
+            job.id,
+            "running",
+            only_from=(job.status,),
+            started_at=time.time(),
+            job_s=job_s,
+            owner=self.store.owner,
+            render_state=None,
+            error_code=None,
+            error_message=None,
+            progress=0.0,
+        )
+        if started and job.status != "running":
+            self._changed(started)
+        return started
 
-    def succeed(self, job: JobRecord) -> bool:
+    def throttle(self, job: JobRecord) -> None:
+        """A queued job that cannot run yet: over the running limit, like Runway's THROTTLED."""
+        changed = self.store.transition(job.id, "throttled", only_from=("queued",))
+        if changed:
+            self._changed(changed)
+
+    def finish(self, job: JobRecord) -> bool:
+        """End a running job whose time is up and render done: failed if the render failed."""
+        if job.error_code:
+            return self._finish(job.id, "failed", progress=PROGRESS_CAP)
         cost = round(job.duration_s * self.config.price_per_second, 6)
         return self._finish(job.id, "succeeded", progress=1.0, cost=cost)
-
-    def fail(self, job: JobRecord, code: str, message: str) -> bool:
-        return self._finish(job.id, "failed", error_code=code, error_message=message)
 
     def _finish(self, job_id: str, status: str, **fields: object) -> bool:
         changed = self.store.transition(job_id, status, only_from=("running",), **fields)
@@ -81,7 +101,7 @@ class JobService:
             aspect_ratio=job.aspect_ratio,
             duration_s=job.duration_s,
             status=job.status,  # type: ignore[arg-type]
-            progress=1.0 if job.status == "succeeded" else min(job.progress, 1.0),
+            progress=_progress(job, time.time()),
             created_at=_ts(job.created_at),
             updated_at=_ts(job.updated_at),
         )
@@ -103,3 +123,12 @@ class JobService:
             fail_injected=job.fail_injected,
             webhook_url=job.webhook_url,
         )
+
+
+def _progress(job: JobRecord, now: float) -> float:
+    """Rises with the job time while running; the stored value otherwise (0 while waiting)."""
+    if job.status == "succeeded":
+        return 1.0
+    if job.status == "running" and job.started_at is not None and job.job_s is not None:
+        return running_progress(job.started_at, job.job_s, now)
+    return min(job.progress, 1.0)

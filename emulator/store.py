@@ -1,10 +1,11 @@
-"""Jobs in a sqlite file, so they survive an emulator restart (stdlib only).
+"""Jobs in a sqlite file, so they survive an emulator restart (stdlib only); the table is the queue.
 
-Status changes are compare-and-set (`only_from`): a cancel racing a finishing render leaves
-exactly one winner, and a terminal job never moves again. Each store instance (process) claims
-jobs under its own owner token, so jobs a dead process left running are claimed again and
-re-rendered, still showing `running` to clients (no step back to `queued`). Hence one
-emulator process per data directory.
+Status changes are compare-and-set (`only_from`): a cancel racing a finishing job leaves exactly
+one winner, and a terminal job never moves again. A running job carries its timer (`started_at`,
+`job_s`) and its render state (NULL: to render, `rendering`, `done`), under the owner token of the
+process that started it. Jobs a dead process left running are started again by the next one,
+still showing `running` to clients (no step back to `queued`). Hence one emulator process per
+data directory.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,16 @@ CREATE TABLE IF NOT EXISTS jobs (
     owner TEXT,
     error_code TEXT,
     error_message TEXT,
-    cost REAL
+    cost REAL,
+    started_at REAL,
+    job_s REAL,
+    render_state TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_request_key ON jobs (request_key);
 CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at);
 """
+# Columns added since the first release: data dirs made before get them on open.
+_ADDED_COLUMNS = {"started_at": "REAL", "job_s": "REAL", "render_state": "TEXT"}
 
 
 class JobRecord(BaseModel):
@@ -66,6 +72,9 @@ class JobRecord(BaseModel):
     error_code: str | None = None
     error_message: str | None = None
     cost: float | None = None
+    started_at: float | None = None
+    job_s: float | None = None
+    render_state: str | None = None
 
 
 class JobStore:
@@ -79,6 +88,18 @@ class JobStore:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
+        self._add_missing_columns()
+
+    @property
+    def owner(self) -> str:
+        """This process's token on the jobs it runs."""
+        return self._owner
+
+    def _add_missing_columns(self) -> None:
+        have = {row["name"] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in have:
+                self._db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
 
     def close(self) -> None:
         with self._lock:
@@ -106,9 +127,28 @@ class JobStore:
             return self._query("SELECT * FROM jobs ORDER BY created_at, id")
         return self._query("SELECT * FROM jobs WHERE request_key = ? ORDER BY created_at, id", (request_key,))
 
-    def count(self, status: str) -> int:
+    def count(self, *statuses: str) -> int:
+        sql = f"SELECT count(*) FROM jobs WHERE status IN ({_marks(statuses)})"
         with self._lock:
-            return self._db.execute("SELECT count(*) FROM jobs WHERE status = ?", (status,)).fetchone()[0]
+            return self._db.execute(sql, statuses).fetchone()[0]
+
+    def oldest(self, statuses: Iterable[str], limit: int | None = None) -> list[JobRecord]:
+        """The `limit` (default: all) oldest jobs in `statuses`: the queue order."""
+        sources = list(statuses)
+        sql = f"SELECT * FROM jobs WHERE status IN ({_marks(sources)}) ORDER BY created_at, id LIMIT ?"
+        return self._query(sql, (*sources, -1 if limit is None else limit))
+
+    def orphans(self) -> list[JobRecord]:
+        """Running jobs of another (dead) process."""
+        return self._query("SELECT * FROM jobs WHERE status = 'running' AND owner IS NOT ?", (self._owner,))
+
+    def due(self, now: float) -> list[JobRecord]:
+        """Our running jobs whose render is done and whose job time has passed."""
+        return self._query(
+            "SELECT * FROM jobs WHERE status = 'running' AND owner = ? AND render_state = 'done' "
+            "AND started_at + job_s <= ? ORDER BY started_at",
+            (self._owner, now),
+        )
 
     def transition(
         self, job_id: str, to: str, *, only_from: Iterable[str], **fields: Any
@@ -117,42 +157,39 @@ class JobStore:
         sources = list(only_from)
         values = {"status": to, "updated_at": time.time(), **fields}
         sets = ", ".join(f"{k} = ?" for k in values)
-        marks = ", ".join("?" for _ in sources)
         with self._lock:
             changed = self._db.execute(
-                f"UPDATE jobs SET {sets} WHERE id = ? AND status IN ({marks})",
+                f"UPDATE jobs SET {sets} WHERE id = ? AND status IN ({_marks(sources)})",
                 (*values.values(), job_id, *sources),
             ).rowcount
         return self.get(job_id) if changed else None
 
-    def claim_next(self) -> tuple[JobRecord, str] | None:
-        """Oldest job to render -> running under this owner: (job, status before), or None.
-
-        Candidates are queued jobs and running jobs of another (dead) owner.
-        """
+    def claim_render(self) -> JobRecord | None:
+        """Our longest-running job not yet rendered, marked `rendering` (and counted), or None."""
         with self._lock:
-            found = self._db.execute(
-                "SELECT id, status FROM jobs WHERE status = 'queued' "
-                "OR (status = 'running' AND owner IS NOT ?) ORDER BY created_at, id LIMIT 1",
+            row = self._db.execute(
+                "UPDATE jobs SET render_state = 'rendering', renders = renders + 1 WHERE id = ("
+                "SELECT id FROM jobs WHERE status = 'running' AND owner = ? AND render_state IS NULL "
+                "ORDER BY started_at, created_at LIMIT 1) RETURNING *",
                 (self._owner,),
             ).fetchone()
-            if found is None:
-                return None
-            row = self._db.execute(
-                "UPDATE jobs SET status = 'running', progress = 0, renders = renders + 1, owner = ?, "
-                "updated_at = ? WHERE id = ? RETURNING *",
-                (self._owner, time.time(), found["id"]),
-            ).fetchone()
-        return _record(row), found["status"]
+        return _record(row) if row else None
 
-    def set_progress(self, job_id: str, progress: float) -> bool:
-        """Record progress of a running job; False once it is no longer running (canceled)."""
+    def render_done(self, job_id: str, error_code: str | None = None, error_message: str | None = None) -> bool:
+        """Record a finished render (with its failure, if any); False if the job moved on meanwhile."""
         with self._lock:
             return bool(
                 self._db.execute(
-                    "UPDATE jobs SET progress = ? WHERE id = ? AND status = 'running'", (progress, job_id)
+                    "UPDATE jobs SET render_state = 'done', error_code = ?, error_message = ? "
+                    "WHERE id = ? AND status = 'running' AND owner = ? AND render_state = 'rendering'",
+                    (error_code, error_message, job_id, self._owner),
                 ).rowcount
             )
+
+
+def _marks(values: Sequence[object]) -> str:
+    """SQL placeholders for an IN list."""
+    return ", ".join("?" for _ in values)
 
 
 def _record(row: sqlite3.Row) -> JobRecord:

@@ -14,14 +14,24 @@ import uuid
 import httpx
 
 from emulator.signing import webhook_headers
+from emulator.stats import StatsBoard
 
 log = logging.getLogger("emulator.webhooks")
 _BACKOFF_S = (0.5, 2.0, 5.0, 10.0)
 
 
 class WebhookSender:
-    def __init__(self, secret: str, *, attempts: int = 4, timeout_s: float = 5.0, max_pending: int = 1000):
+    def __init__(
+        self,
+        secret: str,
+        *,
+        attempts: int = 4,
+        timeout_s: float = 5.0,
+        max_pending: int = 1000,
+        stats: StatsBoard | None = None,
+    ):
         self._secret = secret
+        self._stats = stats or StatsBoard()
         self._attempts = attempts
         self._timeout_s = timeout_s
         self._pending: queue.Queue[tuple[str, bytes]] = queue.Queue(maxsize=max_pending)
@@ -41,6 +51,7 @@ class WebhookSender:
             self._pending.put_nowait((url, body))
         except queue.Full:
             log.warning("webhook queue full, dropping an event for %s", url)
+            self._stats.add("webhooks_dropped")
 
     def _loop(self) -> None:
         with httpx.Client(timeout=self._timeout_s) as client:
@@ -57,6 +68,7 @@ class WebhookSender:
             headers = {"content-type": "application/json", **webhook_headers(self._secret, msg_id, body)}
             try:
                 if client.post(url, content=body, headers=headers).is_success:
+                    self._stats.add("webhooks_sent")
                     return
             except httpx.HTTPError as exc:
                 log.info("webhook to %s failed: %s", url, exc)
@@ -64,3 +76,4 @@ class WebhookSender:
             if not last and self._stop.wait(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)]):
                 return
         log.warning("webhook to %s dropped after %d attempts", url, self._attempts)
+        self._stats.add("webhooks_dropped")

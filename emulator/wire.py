@@ -13,7 +13,9 @@ MIN_DURATION_S = 1.0
 MAX_DURATION_S = 10.0
 ASPECT_RATIOS = list(PROXY_FRAME)
 
-JobStatusName = Literal["queued", "running", "succeeded", "failed", "canceled"]
+JobStatusName = Literal["queued", "throttled", "running", "succeeded", "failed", "canceled"]
+WAITING: tuple[str, ...] = ("queued", "throttled")  # jobs that count towards max_queued
+ALIVE: tuple[str, ...] = (*WAITING, "running")
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "canceled"})
 
 
@@ -77,7 +79,8 @@ class JobList(BaseModel):
 
 
 class SimJobOut(JobOut):
-    """A job as the test hooks see it: plus how often it was rendered and whether it was doomed."""
+    """A job as the test hooks see it: plus how often its video was produced (rendered or taken
+    from the render cache) and whether it was doomed."""
 
     renders: int
     fail_injected: bool
@@ -93,18 +96,30 @@ class SimStats(BaseModel):
 
     submits: int = 0
     refused_429: int = 0
-    max_alive: int = 0  # most jobs queued or running at once
+    jobs_created: int = 0
+    max_alive: int = 0  # most jobs queued, throttled or running at once (measured at submit)
+    max_running: int = 0  # most jobs running at once (measured at each start)
+    status_calls: int = 0  # GET /v1/jobs/{id}
+    status_calls_per_job: float = 0.0  # status_calls / jobs_created
+    webhooks_sent: int = 0  # events delivered (2xx answer)
+    webhooks_dropped: int = 0  # events given up on (attempts used up, or the send queue full)
+    renders: int = 0  # ffmpeg renders
+    render_cache_hits: int = 0  # clips served from the render cache instead
 
 
 class Faults(BaseModel):
-    """Counters of pending injected faults (POST sets the given ones, DELETE zeroes all)."""
+    """Pending injected faults and runtime tuning (POST sets the given ones, DELETE resets all)."""
 
     submit_hang_after_create: int = Field(default=0, ge=0)
     fail_next: int = Field(default=0, ge=0)
     submit_status: int | None = Field(default=None, ge=400, le=599)
     submit_status_count: int = Field(default=0, ge=0)
-    # Jobs claimed while set stay running at least this long (instead of --job-seconds).
+    # Runtime tuning; null means the configured value (--job-seconds, --job-jitter, ...).
+    # job_seconds and job_jitter apply to jobs that start running while set.
     job_seconds: float | None = Field(default=None, ge=0)
+    job_jitter: float | None = Field(default=None, ge=0, lt=1)
+    max_running: int | None = Field(default=None, ge=1)
+    max_queued: int | None = Field(default=None, ge=1)
     # Outages: for the next N seconds the call answers 503 (a provider-style error body).
     cancel_outage_s: float = Field(default=0.0, ge=0)
     status_outage_s: float = Field(default=0.0, ge=0)

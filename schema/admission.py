@@ -4,14 +4,39 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ProviderLimits(BaseModel):
-    """How much of a provider one tenant may use at once (configuration, overridable by the plan)."""
+    """How much of a provider one tenant may use at once (configuration, lowered by a plan)."""
 
     max_concurrent: int = Field(default=20, ge=1)  # jobs alive at the provider
     submits_per_minute: int | None = Field(default=None, ge=1)
+
+
+class PlanLimits(BaseModel):
+    """What a plan's `[providers.NAME]` asks for; an unset field keeps the configured value."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_concurrent: int | None = Field(default=None, ge=1)
+    submits_per_minute: int | None = Field(default=None, ge=1)
+
+
+def effective_limits(configured: ProviderLimits | None, plan: PlanLimits | None) -> ProviderLimits:
+    """The configuration is the account's ceiling; a plan may ask for less, never for more.
+
+    With nothing configured for the provider the plan's values apply, else the defaults.
+    """
+    base = configured or ProviderLimits()
+    if plan is None:
+        return base
+    concurrent = plan.max_concurrent or base.max_concurrent
+    per_minute = plan.submits_per_minute or base.submits_per_minute
+    if configured is not None:
+        concurrent = min(concurrent, configured.max_concurrent)
+        if configured.submits_per_minute is not None:
+            per_minute = min(per_minute or configured.submits_per_minute, configured.submits_per_minute)
+    return ProviderLimits(max_concurrent=concurrent, submits_per_minute=per_minute)
 
 
 class SlotRequest(BaseModel):
@@ -61,6 +86,7 @@ class GateInput(BaseModel):
     provider: str
     limit: int
     submits_per_minute: int | None = None
+    lease_s: float = Field(default=900.0, gt=0)  # how often a silent holder is checked for life
     state: GateState | None = None
 
 
@@ -80,3 +106,4 @@ class AdmissionInput(BaseModel):
 
     provider: str
     request: SlotRequest
+    plan_limits: PlanLimits | None = None  # the task's plan `[providers.NAME]`, merged with configuration

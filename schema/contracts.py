@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from adapters.providers.base import ErrorClass, JobStatus, SubmitOutcome
+from schema.admission import PlanLimits
 from schema.state_machine import TaskEvent, TaskStatus
 
 __all__ = ["ErrorClass", "JobStatus", "SubmitOutcome"]  # re-exported: the workflow's vocabulary
@@ -55,11 +56,20 @@ class ResolveResult(BaseModel):
 
 
 class ProviderUpdate(BaseModel):
-    """Sent by the webhook gateway: a hint to poll now, never trusted as the status itself."""
+    """One provider observation of a job from a webhook, normalized by the provider's adapter.
+
+    `verified` says the provider signed it (Standard Webhooks, fal's ed25519): the workflow may
+    move the task on it. An unsigned one is only a hint: the workflow confirms it with a status
+    call before any transition. `observed_at` is the provider's own timestamp when it gives one.
+    """
 
     job_id: str
-    status: str | None = None
-    event_id: str | None = None
+    status: JobStatus | None = None
+    raw_status: str | None = None
+    progress: float | None = None
+    event_id: str | None = None  # the webhook id: the same event twice is one observation
+    observed_at: datetime | None = None
+    verified: bool = False
 
 
 class TaskRef(BaseModel):
@@ -80,6 +90,7 @@ class TaskInfo(BaseModel):
     deadline_s: float  # how long one provider job may run before it is cancelled (EXPIRED)
     current_attempt_no: int
     task_deadline_s: float = 86_400.0  # bounds every wait and retry of the task: admission, refusals
+    plan_limits: PlanLimits | None = None  # the plan's admission limits for this provider
 
 
 class ValidationResult(BaseModel):
@@ -118,6 +129,9 @@ class SubmitActivityResult(BaseModel):
     error_class: ErrorClass | None = None
     error: str | None = None
     retry_after_s: float | None = None
+    webhooks: bool = False  # the submit asked the provider for webhooks: polling becomes a safety net
+    # Webhooks that arrived before the job id was saved (orphans), matched once it was.
+    early_updates: list[ProviderUpdate] = Field(default_factory=list)
 
 
 class ReconcileOutcome(StrEnum):

@@ -6,11 +6,13 @@ the Web UI only.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
+from schema.db import Database
 from schema.models import Asset, Attempt, CatalogImport, CreditEntry, ImportTask, StateEvent, Task
 
 
@@ -39,6 +41,29 @@ def list_tasks(session: Session, import_id: str | None = None, status: str | Non
     if limit:
         stmt = stmt.limit(limit)
     return list(session.scalars(stmt).all())
+
+
+def count_tasks(session: Session, import_id: str | None = None) -> int:
+    return session.scalar(_scoped(select(func.count()).select_from(Task), import_id)) or 0
+
+
+# What starting a task's workflow needs: a page of these is small whatever the import's size.
+START_COLUMNS = (Task.id, Task.workflow_id, Task.status, Task.run_no, Task.product_id, Task.template_id,
+                 Task.locale, Task.aspect_ratio, Task.provider)
+
+
+def iter_tasks_to_start(db: Database, import_id: str, *, page_size: int = 500) -> Iterator[Row]:
+    """Every task of an import in pages by id, each page its own short transaction: memory holds one
+    page, and no transaction stays open while workflows are being started."""
+    after = ""
+    while True:
+        with db.transaction() as session:
+            stmt = _scoped(select(*START_COLUMNS), import_id).where(Task.id > after).order_by(Task.id)
+            rows = session.execute(stmt.limit(page_size)).all()
+        if not rows:
+            return
+        yield from rows
+        after = rows[-1].id
 
 
 def import_exists(session: Session, import_id: str) -> bool:

@@ -14,6 +14,7 @@ SIGNAL_PROVIDER_UPDATE = "provider_update"  # ProviderUpdate: a webhook saw a ch
 UPDATE_RESOLVE = "resolve"  # ResolveRequest -> ResolveResult: an operator's decision on NEEDS_ATTENTION
 QUERY_STATUS = "status"  # the task status as the workflow knows it
 SIGNAL_SLOT_GRANTED = "slot_granted"  # SlotGrant: the provider's gate admitted this task
+SIGNAL_SLOT_CHECK = "slot_check"  # SlotGrant: the gate asks whether the holder still exists (lease probe)
 
 # ProviderGateWorkflow: one per provider, admission control shared by every worker.
 GATE_WORKFLOW_NAME = "ProviderGateWorkflow"

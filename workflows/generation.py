@@ -159,6 +159,10 @@ class GenerationWorkflow:
     def slot_granted(self, grant: SlotGrant) -> None:
         self._granted = grant
 
+    @workflow.signal(name=api.SIGNAL_SLOT_CHECK)
+    def slot_check(self, grant: SlotGrant) -> None:
+        """The gate checks that a silent holder still runs; being delivered is the answer."""
+
     @workflow.signal(name=api.SIGNAL_PROVIDER_UPDATE)
     def provider_update(self, update: ProviderUpdate) -> None:
         self._wake = True
@@ -256,7 +260,7 @@ class GenerationWorkflow:
             if not await self._admit():
                 continue
             self._attempt_no += 1
-            await self._move(E.DISPATCH_CLAIMED)
+            await self._move(E.DISPATCH_CLAIMED, payload={"slot": self._slot.token} if self._slot else None)
             job = await self._submit(AttemptRef(task_id=self._task_id, attempt_no=self._attempt_no))
             if job is None:
                 continue
@@ -523,8 +527,8 @@ class GenerationWorkflow:
         self._granted = None
         request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
                               requested_at=self._asked_at)
-        await self._run(AdmissionActivities.request_slot, AdmissionInput(provider=self._info.provider,
-                                                                         request=request))
+        await self._run(AdmissionActivities.request_slot, AdmissionInput(
+            provider=self._info.provider, request=request, plan_limits=self._info.plan_limits))
         await workflow.wait_condition(lambda: self._granted is not None or self._cancel_pending())
         if self._granted is None:
             await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id))

@@ -9,7 +9,10 @@ Why a workflow and not rows in Postgres: the queue, the grants and the limit liv
 deterministic place whose every change is in its history, a waiting task needs no polling, and a
 worker that dies holds nothing (slots belong to workflows, not processes). A slot whose holder
 vanished without giving it back (a workflow terminated by hand) returns when its lease expires;
-holders renew their lease while their job runs. Every grant carries a fencing token: a release or
+holders renew their lease while their job runs, and an expired lease is first checked with a
+signal to its holder: a holder that still runs keeps its slot (after an outage longer than the
+lease, its job may still be alive at the provider), one that is gone gives it back. Every grant
+carries a fencing token: a release or
 renewal with another token than the holder's current one changes nothing, so no slot is counted
 twice. A provider's refusal (429, queue full) halves the effective limit and pauses grants for the
 provider's Retry-After; each accepted submit raises it again by 1/limit (AIMD).
@@ -38,7 +41,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import api
 
-LEASE = timedelta(minutes=15)
+LEASE = timedelta(minutes=15)  # the default; GateInput.lease_s sets it
+LEASE_PROBE = "lease-probe-v1"  # expired leases are checked with the holder before they are taken back
 IDLE_WAKE = timedelta(hours=1)
 HISTORY_LIMIT = 8_000  # events before the gate continues as new with its state
 
@@ -49,6 +53,7 @@ class ProviderGateWorkflow:
     def __init__(self, inp: GateInput) -> None:
         # Set up here, not in run(): a signal-with-start's request is delivered before run() begins.
         self._limit, self._per_minute = max(1, inp.limit), inp.submits_per_minute
+        self._lease = timedelta(seconds=inp.lease_s)
         self._state = inp.state or GateState(effective=float(self._limit))
         self._state.effective = min(self._state.effective, float(self._limit))
         self._changed = False
@@ -86,7 +91,7 @@ class ProviderGateWorkflow:
     def renew(self, ren: SlotRenewal) -> None:
         holder = self._state.holders.get(ren.workflow_id)
         if holder is not None and holder.token == ren.token:
-            holder.expires_at = workflow.now() + LEASE
+            holder.expires_at = workflow.now() + self._lease
         if ren.accepted and self._state.effective < self._limit:
             self._state.effective = min(float(self._limit), self._state.effective + 1 / self._limit)
             self._changed = True
@@ -106,13 +111,14 @@ class ProviderGateWorkflow:
     @workflow.run
     async def run(self, inp: GateInput) -> None:
         while True:
-            self._expire_leases()
+            await self._expire_leases()
             await self._grant()
             if workflow.info().get_current_history_length() > HISTORY_LIMIT or \
                     workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(GateInput(provider=inp.provider, limit=self._limit,
-                                                   submits_per_minute=self._per_minute, state=self._state))
+                                                   submits_per_minute=self._per_minute, state=self._state,
+                                                   lease_s=inp.lease_s))
             self._changed = False
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self._changed, timeout=self._next_wake())
@@ -130,12 +136,32 @@ class ProviderGateWorkflow:
         times.append(now + IDLE_WAKE)
         return max(min(times) - now, timedelta(seconds=1))
 
-    def _expire_leases(self) -> None:
+    async def _expire_leases(self) -> None:
+        """Take back the slots whose lease ran out, unless their holder still runs (then renew)."""
         now = workflow.now()
-        for workflow_id, holder in list(self._state.holders.items()):
-            if holder.expires_at <= now:
+        expired = [(wid, h) for wid, h in self._state.holders.items() if h.expires_at <= now]
+        if not expired:
+            return
+        if workflow.patched(LEASE_PROBE):
+            alive = await asyncio.gather(*(self._probe(wid, h) for wid, h in expired), return_exceptions=True)
+        else:
+            alive = [False] * len(expired)
+        for (workflow_id, holder), still_there in zip(expired, alive, strict=True):
+            if self._state.holders.get(workflow_id) is not holder:
+                continue  # released or re-granted while the probe was out
+            if still_there is True:
+                holder.expires_at = workflow.now() + self._lease
+            else:
                 workflow.logger.warning("slot of %s expired without a release", workflow_id)
                 del self._state.holders[workflow_id]
+                self._changed = True
+
+    @staticmethod
+    async def _probe(workflow_id: str, holder: Holder) -> bool:
+        """A signal reaches only a running workflow: delivered means the holder is still there."""
+        await workflow.get_external_workflow_handle(workflow_id).signal(api.SIGNAL_SLOT_CHECK,
+                                                                        SlotGrant(token=holder.token))
+        return True
 
     def _paused(self) -> bool:
         return self._state.paused_until is not None and workflow.now() < self._state.paused_until
@@ -160,7 +186,7 @@ class ProviderGateWorkflow:
             req = self._state.queue.pop(0)
             token = self._state.next_token
             self._state.next_token += 1
-            self._state.holders[req.workflow_id] = Holder(token=token, expires_at=workflow.now() + LEASE)
+            self._state.holders[req.workflow_id] = Holder(token=token, expires_at=workflow.now() + self._lease)
             self._state.recent_grants.append(workflow.now())
             grants.append((req.workflow_id, SlotGrant(token=token)))
             room -= 1

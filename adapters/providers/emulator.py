@@ -30,6 +30,7 @@ from emulator.wire import ASPECT_RATIOS, MAX_DURATION_S, MIN_DURATION_S, ErrorOu
 
 _STATUS = {
     "queued": JobStatus.QUEUED,
+    "throttled": JobStatus.THROTTLED,  # over the emulator's running limit, as Runway reports it
     "running": JobStatus.RUNNING,
     "succeeded": JobStatus.SUCCEEDED,
     "failed": JobStatus.FAILED,

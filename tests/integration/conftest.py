@@ -30,6 +30,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
             del os.environ[key]
     home = tmp_path_factory.mktemp("reelqueue-home")
     os.environ["REELQUEUE_HOME"] = str(home)
+    os.environ["REELQUEUE_EMULATOR_RENDER"] = "fast"  # small valid clips: hundreds of tasks stay quick
     devstack.up(Settings(), services=STACK_SERVICES)
     settings = Settings()
     try:

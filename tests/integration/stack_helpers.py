@@ -30,7 +30,9 @@ def make_catalog(folder: Path, products: list[tuple[str, str, str]], image: str 
     return path
 
 
-def make_plan(folder: Path, *, locales=("en-US",), ratios=("9:16",), duration_s: int = 2, name: str = "t") -> Path:
+def make_plan(folder: Path, *, locales=("en-US",), ratios=("9:16",), duration_s: int = 2, name: str = "t",
+              extra: str = "") -> Path:
+    """A one-template plan; `extra` is TOML appended as is (e.g. a `[providers.emulator]` section)."""
     prompts = "\n".join(f'"{loc}" = "Product shot of {{title}}, {{price}}. {{hook}}"' for loc in locales)
     hooks = ", ".join(f'"{loc}" = "Hook {loc}"' for loc in locales)
     text = f"""
@@ -49,6 +51,7 @@ duration_s = {duration_s}
 cost_estimate = {duration_s + 1}
 [templates.prompts]
 {prompts}
+{extra}
 """
     path = folder / "plan.toml"
     path.write_text(text.replace("'", '"'))

@@ -9,7 +9,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,7 +19,7 @@ import httpx
 import pytest
 import uvicorn
 
-from adapters.media.ffmpeg_tools import run_ffmpeg
+from adapters.media.ffmpeg_tools import probe_json, run_ffmpeg
 from adapters.media.transcode import probe
 from adapters.providers.base import (
     ErrorClass,
@@ -248,7 +248,7 @@ def test_unknown_outcome_is_reconciled_by_request_key(emu: EmulatorConfig, site:
         assert result.error_class == ErrorClass.UNKNOWN_OUTCOME and result.job_id is None
         [found] = impatient.find_by_request_key("hang-1")
     assert len(sim_jobs(emu)) == before + 1, "the job exists although the client never heard of it"
-    assert found.status in {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED}
+    assert found.status in {JobStatus.QUEUED, JobStatus.THROTTLED, JobStatus.RUNNING, JobStatus.SUCCEEDED}
 
 
 def test_resubmitting_a_key_creates_a_second_job(provider: EmulatorProvider) -> None:
@@ -319,7 +319,7 @@ def test_cancel_is_sticky_and_leaves_finished_jobs_alone(
 def test_jobs_survive_a_restart(tmp_path: Path, site: LocalSite) -> None:
     data_dir = tmp_path / "emu"
     with (
-        serve_emulator(data_dir, job_seconds=60, render_workers=1) as first,
+        serve_emulator(data_dir, job_seconds=60, max_running=1) as first,
         EmulatorProvider(first.base_url, "k") as p,
     ):
         running = accepted(p, request("restart-running", site, duration_s=1))
@@ -328,11 +328,103 @@ def test_jobs_survive_a_restart(tmp_path: Path, site: LocalSite) -> None:
         while p.get_job(running).status != JobStatus.RUNNING:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        assert p.get_job(queued).status == JobStatus.QUEUED
+        while p.get_job(queued).status != JobStatus.THROTTLED:  # over max_running
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
     with serve_emulator(data_dir, job_seconds=0.5) as second, EmulatorProvider(second.base_url, "k") as p:
         for job_id in (running, queued):
             state = wait_for(p, job_id)
             assert state.status == JobStatus.SUCCEEDED
             assert httpx.get(state.outputs[0].url).status_code == 200
         renders = {j["id"]: j["renders"] for j in sim_jobs(second)}
-        assert renders == {running: 2, queued: 1}, "the interrupted job was rendered again"
+        assert renders == {running: 2, queued: 1}, "the interrupted job was produced again"
+
+
+# -- a provider under load: running limit, queue limit, render cache, fast render ----------------
+
+
+def stats(config: EmulatorConfig) -> dict:
+    return httpx.get(f"{config.base_url}/_sim/stats").json()
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = 15, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_running_limit_throttles_the_rest(tmp_path: Path, site: LocalSite) -> None:
+    with (
+        serve_emulator(tmp_path / "emu", max_running=2, job_seconds=1, render="fast") as emu_,
+        EmulatorProvider(emu_.base_url, "k") as p,
+    ):
+        hooks = f"{site.url}/hooks"
+        ids = [accepted(p, request(f"limit-{i}", site, webhook_url=hooks)) for i in range(5)]
+        wait_until(lambda: p.get_job(ids[-1]).status == JobStatus.THROTTLED, what="a throttled job")
+        states = [wait_for(p, job_id) for job_id in ids]
+        assert {s.status for s in states} == {JobStatus.SUCCEEDED}
+        wait_until(lambda: stats(emu_)["webhooks_sent"] == 2 * 3 + 3 * 4, what="every webhook")
+        seen = stats(emu_)
+    paths = [[e["status"] for e in site.events(job_id)] for job_id in ids]
+    assert paths[:2] == [["queued", "running", "succeeded"]] * 2
+    assert paths[2:] == [["queued", "throttled", "running", "succeeded"]] * 3
+    assert seen["max_running"] == 2 and seen["max_alive"] == 5 and seen["jobs_created"] == 5
+    assert seen["status_calls"] >= 5
+    assert seen["status_calls_per_job"] == pytest.approx(seen["status_calls"] / 5, abs=1e-3)
+
+
+def test_submit_answers_429_once_max_queued_jobs_wait(tmp_path: Path) -> None:
+    with (
+        serve_emulator(tmp_path / "emu", max_running=1, max_queued=2, job_seconds=60, render="fast") as emu_,
+        EmulatorProvider(emu_.base_url, "k") as p,
+    ):
+        first = accepted(p, request("q-0"))
+        wait_until(lambda: p.get_job(first).status == JobStatus.RUNNING, what="the first job to run")
+        waiting = [accepted(p, request(f"q-{i}")) for i in (1, 2)]
+        refused = p.submit(request("q-3"))
+        assert refused.outcome == SubmitOutcome.REJECTED_RETRYABLE and refused.http_status == 429
+        assert refused.retry_after_s == 1.0 and "RATE_LIMIT.QUEUE_FULL" in (refused.error_message or "")
+        set_faults(emu_, max_queued=3)  # runtime tuning: one more may wait
+        waiting.append(accepted(p, request("q-3")))
+        httpx.delete(f"{emu_.base_url}/_sim/faults").raise_for_status()  # back to --max-queued 2
+        assert p.submit(request("q-4")).http_status == 429
+        assert stats(emu_)["refused_429"] == 2
+        assert {p.get_job(j).status for j in waiting} == {JobStatus.THROTTLED}
+        assert p.cancel(waiting[0]).status == JobStatus.CANCELED  # cancel works while throttled
+        set_faults(emu_, max_running=5)  # runtime tuning: the waiting jobs start at once
+        wait_until(lambda: {p.get_job(j).status for j in waiting[1:]} == {JobStatus.RUNNING}, what="running")
+
+
+def test_render_cache_serves_an_identical_job(emu: EmulatorConfig, provider: EmulatorProvider, site: LocalSite) -> None:
+    httpx.delete(f"{emu.base_url}/_sim/stats").raise_for_status()
+    lines = [f"cache probe {time.time_ns()}"]  # inputs no other test rendered
+    first = wait_for(provider, accepted(provider, request("cache-1", site, overlay_lines=lines)))
+    second = wait_for(provider, accepted(provider, request("cache-2", site, overlay_lines=lines)))
+    assert first.status == second.status == JobStatus.SUCCEEDED
+    seen = stats(emu)
+    assert (seen["renders"], seen["render_cache_hits"]) == (1, 1)
+    assert httpx.get(first.outputs[0].url).content == httpx.get(second.outputs[0].url).content
+    other = wait_for(provider, accepted(provider, request("cache-3", site, overlay_lines=[*lines, "more"])))
+    assert other.status == JobStatus.SUCCEEDED and stats(emu)["renders"] == 2, "other text: a new render"
+
+
+@pytest.mark.parametrize(("ratio", "size", "duration_s"), [("9:16", (180, 320), 3), ("16:9", (320, 180), 1.5)])
+def test_fast_render_is_a_small_valid_clip(
+    tmp_path: Path, site: LocalSite, ratio: str, size: tuple[int, int], duration_s: float
+) -> None:
+    with (
+        serve_emulator(tmp_path / "emu", job_seconds=0, render="fast") as emu_,
+        EmulatorProvider(emu_.base_url, "k") as p,
+    ):
+        state = wait_for(p, accepted(p, request("fast", site, aspect_ratio=ratio, duration_s=duration_s)))
+        assert state.status == JobStatus.SUCCEEDED
+        video = tmp_path / "fast.mp4"
+        video.write_bytes(httpx.get(state.outputs[0].url).content)
+    data = probe_json(video)
+    v = next(s for s in data["streams"] if s["codec_type"] == "video")
+    a = next(s for s in data["streams"] if s["codec_type"] == "audio")
+    assert (v["codec_name"], a["codec_name"]) == ("h264", "aac")
+    assert (v["width"], v["height"]) == size and v["r_frame_rate"] == "10/1"
+    assert float(data["format"]["duration"]) == pytest.approx(duration_s, abs=0.05)
+    assert float(v["duration"]) == pytest.approx(duration_s, abs=0.01)

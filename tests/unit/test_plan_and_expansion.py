@@ -8,6 +8,7 @@ import pytest
 from catalog.expand import check_plan_locales, copy_issues, expand, task_id_for, task_identity
 from catalog.plan import PlanError, load_plan
 from catalog.records import IssueAction, ProductRecord
+from schema.admission import PlanLimits, ProviderLimits, effective_limits
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -114,3 +115,50 @@ def test_run_wait_stops_for_tasks_nothing_will_move():
 
     assert wait_with_progress(busy, 3, show=False, timeout_s=0.25, poll_s=0.1) == running
     assert len(reads) > 1  # a running task is waited for (here until the timeout)
+
+
+def test_limits_and_deadlines_come_from_the_plan(tmp_path):
+    text = (EXAMPLES / "plan.toml").read_text() + (
+        "\n[deadlines]\ntask_hours = 2\njob_minutes = 10\n"
+        "\n[providers.emulator]\nmax_concurrent = 7\nsubmits_per_minute = 120\n"
+    )
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    plan = load_plan(path)
+    assert plan.limits_for("emulator") == PlanLimits(max_concurrent=7, submits_per_minute=120)
+    assert plan.limits_for("runway") is None
+    assert (plan.deadlines.task_hours, plan.deadlines.job_minutes) == (2, 10)
+    assert plan.plan_id != load_plan(EXAMPLES / "plan.toml").plan_id  # a changed limit is a new plan
+
+
+def test_plans_without_operational_sections_keep_their_id():
+    """Adding optional sections to the plan model must not re-identify the plans users already imported."""
+    assert load_plan(EXAMPLES / "plan.toml").plan_id == (
+        "5499df4e0a9e5590179fa99d9946802c6b3adcd535fc9850d4c1c8e2a83479e9")
+
+
+@pytest.mark.parametrize("section, needle", [
+    ("[providers.runwy]\nmax_concurrent = 5", "no template uses"),
+    ("[providers.emulator]\nmax_concurent = 5", "max_concurent"),
+    ("[providers.emulator]\nmax_concurrent = 0", "max_concurrent"),
+    ("[deadlines]\ntask_hours = -1", "task_hours"),
+])
+def test_bad_limit_sections_are_refused(tmp_path, section, needle):
+    path = tmp_path / "plan.toml"
+    path.write_text((EXAMPLES / "plan.toml").read_text() + "\n" + section + "\n")
+    with pytest.raises(PlanError, match=needle):
+        load_plan(path)
+
+
+@pytest.mark.parametrize("configured, plan, expected", [
+    (None, None, (20, None)),  # nothing said anywhere: the default
+    (None, PlanLimits(max_concurrent=7), (7, None)),  # only the plan speaks
+    (ProviderLimits(max_concurrent=50, submits_per_minute=600), None, (50, 600)),
+    (ProviderLimits(max_concurrent=50, submits_per_minute=600), PlanLimits(max_concurrent=7, submits_per_minute=120),
+     (7, 120)),  # a plan may ask for less ...
+    (ProviderLimits(max_concurrent=5), PlanLimits(max_concurrent=40, submits_per_minute=60), (5, 60)),  # never more
+    (ProviderLimits(max_concurrent=5, submits_per_minute=30), PlanLimits(submits_per_minute=60), (5, 30)),
+])
+def test_configuration_is_the_ceiling_a_plan_may_lower(configured, plan, expected):
+    limits = effective_limits(configured, plan)
+    assert (limits.max_concurrent, limits.submits_per_minute) == expected

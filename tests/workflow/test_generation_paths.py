@@ -19,6 +19,7 @@ from workflow_fakes import (
     CANCELED,
     RUNNING,
     SUCCEEDED,
+    TASK_ID,
     World,
     accepted,
     job,
@@ -28,6 +29,7 @@ from workflow_fakes import (
     unknown,
 )
 
+from schema.admission import PlanLimits
 from schema.contracts import (
     ErrorClass,
     JobStatus,
@@ -132,6 +134,13 @@ async def test_submit_accepted(world, run_world):
                              "OUTPUT_FETCHING", "POST_PROCESSING", "SUCCEEDED"]
     assert len(world.called("submit")) == 1 and cancelled_jobs(world) == []
     assert world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1}
+
+
+async def test_the_plans_limits_travel_with_the_slot_request(world, run_world):
+    world.plan_limits = PlanLimits(max_concurrent=7, submits_per_minute=120)
+    assert await ending(await run_world()) == "completed"
+    [ask] = world.called("request_slot")
+    assert ask.plan_limits == world.plan_limits and ask.request.task_id == TASK_ID
 
 
 async def test_unknown_then_found(world, run_world):

@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from schema import state_machine as sm
-from schema.admission import AdmissionInput, GateInput
+from schema.admission import AdmissionInput, GateInput, PlanLimits
 from schema.contracts import (
     AssetRef,
     AttemptRef,
@@ -112,6 +112,7 @@ class World:
     seen: dict[str, TransitionResult] = field(default_factory=dict)
     client: Any = None  # the test environment's client: the real provider gate runs beside the fakes
     limit: int = 20
+    plan_limits: PlanLimits | None = None  # what validate_task reads from the task's plan
 
     # -- script helpers ---------------------------------------------------------------------
 
@@ -188,7 +189,8 @@ class World:
                 raise world.valid
             info = TaskInfo(task_id=ref.task_id, tenant_id="default", status=world.status.value, provider="fake",
                             model="m", aspect_ratio="9:16", duration_s=2.0, estimated_cost=float(RESERVED),
-                            min_poll_interval_s=1.0, deadline_s=world.deadline_s, current_attempt_no=0)
+                            min_poll_interval_s=1.0, deadline_s=world.deadline_s, current_attempt_no=0,
+                            plan_limits=world.plan_limits)
             return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=info)
 
         @activity.defn(name="reserve_credit")

@@ -1,0 +1,56 @@
+"""Admission at scale on the real stack: 300 tasks against an emulator that queues fewer jobs than
+the plan's limit, so it answers 429. Every task still succeeds with exactly one provider job, and
+the provider never runs more jobs than the plan allows."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from cli_helpers import run_cli_async
+from stack_helpers import import_small, run_all
+
+from schema.admission import GateSnapshot
+from workflows import api
+
+pytestmark = pytest.mark.integration
+
+TASKS = 300
+PLAN_LIMIT = 12  # [providers.emulator] max_concurrent in the plan
+EMULATOR = {"max_running": 2, "max_queued": 2, "job_seconds": 1.0}  # 2 + 2 < 12: the provider refuses
+
+
+async def test_300_tasks_against_a_provider_that_answers_429(stack, client, task_queue, tmp_path, emulator_jobs):
+    products = [(f"S-{i:03d}", f"Scale item {i}", f"Thing number {i}") for i in range(TASKS)]
+    summary = import_small(stack, tmp_path, products, duration_s=1,
+                           extra=f"[providers.emulator]\nmax_concurrent = {PLAN_LIMIT}\n")
+    assert summary.tasks == TASKS
+    httpx.delete(f"{stack.emulator_url}/_sim/stats", timeout=10)
+    httpx.post(f"{stack.emulator_url}/_sim/faults", json=EMULATOR, timeout=10).raise_for_status()
+    started = time.monotonic()
+    try:
+        finished = await run_all(client, stack, summary.import_id, task_queue, timeout=900)
+    finally:
+        httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
+    wall = time.monotonic() - started
+    stats = httpx.get(f"{stack.emulator_url}/_sim/stats", timeout=10).json()
+    gate = client.get_workflow_handle(api.gate_id("emulator", task_queue))
+    snapshot = await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+    await gate.terminate("test over")
+    print(f"\n{TASKS} tasks in {wall:.0f} s = {TASKS / wall:.2f} tasks/s; 429s {stats['refused_429']}, "
+          f"max running {stats['max_running']}, max alive {stats['max_alive']}, submits {stats['submits']}, "
+          f"status calls/job {stats['status_calls_per_job']:.1f}; gate throttles {snapshot.throttles}")
+
+    by_status: dict[str, int] = {}
+    for task in finished:
+        by_status[task.status] = by_status.get(task.status, 0) + 1
+    assert by_status == {"SUCCEEDED": TASKS}
+    assert stats["refused_429"] > 0, stats  # the provider did push back ...
+    assert stats["max_alive"] <= PLAN_LIMIT and stats["max_running"] <= PLAN_LIMIT, stats  # ... within the limit
+    assert snapshot.limit == PLAN_LIMIT and snapshot.in_use == 0 and snapshot.waiting == 0
+    keys = [j["request_key"] for j in emulator_jobs()]
+    jobs_per_task = {t.id: sum(k.startswith(t.id) for k in keys) for t in finished}
+    assert set(jobs_per_task.values()) == {1}, [t for t, n in jobs_per_task.items() if n != 1]
+    check = await run_cli_async("ledger", "check", summary.import_id, "--json")
+    assert check.code == 0, check.stdout

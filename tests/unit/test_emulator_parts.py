@@ -1,0 +1,122 @@
+"""The emulator's pure parts: job time draw, progress, render cache key and bound, fast frame
+sizes, runtime tuning and the stats board."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from adapters.media.transcode import PROXY_FRAME
+from emulator.cache import RenderCache, clip_key
+from emulator.config import EmulatorConfig
+from emulator.faults import FaultBoard
+from emulator.render import FAST_FPS, FPS, fast_frame_size, render_profile
+from emulator.stats import StatsBoard
+from emulator.timing import PROGRESS_CAP, draw_job_seconds, running_progress
+from emulator.wire import Faults
+
+CLIP = {
+    "image_sha256": "ab" * 32,
+    "aspect_ratio": "9:16",
+    "duration_s": 2.0,
+    "overlay_lines": ["A", "B"],
+    "mode": "fast",
+}
+
+
+def test_no_jitter_is_exactly_the_base() -> None:
+    assert draw_job_seconds(3.0, 0.0, random.Random(1)) == 3.0
+
+
+def test_jitter_stays_in_its_band_and_spreads() -> None:
+    rng = random.Random(7)
+    draws = [draw_job_seconds(10.0, 0.2, rng) for _ in range(500)]
+    assert all(8.0 <= d <= 12.0 for d in draws)
+    assert min(draws) < 8.5 and max(draws) > 11.5  # uniform over the band, not a constant
+
+
+def test_progress_rises_with_time_and_stops_below_one() -> None:
+    assert running_progress(100.0, 4.0, 100.0) == 0.0
+    assert running_progress(100.0, 4.0, 102.0) == pytest.approx(PROGRESS_CAP / 2)
+    assert running_progress(100.0, 4.0, 900.0) == PROGRESS_CAP < 1.0
+    assert running_progress(100.0, 0.0, 100.0) == PROGRESS_CAP
+
+
+def test_clip_key_is_stable_and_covers_every_input() -> None:
+    assert clip_key(**CLIP) == clip_key(**dict(CLIP))
+    changed = [
+        ("image_sha256", None),
+        ("aspect_ratio", "1:1"),
+        ("duration_s", 3.0),
+        ("overlay_lines", ["A"]),
+        ("overlay_lines", ["B", "A"]),
+        ("mode", "full"),
+    ]
+    keys = {clip_key(**{**CLIP, name: value}) for name, value in changed}
+    assert len(keys) == len(changed) and clip_key(**CLIP) not in keys
+    assert clip_key(**{**CLIP, "duration_s": 2}) == clip_key(**CLIP)  # 2 and 2.0 are one clip
+
+
+def test_cache_hits_link_the_clip_and_evict_the_least_recent(tmp_path: Path) -> None:
+    cache = RenderCache(tmp_path / "cache", max_entries=2)
+    clips = {}
+    for name in "abc":
+        clips[name] = tmp_path / f"{name}.mp4"
+        clips[name].write_bytes(name.encode() * 10)
+    out = tmp_path / "out" / "job.mp4"
+    assert not cache.fetch("a", out)
+    cache.store("a", clips["a"])
+    cache.store("b", clips["b"])
+    assert cache.fetch("a", out) and out.read_bytes() == clips["a"].read_bytes()  # "a" used last
+    cache.store("c", clips["c"])
+    assert sorted(p.stem for p in (tmp_path / "cache").glob("*.mp4")) == ["a", "c"]
+    assert not cache.fetch("b", out) and out.read_bytes() == clips["a"].read_bytes()
+
+
+def test_a_cache_of_zero_entries_is_off(tmp_path: Path) -> None:
+    cache = RenderCache(tmp_path / "cache", max_entries=0)
+    src = tmp_path / "a.mp4"
+    src.write_bytes(b"x")
+    cache.store("a", src)
+    assert not cache.fetch("a", tmp_path / "out.mp4") and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("ratio", list(PROXY_FRAME))
+def test_fast_frames_keep_the_ratio_exactly(ratio: str) -> None:
+    width, height = fast_frame_size(ratio)
+    proxy_w, proxy_h = PROXY_FRAME[ratio]
+    assert Fraction(width, height) == Fraction(proxy_w, proxy_h)
+    assert 144 <= min(width, height) <= 180 and width % 2 == height % 2 == 0
+
+
+def test_render_profiles() -> None:
+    fast, full = render_profile("9:16", "fast"), render_profile("9:16", "full")
+    assert (fast.width, fast.height, fast.fps) == (180, 320, FAST_FPS) and 6 <= FAST_FPS <= 10
+    assert (full.width, full.height, full.fps, full.crf) == (540, 960, FPS, None)  # today's output
+
+
+def test_tuning_overrides_fall_back_to_the_config() -> None:
+    config = EmulatorConfig(job_seconds=3, job_jitter=0.1, max_running=50, max_queued=100)
+    board = FaultBoard()
+    assert board.tuning(config).max_running == 50
+    board.update(Faults(max_running=2, job_jitter=0.5))
+    tuning = board.tuning(config)
+    assert (tuning.max_running, tuning.job_jitter, tuning.max_queued, tuning.job_seconds) == (2, 0.5, 100, 3)
+    board.update(Faults(max_queued=7))
+    assert (board.tuning(config).max_running, board.tuning(config).max_queued) == (2, 7)  # others kept
+    board.reset()
+    assert board.tuning(config).max_running == 50
+
+
+def test_stats_board_counts_peaks_and_rates() -> None:
+    board = StatsBoard()
+    board.add("jobs_created", 4)
+    board.add("status_calls", 10)
+    board.peak("max_running", 3)
+    board.peak("max_running", 2)
+    seen = board.snapshot()
+    assert (seen.max_running, seen.status_calls_per_job) == (3, 2.5)
+    assert board.reset().status_calls_per_job == 0.0 and board.snapshot().max_running == 0
