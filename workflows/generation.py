@@ -66,10 +66,12 @@ with workflow.unsafe.imports_passed_through():
     from schema.state_machine import TaskEvent as E
     from schema.state_machine import TaskStatus as S
     from workflows import api
+    from workflows.observations import Inbox, PollCadence, needs_status_call, terminal
     from workflows.search_attributes import TASK_STATUS
 
 MAX_PAID_ATTEMPTS = 3  # submits that created (or may have created) a provider job
 ADMISSION = "admission-v1"  # workflow.patched: ask the provider's gate for a slot before submitting
+WEBHOOKS = "webhooks-v1"  # workflow.patched: with webhooks on, polling is a safety net
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
 MAX_POLL_INTERVAL_S = 15.0
 OUTAGE_PAUSE_S = 30.0  # between status-call bursts while the provider's status API is down
@@ -133,6 +135,8 @@ class GenerationWorkflow:
         self._cancel_handled = False
         self._cancelled_in_temporal = False
         self._wake = False
+        self._inbox = Inbox()  # webhook observations not yet acted on, newest per job
+        self._webhooks = False  # the followed job's provider sends webhooks: polling is a safety net
         self._attempt_no = 0
         self._paid = 0
         self._refusals = 0  # refusals before acceptance in a row (backpressure; not a spent attempt)
@@ -165,7 +169,9 @@ class GenerationWorkflow:
 
     @workflow.signal(name=api.SIGNAL_PROVIDER_UPDATE)
     def provider_update(self, update: ProviderUpdate) -> None:
-        self._wake = True
+        """A webhook, matched to this task by the gateway: kept if it says something new."""
+        if self._inbox.offer(update):
+            self._wake = True
 
     @workflow.query(name=api.QUERY_STATUS)
     def status(self) -> str:
@@ -283,6 +289,9 @@ class GenerationWorkflow:
         else:
             outcome, error, error_class = sent.outcome, sent.error, sent.error_class
             retry_after, job_id = sent.retry_after_s, sent.job_id
+            self._webhooks = sent.webhooks and workflow.patched(WEBHOOKS)
+            for early in sent.early_updates:  # webhooks that came before the submit's answer
+                self._inbox.offer(early)
         if outcome is SubmitOutcome.ACCEPTED:
             self._paid += 1
             self._refusals = 0
@@ -332,31 +341,48 @@ class GenerationWorkflow:
                 return None
 
     async def _follow(self, job: JobRef) -> PollResult:
-        """Poll with an adaptive, jittered interval until the job ends; a webhook signal wakes the
-        wait early. Returns a terminal result that is not a stop we asked for (that ends the task)."""
-        interval = max(self._info.min_poll_interval_s, 1.0)
+        """Follow the job until it ends: status calls on a growing interval (a safety net when the
+        provider sends webhooks), webhook observations as they come; both go through `_reduce`.
+        Returns a terminal result that is not a stop we asked for (that ends the task)."""
+        cadence = PollCadence(webhooks=self._webhooks, min_interval_s=self._info.min_poll_interval_s,
+                              max_s=MAX_POLL_INTERVAL_S)
+        next_call = self._jittered(cadence.first()) if cadence.webhooks else workflow.now()
+        last_call, slept_out = None, False
         while True:
             if self._cancel_pending():
                 self._cancel_handled = True
                 await self._move(E.CANCEL_REQUESTED, payload=self._cancel_payload())
                 return await self._stop(job, E.CANCEL_CONFIRMED)
-            polled = await self._poll(job)
-            await self._renew_slot()
-            if polled is not None:
-                if polled.status is JobStatus.RUNNING and self._status is S.SUBMITTED:
-                    await self._move(E.PROVIDER_RUNNING)
-                if polled.terminal:
-                    if polled.status is JobStatus.SUCCEEDED:
-                        await self._move(E.PROVIDER_SUCCEEDED)
-                    return polled
-            elif workflow.now() >= self._deadline:
-                await self._attention("poll", f"no status for job {job.job_id} until the task's deadline")
-                self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
-                continue
+            update = self._inbox.take(job.job_id)
+            if update is not None and not needs_status_call(update):
+                await self._reduce(update.status)  # signed and not final: no status call needed
+            elif update is not None:  # confirm it with a status call soon, spaced as the provider asks
+                soonest = last_call + timedelta(seconds=cadence.floor) if last_call else workflow.now()
+                next_call = min(next_call, soonest)
+            if slept_out or workflow.now() >= next_call:
+                polled = await self._poll(job)
+                last_call = workflow.now()
+                await self._renew_slot()
+                if polled is not None:
+                    if await self._reduce(polled.status):
+                        return polled
+                elif workflow.now() >= self._deadline:
+                    await self._attention("poll", f"no status for job {job.job_id} until the task's deadline")
+                    self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
+                    continue
+                next_call = self._jittered(cadence.next() if polled is not None else OUTAGE_PAUSE_S)
             if workflow.now() >= self._deadline:
                 return await self._stop(job, E.DEADLINE_PASSED, error="provider job did not finish before the deadline")
-            await self._pause(interval if polled is not None else OUTAGE_PAUSE_S, wake_on_update=True)
-            interval = min(interval * 1.5, MAX_POLL_INTERVAL_S)
+            slept_out = await self._pause_until(next_call, wake_on_update=True)
+
+    async def _reduce(self, status: JobStatus | None) -> bool:
+        """The one place where what a provider says about the followed job moves the task, whether
+        a status call or a webhook said it; True once the job ended. Never moves a task back."""
+        if status is JobStatus.RUNNING and self._status is S.SUBMITTED:
+            await self._move(E.PROVIDER_RUNNING)
+        if status is JobStatus.SUCCEEDED:
+            await self._move(E.PROVIDER_SUCCEEDED)
+        return terminal(status)
 
     async def _stop(self, job: JobRef, ending: E, error: str | None = None) -> PollResult:
         """Cancel the job and end the task with `ending` once it is terminal; a job that succeeded
@@ -442,13 +468,25 @@ class GenerationWorkflow:
         await self._move(E.RETRY_DUE)
 
     async def _pause(self, seconds: float, *, wake_on_update: bool = False, wake_on_cancel: bool = True) -> None:
-        """Sleep `seconds` (jittered), ended early by a new cancel request (or a webhook hint)."""
+        """Sleep `seconds` (jittered), ended early by a new cancel request (or a webhook)."""
+        await self._pause_until(self._jittered(seconds), wake_on_update=wake_on_update, wake_on_cancel=wake_on_cancel)
+
+    async def _pause_until(self, until: datetime, *, wake_on_update: bool = False,
+                           wake_on_cancel: bool = True) -> bool:
+        """Sleep until `until`; True if it slept that long, False if woken early."""
         self._wake = False
-        with contextlib.suppress(TimeoutError):
+        try:
             await workflow.wait_condition(
                 lambda: (wake_on_cancel and self._cancel_pending()) or (wake_on_update and self._wake),
-                timeout=timedelta(seconds=seconds * workflow.random().uniform(0.8, 1.2)),
+                timeout=max(until - workflow.now(), timedelta(milliseconds=1)),
             )
+        except TimeoutError:
+            return True
+        return False
+
+    @staticmethod
+    def _jittered(seconds: float) -> datetime:
+        return workflow.now() + timedelta(seconds=seconds * workflow.random().uniform(0.8, 1.2))
 
     async def _attention(self, stuck: str, evidence: str | None) -> ResolveRequest:
         """NEEDS_ATTENTION with the evidence; wait for an operator's decision and carry it out

@@ -9,12 +9,11 @@ tests/fixtures/histories/ for the replay test.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
-from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from workflow_fakes import (
     CANCELED,
     RUNNING,
@@ -22,11 +21,13 @@ from workflow_fakes import (
     TASK_ID,
     World,
     accepted,
+    ending,
     job,
     outage,
     refusal,
     refused,
     unknown,
+    until,
 )
 
 from schema.admission import PlanLimits
@@ -45,27 +46,6 @@ from workflows import api
 FOUND = ReconcileResult(outcome=ReconcileOutcome.FOUND, job_id="job-1")
 ABSENT = ReconcileResult(outcome=ReconcileOutcome.ABSENT, evidence="no job for t1-a1")
 NOT_ASKABLE = ReconcileResult(outcome=ReconcileOutcome.NOT_ASKABLE, evidence="provider has no lookup")
-
-
-async def ending(handle: WorkflowHandle) -> str:
-    """How the workflow closed: 'completed', 'canceled' or 'failed:<type>'."""
-    try:
-        await asyncio.wait_for(handle.result(), timeout=60)
-    except WorkflowFailureError as exc:
-        if isinstance(exc.cause, CancelledError):
-            return "canceled"
-        assert isinstance(exc.cause, ApplicationError), exc.cause
-        return f"failed:{exc.cause.type}"
-    return "completed"
-
-
-async def until(env, check: Callable[[], bool], *, step_s: float = 5.0, tries: int = 2000) -> None:
-    """Let (skipped) time pass until `check()` holds."""
-    for _ in range(tries):
-        if check():
-            return
-        await env.sleep(step_s)
-    raise AssertionError("condition never held")
 
 
 async def entered(world: World, name: str) -> None:

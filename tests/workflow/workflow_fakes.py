@@ -12,12 +12,14 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from temporalio import activity
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.errors import INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from schema import state_machine as sm
@@ -30,6 +32,7 @@ from schema.contracts import (
     JobStatus,
     LedgerResult,
     PollResult,
+    ProviderUpdate,
     ReconcileResult,
     SettleInput,
     StrayJobRef,
@@ -49,13 +52,24 @@ from workflows import api
 TASK_ID = "t1"
 RESERVED = Decimal("4")
 JOB_COST = 3.0
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 # What a scripted answer may be: a value to return, an exception to raise, or a callable.
 Answer = Any
 
 
-def accepted(job_id: str) -> SubmitActivityResult:
-    return SubmitActivityResult(outcome=SubmitOutcome.ACCEPTED, job_id=job_id)
+def accepted(job_id: str, *, webhooks: bool = False, early: tuple[ProviderUpdate, ...] = ()) -> SubmitActivityResult:
+    """The provider took the submit; with `webhooks` it will also send webhooks, `early` arrived
+    before the submit's answer (orphans matched once the job id was saved)."""
+    return SubmitActivityResult(outcome=SubmitOutcome.ACCEPTED, job_id=job_id, webhooks=webhooks,
+                                early_updates=list(early))
+
+
+def webhook(status: JobStatus | None, event_id: str, *, at_s: float = 0.0, verified: bool = True,
+            job_id: str = "job-1") -> ProviderUpdate:
+    """A webhook observation as the gateway signals it; `at_s` orders the provider's timestamps."""
+    return ProviderUpdate(job_id=job_id, status=status, raw_status=status.value if status else None,
+                          event_id=event_id, observed_at=EPOCH + timedelta(seconds=at_s), verified=verified)
 
 
 def unknown() -> SubmitActivityResult:
@@ -105,6 +119,7 @@ class World:
     fetches: list[Answer] = field(default_factory=list)
     events: list[tuple[str, str, bool]] = field(default_factory=list)  # (event, to status, applied)
     calls: list[tuple[str, Any]] = field(default_factory=list)
+    called_at: list[tuple[str, datetime]] = field(default_factory=list)  # when each activity was scheduled
     ledger: list[tuple[str, Decimal, str]] = field(default_factory=list)
     gates: dict[str, asyncio.Event] = field(default_factory=dict)
     entered: dict[str, asyncio.Event] = field(default_factory=lambda: defaultdict(asyncio.Event))
@@ -125,6 +140,9 @@ class World:
 
     def called(self, name: str) -> list[Any]:
         return [arg for n, arg in self.calls if n == name]
+
+    def times(self, name: str) -> list[datetime]:
+        return [at for n, at in self.called_at if n == name]
 
     def moves(self) -> list[str]:
         return [to for _, to, applied in self.events if applied]
@@ -147,6 +165,7 @@ class World:
 
     async def _enter(self, name: str, arg: Any) -> None:
         self.calls.append((name, arg))
+        self.called_at.append((name, activity.info().scheduled_time))
         self.entered[name].set()
         if name in self.gates:
             await self.gates[name].wait()
@@ -273,3 +292,26 @@ class World:
 
         return [request_slot, record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
                 abandon_attempt, poll_job, cancel_job, account_stray_job, fetch_output, transcode]
+
+
+# -- driving a run from a test ---------------------------------------------------------------
+
+async def ending(handle: WorkflowHandle) -> str:
+    """How the workflow closed: 'completed', 'canceled' or 'failed:<type>'."""
+    try:
+        await asyncio.wait_for(handle.result(), timeout=60)
+    except WorkflowFailureError as exc:
+        if isinstance(exc.cause, CancelledError):
+            return "canceled"
+        assert isinstance(exc.cause, ApplicationError), exc.cause
+        return f"failed:{exc.cause.type}"
+    return "completed"
+
+
+async def until(env, check: Callable[[], bool], *, step_s: float = 5.0, tries: int = 2000) -> None:
+    """Let (skipped) time pass until `check()` holds."""
+    for _ in range(tries):
+        if check():
+            return
+        await env.sleep(step_s)
+    raise AssertionError("condition never held")
