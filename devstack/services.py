@@ -185,6 +185,9 @@ class Temporal(Service):
             "--http-port", str(p["temporal_http"]),
             "--metrics-port", str(p["temporal_metrics"]),
             "--db-filename", str(datadir / "temporal.db"),
+            # WAL without an fsync per commit: durable across process crashes (what the stack must
+            # survive); a power cut may lose the last moments. Starts went from 58/s to 155/s.
+            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
             "--namespace", ctx.settings.temporal_namespace,
             "--ui-disable-news-fetch",
             "--log-level", "warn",
