@@ -25,7 +25,8 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     fetcher = SafeFetcher.from_settings(settings)
     tasks = TaskActivities(db, storage, providers)
     ledger = LedgerActivities(db)
-    submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker")
+    submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker",
+                              webhook_url=settings.webhook_url)
     poll = PollActivities(db, providers)
     fetch = FetchActivities(db, storage, providers, fetcher)
     media = MediaActivities(db, storage)

@@ -6,13 +6,17 @@ outside any transaction, B records what came back. Every write of an attempt's o
 compare-and-set on its `submit_state`, so a late answer can never overwrite a conclusion (it is
 kept as a stray job instead). An attempt found still SENDING on entry means an earlier run died
 mid-call: that outcome is unknown, so this run does not send again; the workflow reconciles.
+
+Webhooks: a submit asks for them when the provider offers them and the settings allow it
+(`webhook_url`). A webhook may beat the submit's answer; the gateway keeps it as an orphan, and
+transaction B, which records the job id, claims it and returns it in `early_updates`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
@@ -24,7 +28,8 @@ from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
 from adapters.providers.base import ErrorClass, GenerationRequest, SubmitOutcome, SubmitResult, VideoProvider
 from adapters.storage import ObjectStorage
-from schema.contracts import AttemptRef, ReconcileOutcome, ReconcileResult, SubmitActivityResult
+from schema import webhook_inbox as inbox
+from schema.contracts import AttemptRef, ProviderUpdate, ReconcileOutcome, ReconcileResult, SubmitActivityResult
 from schema.db import Database
 from schema.models import Asset, Attempt, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState
@@ -59,11 +64,24 @@ def request_key(task_id: str, attempt_no: int) -> str:
 
 
 class SubmitActivities:
-    def __init__(self, db: Database, storage: ObjectStorage, providers: dict[str, VideoProvider], worker_id: str):
+    def __init__(
+        self,
+        db: Database,
+        storage: ObjectStorage,
+        providers: dict[str, VideoProvider],
+        worker_id: str,
+        webhook_url: Callable[[str], str | None] | None = None,
+    ):
         self.db = db
         self.storage = storage
         self.providers = providers
         self.worker_id = worker_id
+        self._webhook_url = webhook_url or (lambda _provider: None)  # Settings.webhook_url: None when off
+
+    def webhook_url(self, provider: str) -> str | None:
+        """Where this provider should send its webhooks, if it offers them and they are on."""
+        adapter = self.providers.get(provider)
+        return self._webhook_url(provider) if adapter is not None and adapter.capabilities.webhooks else None
 
     @activity.defn(name="submit")
     @classified
@@ -73,7 +91,7 @@ class SubmitActivities:
             task = _task(session, ref.task_id)
             attempt = _attempt(session, ref)
             if attempt is not None:
-                return _resumed(attempt)
+                return self._resumed(session, attempt)
             request = self._request(session, task, key)
             now = datetime.now(UTC)
             session.add(
@@ -96,10 +114,12 @@ class SubmitActivities:
                     _keep_strays(session, attempt, [result.job_id], found_by="late_answer")
                 activity.logger.warning("submit %s answered after its attempt was concluded (%s)", key,
                                         attempt.submit_state)
-                return _resumed(attempt)
+                return self._resumed(session, attempt)
+            early = _claim_early_updates(session, task.id, task.provider, key, result.job_id)
         return SubmitActivityResult(
             outcome=result.outcome, job_id=result.job_id, error_class=result.error_class,
             error=result.error_message, retry_after_s=result.retry_after_s,
+            webhooks=request.webhook_url is not None, early_updates=early,
         )
 
     @activity.defn(name="reconcile_submit")
@@ -139,6 +159,9 @@ class SubmitActivities:
                            "error_message": f"reconciled: {attempt.provider} holds no job for {key}"}
             _cas(session, ref, _UNRESOLVED, values)
             attempt = _attempt(session, ref)
+            if attempt.provider_job_id:  # its webhooks kept as orphans are this task's (polling resumes)
+                inbox.claim_orphans(session, provider=attempt.provider, task_id=attempt.task_id,
+                                    job_id=attempt.provider_job_id, request_key=key, by=inbox.MatchedBy.RECONCILE)
             strays = [j for j in jobs if j != attempt.provider_job_id]
             _keep_strays(session, attempt, strays, found_by="reconcile")
             return _concluded(attempt, strays) or ReconcileResult(outcome=ReconcileOutcome.ABSENT)
@@ -152,6 +175,14 @@ class SubmitActivities:
             return _cas(session, ref, _OPEN, {"submit_state": AttemptState.ABANDONED.value,
                                                "updated_at": datetime.now(UTC)})
 
+    def _resumed(self, session: Session, attempt: Attempt) -> SubmitActivityResult:
+        """What an earlier run of this attempt already established (never send twice), with the
+        orphans its transaction B claimed: a retried activity returns the same early updates."""
+        early = (inbox.claimed_updates(session, provider=attempt.provider, job_id=attempt.provider_job_id)
+                 if attempt.provider_job_id else [])
+        webhooks = self.webhook_url(attempt.provider) is not None
+        return _resumed(attempt).model_copy(update={"webhooks": webhooks, "early_updates": early})
+
     def _request(self, session: Session, task: Task, key: str) -> GenerationRequest:
         image_url = None
         if task.image_asset_id:
@@ -161,7 +192,7 @@ class SubmitActivities:
         return GenerationRequest(
             request_key=key, model=task.model, prompt=task.prompt, image_url=image_url,
             aspect_ratio=task.aspect_ratio, duration_s=float(task.duration_s),
-            overlay_lines=[line for line in overlay if line],
+            overlay_lines=[line for line in overlay if line], webhook_url=self.webhook_url(task.provider),
         )
 
 
@@ -234,6 +265,18 @@ def _concluded(attempt: Attempt, duplicates: list[str] | None = None) -> Reconci
     if state in ATTEMPT_UNRESOLVED:
         return None
     return ReconcileResult(outcome=ReconcileOutcome.ABSENT, evidence=attempt.error_message or state.value)
+
+
+def _claim_early_updates(
+    session: Session, task_id: str, provider: str, key: str, job_id: str | None
+) -> list[ProviderUpdate]:
+    """In the transaction that records the job: its orphaned webhooks become this task's, and the
+    ones about this job go back to the workflow, newest last."""
+    if job_id is None:
+        return []
+    inbox.claim_orphans(session, provider=provider, task_id=task_id, job_id=job_id, request_key=key,
+                        by=inbox.MatchedBy.SUBMIT)
+    return inbox.claimed_updates(session, provider=provider, job_id=job_id)
 
 
 def _resumed(attempt: Attempt) -> SubmitActivityResult:

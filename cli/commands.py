@@ -157,18 +157,22 @@ def status(
     import_id: str | None = typer.Argument(None, help="limit to one import"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Task counts by status (from Postgres, the source of truth) and each provider's admission gate."""
+    """Task counts by status (from Postgres, the source of truth), each provider's admission gate,
+    and the webhook events no task claimed (all imports: an orphan's task is not known)."""
     from control.gates import gate_snapshots
+    from schema.webhook_inbox import orphan_counts
 
     settings = get_settings()
     with _db(settings).transaction() as session:
         counts = queries.status_counts(session, import_id)
         providers = queries.providers_in_use(session, import_id)
+        webhooks = orphan_counts(session, settings.webhook_orphan_ttl_s)
     gates = asyncio.run(gate_snapshots(settings, providers))
     total = sum(counts.values())
     if as_json:
         emit_json({"total": total, "by_status": counts,
-                   "providers": {p: g.model_dump(mode="json") if g else None for p, g in gates.items()}})
+                   "providers": {p: g.model_dump(mode="json") if g else None for p, g in gates.items()},
+                   "webhooks": webhooks.model_dump()})
         return
     table = Table("status", "tasks", title=f"tasks{' of ' + import_id if import_id else ''}: {total}")
     for s, n in sorted(counts.items()):
@@ -183,6 +187,8 @@ def status(
             admission.add_row(provider, f"{gate.in_use} / {gate.limit}", str(gate.effective), str(gate.waiting),
                               f"{gate.oldest_wait_s:.0f} s", str(gate.throttles))
     console.print(admission)
+    console.print(f"webhook events not matched to a task: {webhooks.orphans} orphans, "
+                  f"{webhooks.expired} expired (older than {settings.webhook_orphan_ttl_s:.0f} s)")
 
 
 def tasks(

@@ -18,8 +18,8 @@ dev_app = typer.Typer(help="The embedded stack: Postgres, S3, Temporal + UI, emu
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def _print_stack(stack, as_json: bool) -> None:  # noqa: ANN001 - devstack StackStatus
-    data = stack.model_dump(mode="json")
+def _print_stack(stack, as_json: bool, **extra: object) -> None:  # noqa: ANN001 - devstack StackStatus
+    data = stack.model_dump(mode="json") | extra
     if as_json:
         emit_json(data)
         return
@@ -27,6 +27,8 @@ def _print_stack(stack, as_json: bool) -> None:  # noqa: ANN001 - devstack Stack
     for name, svc in data["services"].items():
         table.add_row(name, "[green]yes[/]" if svc["up"] else "[red]no[/]", str(svc["pid"] or "-"), svc["url"])
     console.print(table)
+    for key, value in extra.items():
+        console.print(f"{key.replace('_', ' ')}: {value if value is not None else 'off'}")
 
 
 def bring_up(settings: Settings, services: list[str] | None = None) -> Settings:
@@ -64,10 +66,12 @@ def down(as_json: bool = typer.Option(False, "--json")) -> None:
 
 @dev_app.command("status")
 def status(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Which services run, their pids and URLs."""
+    """Which services run, their pids and URLs, and where providers send webhooks (null: off)."""
     import devstack
 
-    _print_stack(devstack.status(Settings()), as_json)
+    settings = Settings()
+    current = devstack.effective_settings(settings)
+    _print_stack(devstack.status(settings), as_json, webhook_url=current.webhook_url(current.provider))
 
 
 def demo(
@@ -107,13 +111,14 @@ def demo(
     with db.transaction() as session:
         sample = next(iter(queries.list_tasks(session, summary.import_id, "SUCCEEDED", 1)), None)
         detail = queries.task_detail(session, sample.id) if sample else None
+        polls = queries.status_calls_per_task(session, summary.import_id)
     proxy_url = _sample_url(settings, detail)
     ledger = asyncio.run(audit_ledger(settings, summary.import_id))
     ui = (f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows?query="
           + quote(f"ImportId=\"{summary.import_id}\""))
     result = {
         "import_id": summary.import_id, "tasks": total, "by_status": counts, **starts,
-        "seconds": round(time.monotonic() - started, 1), "temporal_ui": ui,
+        "seconds": round(time.monotonic() - started, 1), "status_calls_per_task": polls, "temporal_ui": ui,
         "sample_task": sample.id if sample else None, "sample_proxy_url": proxy_url,
         "ledger_ok": ledger.ok, "ledger_violations": [v.model_dump(mode="json") for v in ledger.violations],
     }
@@ -135,7 +140,8 @@ def _sample_url(settings: Settings, detail: dict | None) -> str | None:
 
 
 def _print_demo(r: dict) -> None:
-    console.print(f"import {r['import_id']}: {r['tasks']} tasks, {r['seconds']} s")
+    console.print(f"import {r['import_id']}: {r['tasks']} tasks, {r['seconds']} s, "
+                  f"{r['status_calls_per_task']} provider status calls per task")
     table = Table("status", "tasks")
     for status_name, n in sorted(r["by_status"].items()):
         table.add_row(status_name, str(n))

@@ -47,8 +47,22 @@ class Settings(BaseSettings):
     emulator_max_running: int = 50
     emulator_max_queued: int = 100
     emulator_api_key: str = "emulator-dev-key"
+    # The Standard Webhooks secret (`whsec_...`) the emulator signs with and the gateway verifies
+    # with; `dev up` makes one per stack (stack.json). Empty: the emulator offers no webhooks.
+    # (Empty strings rather than None here: a drill worker gets every setting as an env string.)
+    emulator_webhook_secret: str = Field(default="", repr=False)
     gateway_url: str = "http://127.0.0.1:8000"
     provider: str = "emulator"
+
+    # Webhooks: submits ask providers that offer them to POST to {public_url}/webhooks/{provider}.
+    # public_url is the gateway as providers reach it (empty: gateway_url).
+    public_url: str = ""
+    webhooks_enabled: bool = Field(  # REELQUEUE_WEBHOOKS=false: submits ask for none, polling only
+        default=True,
+        validation_alias=AliasChoices("REELQUEUE_WEBHOOKS", "REELQUEUE_WEBHOOKS_ENABLED", "webhooks_enabled"),
+    )
+    webhook_orphan_ttl_s: float = Field(default=3600.0, gt=0)  # an unmatched event older than this expired
+    webhook_max_body_bytes: int = Field(default=256 * 1024, gt=0)
 
     # Hosts the SSRF-safe fetcher may reach although they resolve to private or loopback
     # addresses (the embedded emulator and S3). Everything else must be a global address.
@@ -68,6 +82,12 @@ class Settings(BaseSettings):
     @property
     def stack_file(self) -> Path:
         return self.home / STACK_FILE
+
+    def webhook_url(self, provider: str) -> str | None:
+        """Where `provider` should send its webhooks (the gateway's route); None when they are off."""
+        if not self.webhooks_enabled:
+            return None
+        return f"{(self.public_url or self.gateway_url).rstrip('/')}/webhooks/{provider}"
 
     def allowed_fetch_hosts(self) -> set[str]:
         """Configured hosts plus the emulator endpoint this process was pointed at.

@@ -10,11 +10,12 @@ import importlib.util
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from config.settings import Settings
+from emulator.config import WEBHOOK_SECRET_ENV, new_webhook_secret
 
 from . import postgres, probes, seaweed
 from .errors import StackError
@@ -227,7 +228,10 @@ class Emulator(_PythonService):
     module = "emulator.__main__"
 
     def settings_for(self, ports: dict[str, int], settings: Settings) -> dict[str, Any]:
-        return {"emulator_url": f"http://127.0.0.1:{ports['emulator']}"}
+        """Its URL, and its webhook signing secret: made once per stack and kept in stack.json (an
+        environment value wins), so the gateway verifies what the emulator signs across restarts."""
+        return {"emulator_url": f"http://127.0.0.1:{ports['emulator']}",
+                "emulator_webhook_secret": settings.emulator_webhook_secret or new_webhook_secret()}
 
     def url(self, settings: Settings) -> str:
         return settings.emulator_url
@@ -242,6 +246,8 @@ class Emulator(_PythonService):
         s = ctx.settings
         tuning = ["--render", s.emulator_render, "--max-running", str(s.emulator_max_running),
                   "--max-queued", str(s.emulator_max_queued)]
+        if s.emulator_webhook_secret:  # through the environment: not visible in `ps` or the log's start line
+            ctx = replace(ctx, env={**ctx.env, WEBHOOK_SECRET_ENV: s.emulator_webhook_secret})
         return self._spawn(ctx, cmd + ["--data-dir", str(datadir), *tuning])
 
     def probe(self, settings: Settings, paths: StackPaths) -> bool:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 
 import uvicorn
 
 from emulator.app import create_app
-from emulator.config import EmulatorConfig
+from emulator.config import WEBHOOK_SECRET_ENV, EmulatorConfig
 
 
 def parse_args(argv: list[str] | None = None) -> EmulatorConfig:
@@ -32,7 +33,9 @@ def parse_args(argv: list[str] | None = None) -> EmulatorConfig:
         help="clips kept in DATA_DIR/cache (0: off)",
     )
     p.add_argument("--public-url", default=None, help="base of output URLs (default http://HOST:PORT)")
-    p.add_argument("--webhook-secret", default=None, help="whsec_... (default: random per process)")
+    p.add_argument("--webhook-secret", default=os.environ.get(WEBHOOK_SECRET_ENV) or None,
+                   help=f"whsec_... (default: ${WEBHOOK_SECRET_ENV}, else random per process; the variable "
+                        "keeps the secret off the command line)")
     p.add_argument("--price-per-second", type=float, default=defaults.price_per_second)
     p.add_argument("--url-ttl-s", type=float, default=defaults.url_ttl_s, help="output URL lifetime")
     args = vars(p.parse_args(argv))

@@ -64,9 +64,9 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
     config = config or EmulatorConfig(**params)
     store = JobStore(config.db_path)
     stats = StatsBoard()
-    webhooks = WebhookSender(config.webhook_secret, attempts=config.webhook_attempts, stats=stats)
-    service = JobService(config, store, webhooks)
     faults = FaultBoard()
+    webhooks = WebhookSender(config.webhook_secret, attempts=config.webhook_attempts, stats=stats, faults=faults)
+    service = JobService(config, store, webhooks)
     pool = RenderPool(store, config, stats, on_rendered=lambda: clock.wake())
     clock = JobClock(service, config, faults, stats, on_started=pool.wake)
 
@@ -118,7 +118,11 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
         if store.count(*WAITING) >= faults.tuning(config).max_queued:
             _count_refusal(429)
             raise ApiError(429, "RATE_LIMIT.QUEUE_FULL", "too many jobs waiting", retry_after=_RETRY_AFTER_S)
-        job = service.create(body, fail_injected=faults.take("fail_next"))
+        fail = faults.take("fail_next")
+        if body.webhook_url and faults.take("webhook_before_response"):  # first event before the answer
+            job = await asyncio.to_thread(service.create, body, fail_injected=fail, announce_now=True)
+        else:
+            job = service.create(body, fail_injected=fail)
         stats.add("jobs_created")
         stats.peak("max_alive", store.count(*ALIVE))
         clock.wake()

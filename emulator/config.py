@@ -12,6 +12,10 @@ from pydantic import BaseModel, Field
 RenderMode = Literal["full", "fast"]
 
 
+# Where `python -m emulator` reads its signing secret from when no --webhook-secret is given.
+WEBHOOK_SECRET_ENV = "REELQUEUE_EMULATOR_WEBHOOK_SECRET"
+
+
 def new_webhook_secret() -> str:
     """A Standard Webhooks secret: `whsec_` + base64 of 32 random bytes."""
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()

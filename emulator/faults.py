@@ -68,6 +68,11 @@ class FaultBoard:
         left = {name: round(max(0.0, until - now), 3) for name, until in self._outage_until.items()}
         return self._faults.model_copy(update=left)
 
+    def flag(self, name: str) -> bool:
+        """A boolean fault that holds while set (drop_all_webhooks)."""
+        with self._lock:
+            return bool(getattr(self._faults, name))
+
     def take(self, counter: str) -> bool:
         """Consume one unit of `counter`; True if a fault was pending."""
         with self._lock:

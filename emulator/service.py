@@ -27,8 +27,10 @@ class JobService:
         self.store = store
         self.webhooks = webhooks
 
-    def create(self, body: SubmitIn, *, fail_injected: bool) -> JobRecord:
-        """A new queued job; no dedupe on request_key, exactly like the real providers."""
+    def create(self, body: SubmitIn, *, fail_injected: bool, announce_now: bool = False) -> JobRecord:
+        """A new queued job; no dedupe on request_key, exactly like the real providers.
+        `announce_now`: its first webhook is delivered before this returns (a fault: the event
+        beats the submit's answer)."""
         now = time.time()
         job = JobRecord(
             id=f"job_{uuid.uuid4().hex}",
@@ -39,7 +41,7 @@ class JobService:
             **body.model_dump(),
         )
         self.store.insert(job)
-        self._changed(job)
+        self._changed(job, now=announce_now)
         return job
 
     def cancel(self, job_id: str) -> JobRecord | None:
@@ -88,9 +90,11 @@ class JobService:
             self._changed(changed)
         return changed is not None
 
-    def _changed(self, job: JobRecord) -> None:
-        if job.webhook_url:
-            self.webhooks.send(job.webhook_url, self.view(job).model_dump_json().encode())
+    def _changed(self, job: JobRecord, *, now: bool = False) -> None:
+        if not job.webhook_url:
+            return
+        send = self.webhooks.send_now if now else self.webhooks.send
+        send(job.webhook_url, self.view(job).model_dump_json().encode(), job_id=job.id)
 
     def view(self, job: JobRecord) -> JobOut:
         """The public JSON of a job; output URLs are signed afresh on every read."""

@@ -101,8 +101,16 @@ class SimStats(BaseModel):
     max_running: int = 0  # most jobs running at once (measured at each start)
     status_calls: int = 0  # GET /v1/jobs/{id}
     status_calls_per_job: float = 0.0  # status_calls / jobs_created
-    webhooks_sent: int = 0  # events delivered (2xx answer)
+    webhooks_sent: int = 0  # deliveries answered 2xx (a duplicated event counts twice)
     webhooks_dropped: int = 0  # events given up on (attempts used up, or the send queue full)
+    webhooks_refused: int = 0  # events answered 4xx (not 408/429): not retried
+    # Webhook faults applied (see Faults):
+    webhooks_duplicated: int = 0
+    webhooks_reordered: int = 0
+    webhooks_before_response: int = 0
+    webhooks_dropped_injected: int = 0
+    webhooks_bad_signature: int = 0
+    webhooks_stale: int = 0
     renders: int = 0  # ffmpeg renders
     render_cache_hits: int = 0  # clips served from the render cache instead
 
@@ -126,6 +134,14 @@ class Faults(BaseModel):
     list_outage_s: float = Field(default=0.0, ge=0)
     # For the next N seconds the job status call answers 404, as for a job the provider lost.
     status_missing_s: float = Field(default=0.0, ge=0)
+    # Webhook faults, each for the next N events (submits for webhook_before_response):
+    duplicate_webhook: int = Field(default=0, ge=0)  # delivered twice, same webhook-id
+    reorder_webhooks: int = Field(default=0, ge=0)  # held back until the job's next event went out
+    webhook_before_response: int = Field(default=0, ge=0)  # the job's first event sent before the 201
+    drop_webhook: int = Field(default=0, ge=0)  # never sent
+    drop_all_webhooks: bool = False  # no webhook is sent while set
+    bad_signature: int = Field(default=0, ge=0)  # signed with a key that is not the webhook secret
+    stale_timestamp: int = Field(default=0, ge=0)  # webhook-timestamp 10 minutes in the past
 
 
 class ApiErrorBody(BaseModel):

@@ -1,13 +1,36 @@
-"""The HTTP gateway (FastAPI). Routers for the API and provider webhooks are added here."""
+"""The HTTP gateway (FastAPI): health, and provider webhooks (gateway/webhooks.py).
+
+`create_app` is a small factory: tests hand it their dependencies; `app`, which uvicorn serves
+(`reelqueue dev up`, docker-compose), builds them from Settings on the first request that needs them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import FastAPI
 
+from gateway.deps import GatewayDeps, LazyDeps, deps_from_settings
+from gateway.problems import install_problem_handlers
+from gateway.webhooks import router as webhooks_router
 
-def create_app() -> FastAPI:
-    """A factory so tests can build an app; `app` below is what uvicorn serves."""
+
+def _from_settings() -> GatewayDeps:
+    from config.settings import Settings
+
+    return deps_from_settings(Settings())
+
+
+def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None) -> FastAPI:
+    """An app over `deps` (or a factory of them; default: from Settings, built on first use)."""
     application = FastAPI(title="reelqueue gateway")
+    if isinstance(deps, GatewayDeps):
+        given = deps
+        application.state.deps = LazyDeps(lambda: given)
+    else:
+        application.state.deps = LazyDeps(deps or _from_settings)
+    install_problem_handlers(application)
+    application.include_router(webhooks_router)
 
     @application.get("/healthz")
     def healthz() -> dict[str, bool]:

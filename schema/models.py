@@ -232,18 +232,42 @@ class StateEvent(Base):
 
 
 class ProviderEvent(Base):
-    """Raw webhook inbox: verified or not, matched to a task or kept as an orphan."""
+    """Webhook inbox: every verified provider event, stored before anything acts on it.
+
+    `state`: `matched` (its task is known: by the attempt's job id or request key when it came, or
+    claimed by the submit or reconcile that recorded its job, `matched_by` says which), `orphan`
+    (no attempt had recorded its job yet), `expired` (an orphan nobody claimed within the TTL).
+    `payload` is the normalized ProviderUpdate the workflow receives, `raw_body` the body exactly
+    as signed; `headers` keeps only the delivery id and timestamp, never the signature.
+    """
 
     __tablename__ = "provider_events"
-    __table_args__ = (UniqueConstraint("provider", "event_id"),)
+    __table_args__ = (
+        UniqueConstraint("provider", "event_id"),
+        CheckConstraint("state IN ('matched','orphan','expired')", name="ck_provider_events_state"),
+        Index("ix_provider_events_orphan_job", "provider", "provider_job_id",
+              postgresql_where=text("state = 'orphan'")),
+        Index("ix_provider_events_orphan_key", "provider", "request_key",
+              postgresql_where=text("state = 'orphan'")),
+        Index("ix_provider_events_orphan_age", "received_at", postgresql_where=text("state = 'orphan'")),
+        Index("ix_provider_events_task", "task_id"),
+    )
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     provider: Mapped[str] = mapped_column(String(64))
     event_id: Mapped[str] = mapped_column(String(300))
     verified: Mapped[bool] = mapped_column(default=False)
     provider_job_id: Mapped[str | None] = mapped_column(String(256))
+    request_key: Mapped[str | None] = mapped_column(String(300))
     task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id"))
+    state: Mapped[str] = mapped_column(String(16))
+    matched_by: Mapped[str | None] = mapped_column(String(16))  # job_id / request_key / submit / reconcile
     payload: Mapped[dict[str, Any]]
+    headers: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    raw_body: Mapped[str | None] = mapped_column(Text)
+    observed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # the provider's time
     received_at: Mapped[datetime] = _now_column()
+    matched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    signaled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Asset(Base):

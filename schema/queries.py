@@ -66,6 +66,14 @@ def iter_tasks_to_start(db: Database, import_id: str, *, page_size: int = 500) -
         after = rows[-1].id
 
 
+def status_calls_per_task(session: Session, import_id: str) -> float:
+    """Provider status calls (polls) per task of an import, over all its attempts."""
+    calls = session.scalar(_scoped(select(func.coalesce(func.sum(Attempt.poll_count), 0)).select_from(Task)
+                                   .join(Attempt, Attempt.task_id == Task.id), import_id)) or 0
+    tasks = count_tasks(session, import_id)
+    return round(calls / tasks, 2) if tasks else 0.0
+
+
 def import_exists(session: Session, import_id: str) -> bool:
     return session.get(CatalogImport, import_id) is not None
 

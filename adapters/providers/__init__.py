@@ -10,5 +10,6 @@ def build_providers(settings) -> dict[str, VideoProvider]:  # noqa: ANN001 - con
 
     # The submit timeout stays under the submit activity's 30 s start-to-close, so a lost answer is
     # seen by the adapter (UNKNOWN) rather than by Temporal's timeout (which ends the same way).
-    emulator = EmulatorProvider(settings.emulator_url, settings.emulator_api_key, submit_timeout_s=20.0)
+    emulator = EmulatorProvider(settings.emulator_url, settings.emulator_api_key, submit_timeout_s=20.0,
+                                webhook_secret=settings.emulator_webhook_secret)
     return {emulator.name: emulator}

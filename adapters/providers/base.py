@@ -6,6 +6,7 @@ back. Nothing provider-specific leaks past an adapter.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -136,3 +137,36 @@ class VideoProvider(Protocol):
 
     def cancel(self, job_id: str) -> JobState:
         """Ask the provider to stop; returns the state after the call."""
+
+
+class WebhookRejected(Exception):
+    """A webhook we will not act on. `reason` goes back to the sender, so it never names a secret;
+    `malformed` says the delivery was authentic but unusable (400) rather than unauthenticated (401)."""
+
+    def __init__(self, reason: str, *, malformed: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.malformed = malformed
+
+
+class WebhookEvent(BaseModel):
+    """One provider webhook, verified and normalized by its adapter; the gateway stores it and
+    turns it into the workflow's ProviderUpdate."""
+
+    event_id: str = Field(min_length=1, max_length=300)  # the delivery id: the same event twice is one event
+    job_id: str = Field(min_length=1, max_length=256)
+    request_key: str | None = Field(default=None, max_length=300)  # ours, when the provider echoes it
+    status: JobStatus | None = None
+    raw_status: str | None = None
+    progress: float | None = None
+    observed_at: datetime | None = None  # the provider's time of the change
+    verified: bool = False
+    headers: dict[str, str] = Field(default_factory=dict)  # delivery headers worth keeping; never a signature
+
+
+@runtime_checkable
+class WebhookReceiver(Protocol):
+    """Optional provider capability: verify and read the provider's webhooks."""
+
+    def parse_webhook(self, headers: Mapping[str, str], body: bytes) -> WebhookEvent:
+        """Verify `body` exactly as received; raises WebhookRejected."""

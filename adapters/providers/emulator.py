@@ -8,6 +8,7 @@ before sending again (docs/architecture.md, "Failure paths").
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -25,7 +26,10 @@ from adapters.providers.base import (
     SubmitOutcome,
     SubmitResult,
     Usage,
+    WebhookEvent,
+    WebhookRejected,
 )
+from adapters.webhooks import StandardWebhookVerifier
 from emulator.wire import ASPECT_RATIOS, MAX_DURATION_S, MIN_DURATION_S, ErrorOut, JobList, JobOut
 
 _STATUS = {
@@ -79,7 +83,7 @@ def _error_text(resp: httpx.Response, body: Any) -> str:
 
 
 _CAPABILITIES = Capabilities(
-    webhooks=True,
+    webhooks=False,  # per instance: offered only with a webhook secret
     cancel=True,
     reconcile_by_request_key=True,
     reconcile_by_list=False,
@@ -101,14 +105,27 @@ def _provider_refusal(body: Any) -> bool:
 
 
 class EmulatorProvider:
-    """VideoProvider for the reelqueue emulator (`python -m emulator`)."""
+    """VideoProvider for the reelqueue emulator (`python -m emulator`); also a WebhookReceiver.
+
+    Webhooks are offered only with the emulator's `--webhook-secret`: without it nothing could be
+    verified, so submits do not ask for them.
+    """
 
     name = "emulator"
 
     def __init__(
-        self, base_url: str, api_key: str, *, timeout_s: float = 10.0, submit_timeout_s: float = 30.0
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 10.0,
+        submit_timeout_s: float = 30.0,
+        webhook_secret: str | None = None,
     ):
-        self.capabilities = _CAPABILITIES.model_copy(update={"submit_timeout_s": submit_timeout_s})
+        self._verifier = StandardWebhookVerifier(webhook_secret) if webhook_secret else None
+        self.capabilities = _CAPABILITIES.model_copy(
+            update={"submit_timeout_s": submit_timeout_s, "webhooks": self._verifier is not None}
+        )
         # httpx itself never retries a request; no transport-level retries are configured either.
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s
@@ -186,6 +203,27 @@ class EmulatorProvider:
 
     def cancel(self, job_id: str) -> JobState:
         return self._state(self._call("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    def parse_webhook(self, headers: Mapping[str, str], body: bytes) -> WebhookEvent:
+        """A Standard Webhooks delivery whose body is the job JSON, as GET /v1/jobs/{id} gives it."""
+        if self._verifier is None:
+            raise WebhookRejected("webhooks are not configured for this provider")
+        delivery = self._verifier.verify(headers, body)
+        try:
+            job = JobOut.model_validate_json(body)
+            return WebhookEvent(
+                event_id=delivery.msg_id,
+                job_id=job.id,
+                request_key=job.request_key,
+                status=_STATUS[job.status],
+                raw_status=job.status,
+                progress=job.progress,
+                observed_at=job.updated_at,
+                verified=True,
+                headers=delivery.headers,
+            )
+        except ValidationError:
+            raise WebhookRejected("the body is not an emulator job, or its ids are too long", malformed=True) from None
 
     def _call(self, method: str, path: str, params: dict[str, str] | None = None) -> Any:
         """One query call; ProviderError says whether asking again may help."""

@@ -17,7 +17,7 @@ import pytest
 from adapters.storage import ObjectStorage
 from config.settings import Settings
 
-STACK_SERVICES = ["postgres", "s3", "temporal", "emulator"]
+STACK_SERVICES = ["postgres", "s3", "temporal", "emulator", "gateway"]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,59 @@
+"""RFC 9457 problem details: every refusal of the gateway is `application/problem+json`.
+
+Titles and details are written for the caller and never carry secrets, bodies or internals
+(exception texts, SQL, hosts).
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class Problem(BaseModel):
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+
+
+class ProblemError(Exception):
+    """Raised anywhere in a route: answered as the problem it carries."""
+
+    def __init__(self, status: int, detail: str, *, slug: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        title = HTTPStatus(status).phrase
+        self.problem = Problem(type=f"urn:reelqueue:problem:{slug}" if slug else "about:blank", title=title,
+                               status=status, detail=detail)
+        self.headers = headers
+
+
+def problem_response(problem: Problem, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(problem.model_dump(exclude_none=True), status_code=problem.status, headers=headers,
+                        media_type=PROBLEM_JSON)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Route refusals and framework errors (unknown route, wrong method, invalid request) answer
+    problem+json. Routes turn their own unexpected errors into a ProblemError (see webhooks.py):
+    an exception left to Starlette is re-raised, and its text (SQL parameters) logged."""
+
+    @app.exception_handler(ProblemError)
+    async def _problem(_: Request, exc: ProblemError) -> JSONResponse:
+        return problem_response(exc.problem, exc.headers)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        title = HTTPStatus(exc.status_code).phrase
+        return problem_response(Problem(title=title, status=exc.status_code), getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return problem_response(Problem(title="Bad Request", status=400, detail="the request is not valid"))

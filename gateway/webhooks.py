@@ -1,0 +1,123 @@
+"""POST /webhooks/{provider}: provider webhooks into the inbox, then to the task's workflow.
+
+Order of work, each step only if the previous passed: the provider must have a receiver (404),
+the body at most `max_body_bytes` (413), the adapter verifies the raw body (401 forged or stale,
+400 unusable), the event is stored once per delivery id (one short transaction), then, with the
+transaction closed, the task's workflow is signaled. Answers are quick: nothing is fetched here.
+
+A stored event whose signal could not go out (Temporal unavailable) answers 503, so the provider
+delivers it again; that delivery finds the row and sends the signal then, with the same request
+id (gateway/signals.py). Logs name provider, delivery id and state; never bodies or signatures.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from adapters.providers.base import WebhookEvent, WebhookReceiver, WebhookRejected
+from gateway.deps import GatewayDeps, gateway_deps
+from gateway.problems import ProblemError
+from gateway.signals import SignalUnavailable, signal_request_id
+from schema import webhook_inbox as inbox
+
+log = logging.getLogger("gateway.webhooks")
+router = APIRouter()
+RETRY_AFTER = {"Retry-After": "5"}
+SWEEP_EVERY_S = 60.0  # orphan expiry runs at most this often per gateway process
+
+
+@router.post("/webhooks/{provider}")
+async def receive_webhook(provider: str, request: Request, deps: GatewayDeps = Depends(gateway_deps)) -> dict:
+    receiver = deps.providers.get(provider)
+    if not isinstance(receiver, WebhookReceiver):
+        raise ProblemError(404, "no webhooks are received for this provider", slug="unknown-provider")
+    body = await _read_capped(request, deps.max_body_bytes)
+    try:
+        event = receiver.parse_webhook(request.headers, body)
+    except WebhookRejected as exc:
+        log.info("webhook for %s refused: %s", provider, exc.reason)
+        if exc.malformed:
+            raise ProblemError(400, exc.reason, slug="malformed-webhook") from None
+        raise ProblemError(401, exc.reason, slug="webhook-not-verified") from None
+    receipt = await _store(deps, provider, event, body)
+    log.info("webhook %s %s: %s%s", provider, event.event_id, receipt.state.value,
+             " (duplicate)" if receipt.duplicate else "")
+    if receipt.workflow_id is not None:
+        await _signal(deps, provider, event, receipt.row_id, receipt.workflow_id)
+    await _sweep(deps)
+    return {"ok": True}
+
+
+async def _read_capped(request: Request, limit: int) -> bytes:
+    """The raw body, refused past `limit` bytes without reading the rest."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ProblemError(413, f"webhook bodies are limited to {limit} bytes", slug="webhook-too-large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ProblemError(413, f"webhook bodies are limited to {limit} bytes", slug="webhook-too-large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _record(deps: GatewayDeps, provider: str, event: WebhookEvent, body: bytes) -> inbox.Receipt:
+    with deps.db.transaction() as session:
+        return inbox.record_event(session, provider, event, body)
+
+
+async def _store(deps: GatewayDeps, provider: str, event: WebhookEvent, body: bytes) -> inbox.Receipt:
+    try:
+        return await run_in_threadpool(_record, deps, provider, event, body)
+    except Exception as exc:  # the class only: a database error's text carries the row (the body)
+        log.error("webhook %s %s not stored: %s", provider, event.event_id, type(exc).__name__)
+        raise ProblemError(503, "the event could not be stored; deliver it again later", slug="webhook-not-stored",
+                           headers=RETRY_AFTER) from None
+
+
+def _mark_signaled(deps: GatewayDeps, row_id: int) -> None:
+    with deps.db.transaction() as session:
+        inbox.mark_signaled(session, row_id)
+
+
+async def _signal(deps: GatewayDeps, provider: str, event: WebhookEvent, row_id: int, workflow_id: str) -> None:
+    """Signal the task's workflow (outside any transaction); a closed or missing one is a no-op."""
+    try:
+        delivered = await deps.signaler.signal(workflow_id, inbox.to_update(event),
+                                               signal_request_id(provider, event.event_id))
+    except SignalUnavailable as exc:
+        log.warning("webhook %s %s stored, not signaled: %s", provider, event.event_id, exc)
+        raise ProblemError(503, "the event is stored; deliver it again later", slug="webhook-not-delivered",
+                           headers=RETRY_AFTER) from None
+    if not delivered:
+        log.info("webhook %s %s: workflow %s is closed or unknown", provider, event.event_id, workflow_id)
+        return
+    try:
+        await run_in_threadpool(_mark_signaled, deps, row_id)
+    except Exception as exc:  # noqa: BLE001 - delivered: a redelivery would signal again, deduplicated
+        log.warning("webhook %s %s signaled, not marked: %s", provider, event.event_id, type(exc).__name__)
+
+
+def _expire(deps: GatewayDeps) -> int:
+    with deps.db.transaction() as session:
+        return inbox.expire_orphans(session, deps.orphan_ttl_s)
+
+
+async def _sweep(deps: GatewayDeps) -> None:
+    """Now and then, mark orphans past the TTL expired (best effort: counts treat them so anyway)."""
+    now = time.monotonic()
+    if now < deps.next_sweep:
+        return
+    deps.next_sweep = now + SWEEP_EVERY_S
+    try:
+        expired = await run_in_threadpool(_expire, deps)
+    except Exception as exc:  # noqa: BLE001 - a failed sweep must not fail a stored delivery
+        log.warning("orphan sweep failed: %s", type(exc).__name__)
+        return
+    if expired:
+        log.info("%d webhook orphans expired", expired)
