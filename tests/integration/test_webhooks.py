@@ -267,6 +267,36 @@ async def test_a_run_with_early_duplicated_and_reordered_webhooks_succeeds(stack
     signaled = await signaled_event_ids(client, task.workflow_id)
     assert len(signaled) == len(set(signaled))  # duplicates never reach the workflow twice
     assert set(signaled) == {r.event_id for r in rows if r.signaled_at is not None}
+    moves = _moves(stack, task.id)  # each status entered once and in order (RUNNING may be skipped
+    assert moves == [m for m in MAIN_LINE if m in moves] and moves[-1] == "SUCCEEDED"  # when reordered)
+
+
+MAIN_LINE = ["VALIDATING", "QUOTA_RESERVED", "QUEUED", "DISPATCHING", "SUBMITTED", "RUNNING",
+             "OUTPUT_FETCHING", "POST_PROCESSING", "SUCCEEDED"]
+
+
+def _moves(stack: Settings, task_id: str) -> list[str]:
+    with Database(stack.database_url).transaction() as session:
+        return [e["to"] for e in queries.task_detail(session, task_id)["events"] if e["applied"]]
+
+
+async def test_with_every_webhook_lost_the_task_ends_by_polling(stack, client, task_queue, tmp_path):
+    summary = import_small(stack, tmp_path, [("Q-1", "Quiet", "A quiet one")], duration_s=1)
+    before = emulator_stats(stack)
+    set_faults(stack, drop_all_webhooks=True)
+    try:
+        (task,) = await run_all(client, stack, summary.import_id, task_queue, timeout=180)
+    finally:
+        httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
+    assert task.status == "SUCCEEDED"
+    assert emulator_stats(stack)["webhooks_sent"] == before["webhooks_sent"]  # not one arrived
+    assert event_rows(stack, task_id=task.id) == []
+    (result,) = await submit_results(client, task.workflow_id)
+    assert result.webhooks  # it asked for them, so it polled only as a safety net, and that sufficed
+    with Database(stack.database_url).transaction() as session:
+        polls = session.scalars(select(Attempt.poll_count).where(Attempt.task_id == task.id)).all()
+    assert polls and polls[0] >= 1, polls
+    assert _moves(stack, task.id)[-1] == "SUCCEEDED"
 
 
 async def test_dev_status_shows_the_webhook_url(stack):
