@@ -85,7 +85,8 @@ def record_event(session: Session, provider: str, event: WebhookEvent, raw_body:
     )
     if row_id is not None:
         state = EventState.MATCHED if target else EventState.ORPHAN
-        return Receipt(row_id, state, duplicate=False, workflow_id=target.workflow_id if target else None)
+        news = target is not None and not _status_signaled(session, provider, event)
+        return Receipt(row_id, state, duplicate=False, workflow_id=target.workflow_id if news else None)
     existing = session.scalars(
         select(ProviderEvent).where(ProviderEvent.provider == provider, ProviderEvent.event_id == event.event_id)
     ).one()
@@ -175,6 +176,19 @@ def _find_target(session: Session, provider: str, event: WebhookEvent) -> _Targe
         if row is not None:
             return _Target(row.task_id, row.workflow_id, MatchedBy.REQUEST_KEY)
     return None
+
+
+def _status_signaled(session: Session, provider: str, event: WebhookEvent) -> bool:
+    """Whether an earlier event already told the workflow this job's status: a chatty provider
+    (progress, logs) is stored in full, but the workflow's history gets one signal per status."""
+    if event.status is None:
+        return False
+    return session.scalar(
+        select(ProviderEvent.id).where(
+            ProviderEvent.provider == provider, ProviderEvent.provider_job_id == event.job_id,
+            ProviderEvent.signaled_at.is_not(None), ProviderEvent.payload["status"].astext == event.status.value,
+        ).limit(1)
+    ) is not None
 
 
 def _unsignaled(session: Session, row: ProviderEvent) -> str | None:

@@ -179,6 +179,18 @@ async def test_the_same_event_twice_is_one_row_and_one_signal(stack, client, par
     assert await signaled_event_ids(client, parked.task.workflow_id) == [msg, other, stray]
 
 
+async def test_a_chatty_provider_gets_one_signal_per_status(stack, client, parked: Parked):
+    """Progress events that repeat a status the workflow already has are stored, not signaled, so
+    a provider that reports every second cannot flood the workflow's history."""
+    ids = [f"msg_chatty_{i}_" + uuid.uuid4().hex for i in range(5)]
+    for msg in ids:
+        assert (await deliver(stack, job_json(parked.job_id, parked.key, "running"), msg)).status_code == 200
+    ended = "msg_chatty_end_" + uuid.uuid4().hex
+    assert (await deliver(stack, job_json(parked.job_id, parked.key, "succeeded"), ended)).status_code == 200
+    assert {r.event_id for r in event_rows(stack, provider_job_id=parked.job_id)} == {*ids, ended}
+    assert await signaled_event_ids(client, parked.task.workflow_id) == [ids[0], ended]
+
+
 async def test_an_event_for_a_closed_workflow_is_stored_and_answered(stack, client, parked: Parked):
     await parked.handle.terminate("closed before the event")
     msg = "msg_closed_" + uuid.uuid4().hex
