@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test install lint bench down
+.PHONY: demo test install lint bench bench-run down
 
 $(VENV)/.installed: pyproject.toml
 	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..."
@@ -29,3 +29,7 @@ test: install lint
 
 bench: install
 	$(BIN)/python -m bench.import_bench $(ARGS)
+
+# `make bench-run ARGS="start --tasks 100000"` or ARGS="complete --tasks 300"
+bench-run: install
+	$(BIN)/python -m bench.run_bench $(ARGS)
