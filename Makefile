@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test install lint bench bench-run down
+.PHONY: demo test install lint bench bench-run bench-webhooks down
 
 $(VENV)/.installed: pyproject.toml
 	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..."
@@ -33,3 +33,6 @@ bench: install
 # `make bench-run ARGS="start --tasks 100000"` or ARGS="complete --tasks 300"
 bench-run: install
 	$(BIN)/python -m bench.run_bench $(ARGS)
+
+bench-webhooks: install
+	$(BIN)/python -m bench.webhook_bench $(ARGS)
