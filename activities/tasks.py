@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
 from temporalio import activity
 
 from activities.errors import classified
@@ -20,6 +21,14 @@ class TaskActivities:
         self.db = db
         self.storage = storage
         self.providers = providers
+        self._plans: dict[str, PlanSpec] = {}  # plan id (its content hash) -> the validated plan
+
+    def _plan(self, session: Session, plan_id: str) -> PlanSpec:
+        """A plan's id is the hash of its content, so each is read and validated once per process,
+        not once per task (thousands of tasks share one plan)."""
+        if plan_id not in self._plans:
+            self._plans[plan_id] = PlanSpec.model_validate(session.get(Plan, plan_id).content)
+        return self._plans[plan_id]
 
     @activity.defn(name="record_transition")
     @classified
@@ -50,7 +59,7 @@ class TaskActivities:
             if task is None:
                 raise task_store.TaskNotFound(ref.task_id)
             image = session.get(Asset, task.image_asset_id) if task.image_asset_id else None
-            plan = PlanSpec.model_validate(session.get(Plan, task.plan_id).content)
+            plan = self._plan(session, task.plan_id)
         provider = self.providers.get(task.provider)
         deadlines = plan.deadlines or Deadlines()
         info = TaskInfo(
