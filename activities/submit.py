@@ -135,7 +135,7 @@ class SubmitActivities:
             attempt = _attempt(session, ref)
             if attempt is None:  # transaction A never committed, so nothing was sent: make sure of it
                 attempt = _tombstone(session, ref, key)
-            concluded = _concluded(attempt)
+            concluded = _concluded(attempt, session=session)
             if concluded is not None:
                 return concluded
             provider = self.providers[attempt.provider]
@@ -164,7 +164,7 @@ class SubmitActivities:
                                     job_id=attempt.provider_job_id, request_key=key, by=inbox.MatchedBy.RECONCILE)
             strays = [j for j in jobs if j != attempt.provider_job_id]
             _keep_strays(session, attempt, strays, found_by="reconcile")
-            return _concluded(attempt, strays) or ReconcileResult(outcome=ReconcileOutcome.ABSENT)
+            return _concluded(attempt, strays, session=session) or ReconcileResult(outcome=ReconcileOutcome.ABSENT)
 
     @activity.defn(name="abandon_attempt")
     @classified
@@ -256,12 +256,14 @@ def _keep_strays(session: Session, attempt: Attempt, job_ids: Iterable[str], *, 
         )
 
 
-def _concluded(attempt: Attempt, duplicates: list[str] | None = None) -> ReconcileResult | None:
-    """What an earlier run (or a late submit answer) already established for this attempt."""
+def _concluded(attempt: Attempt, duplicates: list[str] | None = None, *, session: Session) -> ReconcileResult | None:
+    """What an earlier run (or a late submit answer) already established for this attempt; a found
+    job comes with its webhooks that were kept as orphans (the workflow has not seen them)."""
     state = AttemptState(attempt.submit_state)
     if attempt.provider_job_id:
+        early = inbox.claimed_updates(session, provider=attempt.provider, job_id=attempt.provider_job_id)
         return ReconcileResult(outcome=ReconcileOutcome.FOUND, job_id=attempt.provider_job_id,
-                               duplicates=duplicates or [])
+                               duplicates=duplicates or [], early_updates=early)
     if state in ATTEMPT_UNRESOLVED:
         return None
     return ReconcileResult(outcome=ReconcileOutcome.ABSENT, evidence=attempt.error_message or state.value)

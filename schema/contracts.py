@@ -145,6 +145,7 @@ class ReconcileResult(BaseModel):
     job_id: str | None = None
     duplicates: list[str] = Field(default_factory=list)  # more jobs for one submit: extra charges
     evidence: str = ""
+    early_updates: list[ProviderUpdate] = Field(default_factory=list)  # its webhooks kept as orphans
 
 
 class JobRef(BaseModel):

@@ -40,6 +40,7 @@ class MatchedBy(StrEnum):
 
 
 SIGNALED_ON_ARRIVAL = (MatchedBy.JOB_ID.value, MatchedBy.REQUEST_KEY.value)
+CLAIMED = (MatchedBy.SUBMIT.value, MatchedBy.RECONCILE.value)  # handed to the workflow in an activity result
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def record_event(session: Session, provider: str, event: WebhookEvent, raw_body:
     )
     if row_id is not None:
         state = EventState.MATCHED if target else EventState.ORPHAN
-        news = target is not None and not _status_signaled(session, provider, event)
+        news = target is not None and not _status_signaled(session, provider, event.job_id, event.status)
         return Receipt(row_id, state, duplicate=False, workflow_id=target.workflow_id if news else None)
     existing = session.scalars(
         select(ProviderEvent).where(ProviderEvent.provider == provider, ProviderEvent.event_id == event.event_id)
@@ -117,11 +118,12 @@ def claim_orphans(
 
 
 def claimed_updates(session: Session, *, provider: str, job_id: str) -> list[ProviderUpdate]:
-    """The job's events its submit claimed as orphans, oldest first (the newest last)."""
+    """The job's events claimed as orphans (by its submit or its reconcile), oldest first (the
+    newest last): the workflow never saw them, since no task held the job when they came."""
     payloads = session.scalars(
         select(ProviderEvent.payload)
         .where(ProviderEvent.provider == provider, ProviderEvent.provider_job_id == job_id,
-               ProviderEvent.matched_by == MatchedBy.SUBMIT.value)
+               ProviderEvent.matched_by.in_(CLAIMED))
         .order_by(ProviderEvent.observed_at.asc().nulls_first(), ProviderEvent.id)
     )
     return [ProviderUpdate.model_validate(p) for p in payloads]
@@ -178,23 +180,26 @@ def _find_target(session: Session, provider: str, event: WebhookEvent) -> _Targe
     return None
 
 
-def _status_signaled(session: Session, provider: str, event: WebhookEvent) -> bool:
+def _status_signaled(session: Session, provider: str, job_id: str, status: str | None) -> bool:
     """Whether an earlier event already told the workflow this job's status: a chatty provider
     (progress, logs) is stored in full, but the workflow's history gets one signal per status."""
-    if event.status is None:
+    if status is None:
         return False
     return session.scalar(
         select(ProviderEvent.id).where(
-            ProviderEvent.provider == provider, ProviderEvent.provider_job_id == event.job_id,
-            ProviderEvent.signaled_at.is_not(None), ProviderEvent.payload["status"].astext == event.status.value,
+            ProviderEvent.provider == provider, ProviderEvent.provider_job_id == job_id,
+            ProviderEvent.signaled_at.is_not(None), ProviderEvent.payload["status"].astext == str(status),
         ).limit(1)
     ) is not None
 
 
 def _unsignaled(session: Session, row: ProviderEvent) -> str | None:
     """The workflow of an event matched on arrival whose signal never went out (the first delivery
-    found Temporal unavailable): a retried delivery sends it."""
+    found Temporal unavailable): a retried delivery sends it, unless another event has told the
+    workflow the same status meanwhile (or had already, when this one was stored and not sent)."""
     if row.state != EventState.MATCHED.value or row.matched_by not in SIGNALED_ON_ARRIVAL or row.signaled_at:
+        return None
+    if _status_signaled(session, row.provider, row.provider_job_id, (row.payload or {}).get("status")):
         return None
     return session.scalar(select(Task.workflow_id).where(Task.id == row.task_id))
 

@@ -322,6 +322,8 @@ class GenerationWorkflow:
                 continue
             if found.outcome is ReconcileOutcome.FOUND:
                 self._unknown = None
+                for early in found.early_updates:  # webhooks that came while nobody knew the job
+                    self._inbox.offer(early)
                 await self._move(E.PROVIDER_JOB_FOUND, payload={"job_id": found.job_id,
                                                                 "duplicates": found.duplicates})
                 self._account_strays(ref, found.duplicates)

@@ -26,6 +26,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.submit import SubmitActivities, request_key
 from adapters.providers import build_providers
+from adapters.providers.base import GenerationRequest
 from adapters.storage import ObjectStorage
 from config.settings import Settings
 from emulator.config import new_webhook_secret
@@ -189,6 +190,9 @@ async def test_a_chatty_provider_gets_one_signal_per_status(stack, client, parke
     assert (await deliver(stack, job_json(parked.job_id, parked.key, "succeeded"), ended)).status_code == 200
     assert {r.event_id for r in event_rows(stack, provider_job_id=parked.job_id)} == {*ids, ended}
     assert await signaled_event_ids(client, parked.task.workflow_id) == [ids[0], ended]
+    # A stored repeat delivered again is still no news: the workflow has its status.
+    assert (await deliver(stack, job_json(parked.job_id, parked.key, "running"), ids[1])).status_code == 200
+    assert await signaled_event_ids(client, parked.task.workflow_id) == [ids[0], ended]
 
 
 async def test_an_event_for_a_closed_workflow_is_stored_and_answered(stack, client, parked: Parked):
@@ -253,6 +257,38 @@ async def test_a_webhook_before_the_submit_answer_is_claimed_by_the_submit(stack
     # Later events of the job match it by job id on arrival.
     await wait_until(lambda: any(r.matched_by == "job_id" for r in event_rows(stack, provider_job_id=result.job_id)),
                      "an event matched by job id")
+
+
+async def test_webhooks_of_an_unknown_submit_are_handed_over_by_reconcile(stack, tmp_path):
+    """The submit's answer was lost, so the job's webhooks came for a job nobody knew (orphans);
+    the reconcile that finds the job claims them and hands them to the workflow."""
+    summary = import_small(stack, tmp_path, [("U-1", "Unknown", "A lost answer")], duration_s=1)
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)
+    provider = build_providers(stack)[task.provider]
+    key = request_key(task.id, 1)
+    request = GenerationRequest(request_key=key, model=task.model, prompt="p", aspect_ratio="9:16",
+                                duration_s=1.0, webhook_url=stack.webhook_url(task.provider))
+    job_id = provider.submit(request).job_id  # as if its answer never reached us
+    now = datetime.now(UTC)
+    with db.transaction() as session:
+        session.add(Attempt(task_id=task.id, attempt_no=1, provider=provider.name, model=task.model,
+                            request_key=key, submit_state="UNKNOWN", request_fingerprint="x", sent_at=now,
+                            call_ended_at=now, updated_at=now))
+    await wait_until(lambda: event_rows(stack, provider_job_id=job_id), "a webhook of the unknown job")
+    assert {r.state for r in event_rows(stack, provider_job_id=job_id)} == {"orphan"}
+
+    submit = SubmitActivities(db, ObjectStorage.from_settings(stack), build_providers(stack), "test-worker")
+    ref = AttemptRef(task_id=task.id, attempt_no=1)
+    found = await asyncio.to_thread(ActivityEnvironment().run, submit.reconcile_submit, ref)
+    assert (found.outcome, found.job_id) == ("found", job_id)
+    rows = event_rows(stack, provider_job_id=job_id, matched_by="reconcile")
+    assert rows and {u.event_id for u in found.early_updates} == {r.event_id for r in rows}
+    assert all(r.task_id == task.id and r.state == "matched" for r in rows)
+    again = await asyncio.to_thread(ActivityEnvironment().run, submit.reconcile_submit, ref)  # a retried activity
+    assert again.early_updates == found.early_updates
+    provider.cancel(job_id)
 
 
 async def test_a_run_with_early_duplicated_and_reordered_webhooks_succeeds(stack, client, task_queue, tmp_path):
