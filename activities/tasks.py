@@ -74,11 +74,11 @@ class TaskActivities:
             if task is None:
                 raise task_store.TaskNotFound(ref.task_id)
             image = session.get(Asset, task.image_asset_id) if task.image_asset_id else None
-            image_url = session.get(Product, task.product_ref).image_url if image is None else None
+            product = session.get(Product, task.product_ref) if image is None else None
             plan = self._plan(session, task.plan_id)
         image_error = None
-        if image is None and image_url and is_url(image_url):
-            image, image_error = self._store_image(task, image_url)
+        if product is not None and (product.image_asset_id or (product.image_url and is_url(product.image_url))):
+            image, image_error = self._store_image(task, product)
         provider = self.providers.get(task.provider)
         deadlines = plan.deadlines or Deadlines()
         info = TaskInfo(
@@ -92,17 +92,22 @@ class TaskActivities:
         reason = image_error or _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)
 
-    def _store_image(self, task: Task, url: str) -> tuple[Asset | None, str | None]:
-        """Fetch the task's image (import with URL checks off), store it, link its asset to the task
-        and its product. Idempotent: content-addressed key, one asset per sha256, links set once."""
-        outcome = ImageResolver(self.image_fetcher, self.storage, task.tenant_id, Path(".")).resolve(url)
-        if outcome.sha256 is None:
-            return None, f"input image not stored: {outcome.error}"
+    def _store_image(self, task: Task, product: Product) -> tuple[Asset | None, str | None]:
+        """Link the task to its product's image, fetching and storing it first unless another task
+        of the product already did (import with URL checks off). Idempotent: content-addressed key,
+        one asset per sha256, links set only while empty."""
+        asset_id = product.image_asset_id
+        if asset_id is None:
+            resolver = ImageResolver(self.image_fetcher, self.storage, task.tenant_id, Path("."))  # URLs only
+            outcome = resolver.resolve(product.image_url)
+            if outcome.sha256 is None:
+                return None, f"input image not stored: {outcome.error}"
+            with self.db.transaction() as session:
+                asset_id = record_image_asset(session, self.storage.bucket, task.tenant_id, outcome).id
         with self.db.transaction() as session:
-            asset = record_image_asset(session, self.storage.bucket, task.tenant_id, outcome)
-            for model, ref in ((Task, task.id), (Product, task.product_ref)):
+            for model, ref in ((Task, task.id), (Product, product.id)):
                 session.execute(update(model).where(model.id == ref, model.image_asset_id.is_(None))
-                                .values(image_asset_id=asset.id))
+                                .values(image_asset_id=asset_id))
             linked = session.get(Task, task.id, populate_existing=True).image_asset_id
             return session.get(Asset, linked), None
 
