@@ -7,7 +7,7 @@ import os
 
 import typer
 
-from cli import commands, operations
+from cli import commands, delivery, operations
 from cli.dev import demo, dev_app
 from cli.drill import drill
 
@@ -26,6 +26,8 @@ app.add_typer(operations.ledger_app, name="ledger")
 app.command("attention")(operations.attention)
 app.command("resolve")(operations.resolve)
 app.command("drill")(drill)
+app.command("export")(delivery.export)
+app.command("gc")(delivery.gc)
 
 # The CLI reports problems in its own output (tables, reports, --json); library warnings such as
 # fetch refusals are already in the validation report, so only errors reach stderr by default.

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+# validate_task has 30 s per try; an image resolve makes up to 3 tries of this many seconds.
+VALIDATION_IMAGE_TIMEOUT_S = 8.0
+
 
 def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN001 - Settings, Client
     from activities.admission import AdmissionActivities
@@ -17,13 +20,14 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     from adapters.fetcher import SafeFetcher
     from adapters.providers import build_providers
     from adapters.storage import ObjectStorage
+    from catalog.images import image_fetcher
     from schema.db import Database
 
     db = Database(settings.database_url)
     storage = ObjectStorage.from_settings(settings)
     providers = build_providers(settings)
     fetcher = SafeFetcher.from_settings(settings)
-    tasks = TaskActivities(db, storage, providers)
+    tasks = TaskActivities(db, storage, providers, image_fetcher(settings, timeout_s=VALIDATION_IMAGE_TIMEOUT_S))
     ledger = LedgerActivities(db)
     submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker",
                               webhook_url=settings.webhook_url)

@@ -18,11 +18,13 @@ from activities.failpoints import failpoint
 from adapters.fetcher import FetchFailed, FetchRefused, SafeFetcher
 from adapters.media.transcode import MediaError, MediaInfo, probe
 from adapters.providers.base import JobStatus, VideoProvider
-from adapters.storage import ObjectStorage, StoredObject
+from adapters.storage import ObjectStorage, StoredObject, WriteConflict, file_sha256
+from schema import task_store
 from schema.assets import find_asset, record_asset
 from schema.contracts import AssetRef, JobRef
 from schema.db import Database
 from schema.models import Asset, Task
+from schema.state_machine import TaskEvent
 
 VIDEO_MIME = "video/mp4"
 
@@ -60,7 +62,10 @@ class FetchActivities:
             if stored is not None and stored.sha256:  # promoted earlier, DB write lost: verify, then record
                 self.storage.get_to_file(final_key, local)
             else:
-                stored = self._download(task, ref, final_key, local)
+                try:
+                    stored = self._download(task, ref, final_key, local)
+                except WriteConflict as conflict:  # write-once: the stored object stays the output
+                    stored = self._keep_stored(task, ref, conflict, local)
             info = _probe_or_fail(local)
         failpoint("after_store_before_db")
         with self.db.transaction() as session:
@@ -92,6 +97,21 @@ class FetchActivities:
             self.storage.remove(staging)
             raise
         return self.storage.promote(staging, final_key, staged.sha256, VIDEO_MIME)
+
+    def _keep_stored(self, task: Task, ref: JobRef, conflict: WriteConflict, local: Path) -> StoredObject:
+        """Record the conflict as a state event (audit only), then verify and use what is stored."""
+        self.storage.get_to_file(conflict.key, local)
+        sha, size = file_sha256(local)
+        with self.db.transaction() as session:
+            task_store.transition(
+                session, task.id, TaskEvent.STORAGE_CONFLICT, source="storage",
+                source_event_id=f"conflict:{conflict.key}:{conflict.new_sha256}", attempt_no=ref.attempt_no,
+                payload={"key": conflict.key, "stored_sha256": sha, "stored_sha256_metadata": conflict.existing_sha256,
+                         "new_sha256": conflict.new_sha256, "new_bytes_at": conflict.kept_at},
+            )
+        activity.logger.warning("write-once conflict on %s: kept the stored object", conflict.key)
+        return StoredObject(bucket=self.storage.bucket, key=conflict.key, size=size, sha256=sha,
+                            content_type=VIDEO_MIME)
 
 
 def _tee(chunks, copy):  # noqa: ANN001, ANN202 - iterator of bytes, binary file

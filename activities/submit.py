@@ -28,6 +28,7 @@ from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
 from adapters.providers.base import ErrorClass, GenerationRequest, SubmitOutcome, SubmitResult, VideoProvider
 from adapters.storage import ObjectStorage
+from catalog.expand import OVERLAY_FIELDS
 from schema import webhook_inbox as inbox
 from schema.contracts import AttemptRef, ProviderUpdate, ReconcileOutcome, ReconcileResult, SubmitActivityResult
 from schema.db import Database
@@ -188,7 +189,7 @@ class SubmitActivities:
         if task.image_asset_id:
             image = session.get(Asset, task.image_asset_id)
             image_url = self.storage.presigned_url(image.key, INPUT_URL_TTL)
-        overlay = [task.overlay.get(k, "") for k in ("title", "price", "hook")]
+        overlay = [task.overlay.get(k, "") for k in OVERLAY_FIELDS]
         return GenerationRequest(
             request_key=key, model=task.model, prompt=task.prompt, image_url=image_url,
             aspect_ratio=task.aspect_ratio, duration_s=float(task.duration_s),

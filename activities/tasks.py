@@ -1,26 +1,41 @@
-"""Task facts for the workflow: input validation and recording state transitions."""
+"""Task facts for the workflow: input validation and recording state transitions.
+
+Validation is where "no image, no submit" holds: a task imported with `--no-check-urls` carries
+only its image URL, so validation fetches the image through the SSRF-safe fetcher, stores it under
+its sha256 and links the asset to the task before anything costs money; an image that cannot be
+fetched makes the task INVALID (like an unreachable image at import), and a task without a stored
+image is never valid.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 from temporalio import activity
 
 from activities.errors import classified
+from adapters.fetcher import SafeFetcher
 from adapters.providers.base import VideoProvider
 from adapters.storage import ObjectStorage
+from catalog.images import ImageResolver, is_url, record_image_asset
 from catalog.plan import Deadlines
 from catalog.plan import Plan as PlanSpec
 from schema import task_store
 from schema.contracts import TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
 from schema.db import Database
-from schema.models import Asset, Plan, Task
+from schema.models import Asset, Plan, Product, Task
 
 
 class TaskActivities:
-    def __init__(self, db: Database, storage: ObjectStorage, providers: dict[str, VideoProvider]):
+    def __init__(
+        self, db: Database, storage: ObjectStorage, providers: dict[str, VideoProvider], image_fetcher: SafeFetcher
+    ):
         self.db = db
         self.storage = storage
         self.providers = providers
+        self.image_fetcher = image_fetcher  # time-capped so that a resolve fits the step's timeout
         self._plans: dict[str, PlanSpec] = {}  # plan id (its content hash) -> the validated plan
 
     def _plan(self, session: Session, plan_id: str) -> PlanSpec:
@@ -59,7 +74,11 @@ class TaskActivities:
             if task is None:
                 raise task_store.TaskNotFound(ref.task_id)
             image = session.get(Asset, task.image_asset_id) if task.image_asset_id else None
+            product = session.get(Product, task.product_ref) if image is None else None
             plan = self._plan(session, task.plan_id)
+        image_error = None
+        if product is not None and (product.image_asset_id or (product.image_url and is_url(product.image_url))):
+            image, image_error = self._store_image(task, product)
         provider = self.providers.get(task.provider)
         deadlines = plan.deadlines or Deadlines()
         info = TaskInfo(
@@ -70,8 +89,27 @@ class TaskActivities:
             deadline_s=deadlines.job_minutes * 60, task_deadline_s=deadlines.task_hours * 3600,
             plan_limits=plan.limits_for(task.provider), current_attempt_no=task.current_attempt_no,
         )
-        reason = _invalid_reason(task, provider, image, self.storage)
+        reason = image_error or _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)
+
+    def _store_image(self, task: Task, product: Product) -> tuple[Asset | None, str | None]:
+        """Link the task to its product's image, fetching and storing it first unless another task
+        of the product already did (import with URL checks off). Idempotent: content-addressed key,
+        one asset per sha256, links set only while empty."""
+        asset_id = product.image_asset_id
+        if asset_id is None:
+            resolver = ImageResolver(self.image_fetcher, self.storage, task.tenant_id, Path("."))  # URLs only
+            outcome = resolver.resolve(product.image_url)
+            if outcome.sha256 is None:
+                return None, f"input image not stored: {outcome.error}"
+            with self.db.transaction() as session:
+                asset_id = record_image_asset(session, self.storage.bucket, task.tenant_id, outcome).id
+        with self.db.transaction() as session:
+            for model, ref in ((Task, task.id), (Product, product.id)):
+                session.execute(update(model).where(model.id == ref, model.image_asset_id.is_(None))
+                                .values(image_asset_id=asset_id))
+            linked = session.get(Task, task.id, populate_existing=True).image_asset_id
+            return session.get(Asset, linked), None
 
 
 def _invalid_reason(
@@ -86,11 +124,10 @@ def _invalid_reason(
         return f"duration {task.duration_s}s outside {caps.min_duration_s}-{caps.max_duration_s}s"
     if not task.prompt.strip():
         return "empty prompt"
-    if task.image_asset_id:
-        if image is None:
-            return "input image asset record missing"
-        stored = storage.stat(image.key)
-        if stored is None or stored.sha256 != image.sha256:
-            return f"input image {image.key} missing or changed in storage"
+    if image is None:
+        return "no input image stored for this task"
+    stored = storage.stat(image.key)
+    if stored is None or stored.sha256 != image.sha256:
+        return f"input image {image.key} missing or changed in storage"
     return None
 

@@ -2,7 +2,9 @@
 
 Keys are always made by the server side (deterministic, from tenant/task/attempt), never by a
 client. The sha256 of every object we write is kept as object metadata so a repeated write can
-be checked against what is already there instead of blindly overwriting it.
+be checked against what is already there instead of blindly overwriting it. Final keys (what
+`promote` writes) are write-once: other bytes for an existing final key are set aside next to it
+and reported as a `WriteConflict`, never written over the object rows may already refer to.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Iterable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from minio import Minio
@@ -28,6 +30,28 @@ class StoredObject(BaseModel):
     size: int
     sha256: str | None
     content_type: str | None = None
+
+
+class ListedObject(BaseModel):
+    key: str
+    size: int
+    last_modified: datetime | None = None
+
+
+class WriteConflict(Exception):
+    """A final key already holds different bytes: they stay; the new bytes were kept at `kept_at`."""
+
+    def __init__(self, key: str, existing_sha256: str | None, new_sha256: str, kept_at: str):
+        super().__init__(f"{key} already holds sha256 {existing_sha256}; new bytes {new_sha256} kept at {kept_at}")
+        self.key = key
+        self.existing_sha256 = existing_sha256
+        self.new_sha256 = new_sha256
+        self.kept_at = kept_at
+
+
+def conflict_key(final_key: str, sha256: str) -> str:
+    """Where the bytes that lost a write-once conflict are kept (deterministic: a retry finds them)."""
+    return f"{final_key}.conflict-{sha256[:16]}"
 
 
 class ObjectStorage:
@@ -102,20 +126,32 @@ class ObjectStorage:
         )
 
     def promote(self, staging_key: str, final_key: str, sha256: str, content_type: str) -> StoredObject:
-        """Copy a verified staging object to its deterministic key, then drop the staging copy."""
+        """Copy a verified staging object to its deterministic key, then drop the staging copy.
+
+        Write-once: if the final key holds other bytes (or bytes of unknown checksum), they stay;
+        the staging bytes are copied to `conflict_key(...)` and WriteConflict says so.
+        """
         existing = self.stat(final_key)
-        if not (existing and existing.sha256 == sha256):
-            self.client.copy_object(
-                self.bucket,
-                final_key,
-                CopySource(self.bucket, staging_key),
-                metadata={SHA_META: sha256, "Content-Type": content_type},
-                metadata_directive="REPLACE",
-            )
+        if existing is not None and existing.sha256 != sha256:
+            kept = conflict_key(final_key, sha256)
+            self._copy(staging_key, kept, sha256, content_type)
+            self.remove(staging_key)
+            raise WriteConflict(final_key, existing.sha256, sha256, kept)
+        if existing is None:
+            self._copy(staging_key, final_key, sha256, content_type)
         self.remove(staging_key)
         promoted = self.stat(final_key)
         assert promoted is not None
         return promoted
+
+    def _copy(self, source_key: str, key: str, sha256: str, content_type: str) -> None:
+        self.client.copy_object(
+            self.bucket,
+            key,
+            CopySource(self.bucket, source_key),
+            metadata={SHA_META: sha256, "Content-Type": content_type},
+            metadata_directive="REPLACE",
+        )
 
     def get_to_file(self, key: str, path: Path) -> Path:
         self.client.fget_object(self.bucket, key, str(path))
@@ -129,8 +165,11 @@ class ObjectStorage:
             response.close()
             response.release_conn()
 
-    def iter_object(self, key: str, chunk_size: int = 1024 * 1024) -> Iterator[bytes]:
-        response = self.client.get_object(self.bucket, key)
+    def iter_object(
+        self, key: str, chunk_size: int = 1024 * 1024, *, offset: int = 0, length: int | None = None
+    ) -> Iterator[bytes]:
+        """The object's bytes from `offset` (`length` of them, default all), streamed in chunks."""
+        response = self.client.get_object(self.bucket, key, offset=offset, length=length or 0)
         try:
             yield from response.stream(chunk_size)
         finally:
@@ -143,6 +182,12 @@ class ObjectStorage:
         except S3Error as exc:
             if exc.code not in ("NoSuchKey", "NoSuchObject"):
                 raise
+
+    def list_objects(self, prefix: str = "") -> Iterator[ListedObject]:
+        """Every object under `prefix`, streamed page by page (the bucket may hold millions)."""
+        for obj in self.client.list_objects(self.bucket, prefix=prefix, recursive=True):
+            if not obj.is_dir:
+                yield ListedObject(key=obj.object_name, size=obj.size or 0, last_modified=obj.last_modified)
 
     def presigned_url(self, key: str, expires: timedelta = timedelta(hours=12)) -> str:
         return self.client.presigned_get_object(self.bucket, key, expires=expires)

@@ -2,9 +2,10 @@
 
 The task id is the hash of a canonical identity object (sorted-key JSON): catalog, product id,
 template version, locale, ratio, variant, plus the hashes of everything else that changes the
-output (prompt, source image, render parameters). Same inputs -> same id, whatever the row order
-or how often the expansion runs; a changed prompt or image -> a new task (docs/architecture.md,
-"The flow of one catalog").
+output (prompt, source image, render parameters, and the overlay burned into the video: title,
+price, hook, with the template version and the font that draws them). Same inputs -> same id,
+whatever the row order or how often the expansion runs; a changed prompt, image, price or hook ->
+a new task (docs/architecture.md, "The flow of one catalog").
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from pydantic import BaseModel
 
 from catalog.plan import LOCALE_RE, Plan, Template, Variant
 from catalog.records import Issue, IssueAction, ProductRecord
+
+# The font the overlay is drawn with: its file name and the start of the file's sha256. A new font
+# draws different pixels, so it is part of every task's identity; tests/unit/test_plan_and_expansion.py
+# fails when the installed font file no longer matches, and bumping this re-identifies every task.
+OVERLAY_FONT = "Roboto-Regular.ttf@797e35f7f5d6"
+OVERLAY_FIELDS = ("title", "price", "hook")  # what is burned into the video, top to bottom
 
 
 def sha256_text(text: str) -> str:
@@ -40,6 +47,7 @@ def task_identity(
     prompt_sha256: str,
     image_sha256: str,
     render_sha256: str,
+    overlay_sha256: str,
 ) -> dict[str, str]:
     return {
         "tenant": tenant,
@@ -52,6 +60,7 @@ def task_identity(
         "prompt_sha256": prompt_sha256,
         "image_sha256": image_sha256,
         "render_sha256": render_sha256,
+        "overlay_sha256": overlay_sha256,
     }
 
 
@@ -81,6 +90,12 @@ def format_price(product: ProductRecord) -> str:
     if product.price is None:
         return ""
     return f"{product.price:.2f} {product.currency or ''}".strip()
+
+
+def overlay_sha256(overlay: dict[str, str], template_version: str) -> str:
+    """Hash of everything drawn over the video: its lines in order, the template version, the font."""
+    lines = [overlay.get(field, "") for field in OVERLAY_FIELDS]
+    return sha256_text(canonical_json({"lines": lines, "template_version": template_version, "font": OVERLAY_FONT}))
 
 
 def _fields(product: ProductRecord, hook: str) -> dict[str, str]:
@@ -166,11 +181,12 @@ def _spec(
     fields = _fields(product, hook)
     prompt = template.prompts[locale].format(**fields)
     prompt_sha = sha256_text(prompt)
-    overlay = {"title": product.title, "price": fields["price"], "hook": hook}
+    overlay = {field: fields[field] for field in OVERLAY_FIELDS}
     identity = task_identity(
         tenant=tenant, catalog=catalog, product_id=product.product_id, template_version=template.version,
         locale=locale, aspect_ratio=ratio, variant=variant.id, prompt_sha256=prompt_sha,
         image_sha256=image_sha256, render_sha256=render_sha,
+        overlay_sha256=overlay_sha256(overlay, template.version),
     )
     return TaskSpec(
         id=task_id_for(identity), identity=identity, product_id=product.product_id, template_id=template.id,

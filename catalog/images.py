@@ -19,8 +19,11 @@ from pydantic import BaseModel
 
 from adapters.fetcher import FetchError, FetchRefused, SafeFetcher
 from adapters.storage import ObjectStorage
+from schema.assets import record_asset
+from schema.models import Asset
 
 MAX_IMAGE_BYTES = 25 * 1024 * 1024
+IMAGE_TIMEOUT_S = 10.0  # per try; a resolve makes up to RETRIES + 1 tries
 RETRIES = 2
 RETRY_PAUSE_S = 0.2
 PER_HOST = 4  # concurrent downloads from one host
@@ -42,6 +45,20 @@ def is_url(source: str) -> bool:
 def image_key(tenant: str, sha256: str, content_type: str | None) -> str:
     ext = mimetypes.guess_extension(content_type or "") or ".img"
     return f"tenants/{tenant}/images/{sha256}{ext}"
+
+
+def image_fetcher(settings, timeout_s: float = IMAGE_TIMEOUT_S) -> SafeFetcher:  # noqa: ANN001 - Settings
+    """The SSRF-safe fetcher for catalog images: the configured hosts, the image size cap."""
+    return SafeFetcher(settings.allowed_fetch_hosts(), max_bytes=MAX_IMAGE_BYTES, timeout_s=timeout_s)
+
+
+def record_image_asset(session, bucket: str, tenant: str, image: ImageOutcome) -> Asset:  # noqa: ANN001 - Session
+    """The INPUT_IMAGE row of a stored image, one per tenant and sha256 (import and validation share it)."""
+    return record_asset(
+        session, business_key=f"image:{tenant}:{image.sha256}", tenant_id=tenant, kind="INPUT_IMAGE",
+        bucket=bucket, key=image.key, size=image.size, sha256=image.sha256, mime=image.content_type,
+        meta={"source": image.source},
+    )
 
 
 def url_identity(source: str) -> str:

@@ -26,12 +26,11 @@ from sqlalchemy.orm import Session
 from adapters.storage import ObjectStorage, file_sha256
 from catalog.bulk import insert_tasks, prepare_staging
 from catalog.expand import TaskSpec, check_plan_locales, copy_issues, expand
-from catalog.images import ImageOutcome, ImageResolver, is_url, url_identity
+from catalog.images import ImageOutcome, ImageResolver, is_url, record_image_asset, url_identity
 from catalog.plan import Plan
 from catalog.readers import read_catalog
 from catalog.records import Issue, IssueAction, ProductRecord
 from catalog.report import write_report
-from schema.assets import record_asset
 from schema.db import Database
 from schema.models import CatalogImport, Product, Tenant, ValidationIssue
 from schema.models import Plan as PlanRow
@@ -227,11 +226,7 @@ class CatalogImporter:
         image_assets: dict[str, str] = {}
         for p in batch:
             if p.image and p.image.key:
-                asset = record_asset(
-                    session, business_key=f"image:{tenant}:{p.image.sha256}", tenant_id=tenant, kind="INPUT_IMAGE",
-                    bucket=self.storage.bucket, key=p.image.key, size=p.image.size, sha256=p.image.sha256,
-                    mime=p.image.content_type, meta={"source": p.image.source},
-                )
+                asset = record_image_asset(session, self.storage.bucket, tenant, p.image)
                 image_assets[p.record.product_id] = asset.id
         rows = session.execute(
             insert(Product).returning(Product.id, Product.product_id),

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapters.fetcher import SafeFetcher
 from adapters.storage import ObjectStorage
-from catalog.images import MAX_IMAGE_BYTES, ImageResolver
+from catalog.images import ImageResolver, image_fetcher
 from catalog.importer import CatalogImporter, ImportOptions, ImportSummary
 from catalog.plan import Plan
 from config.settings import Settings
 from schema.db import Database
 from schema.queries import import_exists
-
-IMAGE_TIMEOUT_S = 10.0
 
 
 class UnknownImport(LookupError):
@@ -24,7 +21,7 @@ def run_import(
     settings: Settings, file: Path, plan: Plan, *, catalog: str | None = None, dry_run: bool = False,
     supersedes: str | None = None, check_urls: bool = True,
 ) -> ImportSummary:
-    fetcher = SafeFetcher(settings.allowed_fetch_hosts(), max_bytes=MAX_IMAGE_BYTES, timeout_s=IMAGE_TIMEOUT_S)
+    fetcher = image_fetcher(settings)
     db = None if dry_run else Database(settings.database_url)
     storage = None if dry_run else ObjectStorage.from_settings(settings)
     if db is not None and supersedes:

@@ -15,6 +15,7 @@ from schema import queries
 from schema.db import Database
 
 PRESIGN_TTL = timedelta(hours=12)
+TASK_MEDIA = {"RAW_OUTPUT", "PROXY", "HLS", "THUMBNAIL"}  # under the task's own key folder
 
 
 def _db(settings: Settings) -> Database:
@@ -217,6 +218,7 @@ def show(
 ) -> None:
     """One task: its facts, every attempt, every state event, its assets (with openable URLs)."""
     from adapters.storage import ObjectStorage
+    from delivery.links import LinkSigner
 
     settings = get_settings()
     with _db(settings).transaction() as session:
@@ -224,8 +226,12 @@ def show(
     if detail is None:
         fail(f"no task {task_id}", EXIT_BAD_INPUT, as_json=as_json)
     storage = ObjectStorage.from_settings(settings)
-    for asset in detail["assets"]:
-        asset["url"] = storage.presigned_url(asset["key"], PRESIGN_TTL)
+    signer = LinkSigner.from_settings(settings)
+    for asset in detail["assets"]:  # the task's videos through the gateway (HLS plays), images presigned
+        if asset["kind"] in TASK_MEDIA:
+            asset["url"] = signer.link(asset["key"], PRESIGN_TTL.total_seconds()).url
+        else:
+            asset["url"] = storage.presigned_url(asset["key"], PRESIGN_TTL)
     if as_json:
         emit_json(detail)
         return

@@ -112,14 +112,14 @@ def demo(
         sample = next(iter(queries.list_tasks(session, summary.import_id, "SUCCEEDED", 1)), None)
         detail = queries.task_detail(session, sample.id) if sample else None
         polls = queries.status_calls_per_task(session, summary.import_id)
-    proxy_url = _sample_url(settings, detail)
+    links = _sample_links(settings, detail)
     ledger = asyncio.run(audit_ledger(settings, summary.import_id))
     ui = (f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows?query="
           + quote(f"ImportId=\"{summary.import_id}\""))
     result = {
         "import_id": summary.import_id, "tasks": total, "by_status": counts, **starts,
         "seconds": round(time.monotonic() - started, 1), "status_calls_per_task": polls, "temporal_ui": ui,
-        "sample_task": sample.id if sample else None, "sample_proxy_url": proxy_url,
+        "sample_task": sample.id if sample else None, **links,
         "ledger_ok": ledger.ok, "ledger_violations": [v.model_dump(mode="json") for v in ledger.violations],
     }
     if as_json:
@@ -130,13 +130,14 @@ def demo(
         raise typer.Exit(1)
 
 
-def _sample_url(settings: Settings, detail: dict | None) -> str | None:
-    from adapters.storage import ObjectStorage
+def _sample_links(settings: Settings, detail: dict | None) -> dict[str, str | None]:
+    """The sample task's proxy MP4 and HLS playlist as gateway media links (the HLS one plays)."""
+    from delivery.links import LinkSigner
 
-    if not detail:
-        return None
-    proxy = next((a for a in detail["assets"] if a["kind"] == "PROXY"), None)
-    return ObjectStorage.from_settings(settings).presigned_url(proxy["key"]) if proxy else None
+    signer = LinkSigner.from_settings(settings)
+    keys = {a["kind"]: a["key"] for a in detail["assets"]} if detail else {}
+    return {f"sample_{name}_url": signer.link(keys[kind], settings.media_link_ttl_s).url if kind in keys else None
+            for kind, name in (("PROXY", "proxy"), ("HLS", "hls"))}
 
 
 def _print_demo(r: dict) -> None:
@@ -156,6 +157,9 @@ def _print_demo(r: dict) -> None:
     console.print(r["temporal_ui"], soft_wrap=True)
     if r["sample_task"]:
         console.print(f"A finished task, with attempts, events and assets: reelqueue show {r['sample_task']}")
-        console.print("Its proxy MP4 (link valid 12 h):", style="bold")
+        console.print("Its proxy MP4 and its HLS stream (links valid 24 h, through the gateway):", style="bold")
         console.print(r["sample_proxy_url"], soft_wrap=True)
+        console.print(r["sample_hls_url"], soft_wrap=True)
+        console.print(f"Every finished video with its links: reelqueue export {r['import_id']} --format csv; "
+                      f"the MP4s: reelqueue export {r['import_id']} --download DIR")
     console.print("The stack keeps running for inspection. Stop it with: [bold]reelqueue dev down[/] (or make down).")

@@ -86,13 +86,13 @@ async def _start_one(client: Client, task: TaskToStart, import_id: str, task_que
 async def start_with_progress(client: Client, tasks: Iterable[TaskToStart], total: int, import_id: str,
                               task_queue: str, *, show: bool) -> dict[str, int]:
     """start_workflows with a progress bar (hidden for --json)."""
-    with _bars(show) as progress:
+    with progress_bars(show) as progress:
         bar = progress.add_task("starting", total=total)
         return await start_workflows(client, tasks, import_id, task_queue,
                                      on_start=lambda: progress.advance(bar))
 
 
-def _bars(show: bool) -> Progress:
+def progress_bars(show: bool) -> Progress:
     return Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     disable=not show, transient=False)
 
@@ -103,7 +103,7 @@ def wait_with_progress(
     """Poll Postgres until every task ended or waits for a person; one progress bar per status."""
     deadline = time.monotonic() + timeout_s
     counts = read_counts()
-    with _bars(show) as progress:
+    with progress_bars(show) as progress:
         bars: dict[str, int] = {}
         while True:
             for status in TaskStatus:  # a bar per status that holds tasks now (terminal ones stay)

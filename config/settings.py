@@ -75,6 +75,15 @@ class Settings(BaseSettings):
     # How long a gate waits on a silent slot holder before checking that it still runs.
     gate_lease_s: float = Field(default=900.0, gt=0)
 
+    # Media links the gateway serves (GET /media/{token}/{file}): the HMAC key that signs their
+    # tokens (empty: derived from the S3 secret key, which every process that reads media holds)
+    # and how long a link handed out by `reelqueue export` / `show` stays valid.
+    media_link_secret: str = Field(default="", repr=False)
+    media_link_ttl_s: float = Field(default=24 * 3600.0, gt=0, le=7 * 24 * 3600.0)
+    # `reelqueue gc` removes staging objects only once they are older than this (a fetch may still
+    # be streaming into a young one).
+    gc_staging_min_age_s: float = Field(default=24 * 3600.0, ge=0)
+
     tenant: str = "default"
     tenant_credit_limit: float = 1_000_000.0
     worker_id: str = ""
@@ -88,6 +97,10 @@ class Settings(BaseSettings):
         if not self.webhooks_enabled:
             return None
         return f"{(self.public_url or self.gateway_url).rstrip('/')}/webhooks/{provider}"
+
+    def media_base_url(self) -> str:
+        """Where clients reach the gateway's media routes (the public URL, else the gateway's)."""
+        return (self.public_url or self.gateway_url).rstrip("/")
 
     def allowed_fetch_hosts(self) -> set[str]:
         """Configured hosts plus the emulator endpoint this process was pointed at.

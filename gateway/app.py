@@ -1,4 +1,5 @@
-"""The HTTP gateway (FastAPI): health, and provider webhooks (gateway/webhooks.py).
+"""The HTTP gateway (FastAPI): health, provider webhooks (gateway/webhooks.py), media behind
+signed links (gateway/media.py).
 
 `create_app` is a small factory: tests hand it their dependencies; `app`, which uvicorn serves
 (`reelqueue dev up`, docker-compose), builds them from Settings on the first request that needs them.
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from fastapi import FastAPI
 
 from gateway.deps import GatewayDeps, LazyDeps, deps_from_settings
+from gateway.media import router as media_router
 from gateway.problems import install_problem_handlers
 from gateway.webhooks import router as webhooks_router
 
@@ -31,6 +33,7 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None) -> F
         application.state.deps = LazyDeps(deps or _from_settings)
     install_problem_handlers(application)
     application.include_router(webhooks_router)
+    application.include_router(media_router)
 
     @application.get("/healthz")
     def healthz() -> dict[str, bool]:

@@ -63,6 +63,9 @@ class TaskEvent(StrEnum):
     FINAL_FAILURE = "final_failure"
     DEADLINE_PASSED = "deadline_passed"
     REDRIVE = "redrive"  # `reelqueue retry`: a new run of a task that ended without a video
+    # Audit only, never in the table (so never moves a task): a final object key already held other
+    # bytes; the stored object was kept and the new bytes set aside (adapters/storage.py).
+    STORAGE_CONFLICT = "storage_conflict"
 
 
 S = TaskStatus

@@ -1,16 +1,19 @@
 """Plan parsing, deterministic task identity, expansion counts."""
 
+import hashlib
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from catalog.expand import check_plan_locales, copy_issues, expand, task_id_for, task_identity
+from adapters.media.ffmpeg_tools import font_path
+from catalog.expand import OVERLAY_FONT, check_plan_locales, copy_issues, expand, task_id_for, task_identity
 from catalog.plan import PlanError, load_plan
 from catalog.records import IssueAction, ProductRecord
 from schema.admission import PlanLimits, ProviderLimits, effective_limits
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PINNED_UGC_DE_916 = "7137a848da34aab888c46e52651f920b"  # was e2f5c04d4c41d9cc4d7180326c147b39 before the overlay joined
 
 
 def product(**kw) -> ProductRecord:
@@ -46,9 +49,49 @@ def test_identity_is_stable_and_sensitive_to_what_changes_the_output():
         assert not set(changed) & set(first)
 
 
+def _ids(plan, **product_fields) -> dict[tuple[str, str, str], str]:
+    specs = expand(product(**product_fields), plan, tenant="t", catalog="c", image_sha256="0" * 64)
+    return {(s.template_id, s.locale, s.aspect_ratio): s.id for s in specs}
+
+
+def test_a_price_change_changes_every_task_that_shows_the_price():
+    """ugc-teaser's prompt has no {price}, but its overlay draws the price: its ids must change too."""
+    plan = load_plan(EXAMPLES / "plan.toml")
+    assert all("{price}" not in p for p in next(t for t in plan.templates if t.id == "ugc-teaser").prompts.values())
+    before, after = _ids(plan, price=Decimal("9.50")), _ids(plan, price=Decimal("12.00"))
+    assert before.keys() == after.keys() and len(before) == 8
+    assert all(before[k] != after[k] for k in before), "a task kept its id across a price change"
+    assert _ids(plan, price=Decimal("9.5")) == before  # the same price, written differently
+
+
+def test_a_hook_change_changes_the_ids_of_that_locale_only():
+    plan = load_plan(EXAMPLES / "plan.toml")
+    before = _ids(plan)
+    plan.variants[0].hook["de-DE"] = "Jetzt neu"
+    after = _ids(plan)
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed == {k for k in before if k[1] == "de-DE"}
+
+
+def test_the_overlay_font_in_the_identity_is_the_font_installed():
+    """Bumping the font package changes the pixels: OVERLAY_FONT must follow (and so every task id)."""
+    name, digest = OVERLAY_FONT.split("@")
+    path = font_path()
+    assert path.name == name
+    assert hashlib.sha256(path.read_bytes()).hexdigest().startswith(digest)
+
+
+def test_the_identity_of_a_known_task_is_pinned():
+    """Changing what goes into the identity re-identifies every task of every existing plan: a re-import
+    then makes new tasks (and new videos). This pin makes such a change deliberate (docs/architecture.md)."""
+    plan = load_plan(EXAMPLES / "plan.toml")
+    assert _ids(plan)[("ugc-teaser", "de-DE", "9:16")] == PINNED_UGC_DE_916
+
+
 def test_identity_hash_ignores_key_order():
     fields = dict(tenant="t", catalog="c", product_id="p", template_version="v", locale="en-US",
-                  aspect_ratio="9:16", variant="a", prompt_sha256="x", image_sha256="y", render_sha256="z")
+                  aspect_ratio="9:16", variant="a", prompt_sha256="x", image_sha256="y", render_sha256="z",
+                  overlay_sha256="o")
     ident = task_identity(**fields)
     reordered = dict(reversed(list(ident.items())))
     assert task_id_for(ident) == task_id_for(reordered)
