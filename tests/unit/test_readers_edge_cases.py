@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 from decimal import Decimal
 from pathlib import Path
@@ -337,7 +336,6 @@ def test_streams_100k_rows(tmp_path: Path) -> None:
         handle.write("product_id,title,description,image_url,price,currency,category\n")
         for i in range(100_000):
             handle.write(f"SKU-{i},Product {i},Plain text {i},https://cdn.example.com/{i}.jpg,{i % 97}.99,USD,X\n")
-    started = time.perf_counter()
     read = read_catalog(path)
     first = next(read.products)
     assert first.product_id == "SKU-0" and first.rows == [2]
@@ -348,7 +346,6 @@ def test_streams_100k_rows(tmp_path: Path) -> None:
         count, last = count + 1, product
     assert (count, read.rows, read.products_emitted, last.rows) == (100_000, 100_000, 100_000, [100_001])
     assert read.issues == []
-    assert time.perf_counter() - started < 60
 
 
 def test_memory_does_not_grow_with_rows(tmp_path: Path) -> None:
