@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -55,9 +54,7 @@ COUNTS = [
 
 @pytest.mark.parametrize(("relative", "fmt", "rows", "seen", "emitted"), COUNTS)
 def test_real_catalog_counts(relative: str, fmt: str, rows: int, seen: int, emitted: int) -> None:
-    started = time.perf_counter()
     read, products = read_all(relative, default_currency="USD")
-    assert time.perf_counter() - started < 10
     assert (read.format, read.rows, read.products_seen) == (fmt, rows, seen)
     assert len(products) == read.products_emitted == emitted
     assert len({p.product_id for p in products}) == emitted
