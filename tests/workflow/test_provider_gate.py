@@ -55,12 +55,13 @@ class HolderWorkflow:
         await workflow.wait_condition(lambda: self._grant is not None)
         granted_at = workflow.now()
         await workflow.sleep(inp.hold_s)
+        released_at = workflow.now()  # before the signal: its completion may come after time skipped on
         if inp.release:
             token = self._grant.token + 1000 if inp.stale_token else self._grant.token
             release = SlotRelease(workflow_id=me, token=token, throttled=inp.throttled,
                                   retry_after_s=inp.retry_after_s)
             await gate.signal(api.SIGNAL_GATE_RELEASE, release)
-        return Held(token=self._grant.token, granted_at=granted_at, released_at=workflow.now())
+        return Held(token=self._grant.token, granted_at=granted_at, released_at=released_at)
 
 
 # With REELQUEUE_RECORD_HISTORIES=1 each test's gate history is kept for the replay test.
