@@ -28,7 +28,8 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker",
                               webhook_url=settings.webhook_url)
     poll = PollActivities(db, providers)
-    fetch = FetchActivities(db, storage, providers, fetcher)
+    fetch = FetchActivities(db, storage, providers, fetcher, url_refreshes=settings.fetch_url_refreshes,
+                            expiry_margin_s=settings.fetch_expiry_margin_s)
     media = MediaActivities(db, storage)
     admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s)
     return [
