@@ -15,6 +15,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
     from adapters.fetcher import SafeFetcher
+    from adapters.media.ffmpeg_tools import MediaLimits
     from adapters.providers import build_providers
     from adapters.storage import ObjectStorage
     from schema.db import Database
@@ -30,7 +31,12 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     poll = PollActivities(db, providers)
     fetch = FetchActivities(db, storage, providers, fetcher, url_refreshes=settings.fetch_url_refreshes,
                             expiry_margin_s=settings.fetch_expiry_margin_s)
-    media = MediaActivities(db, storage)
+    media = MediaActivities(
+        db, storage,
+        limits=MediaLimits(threads=settings.media_threads, nice=settings.media_nice,
+                           max_memory_mb=settings.media_max_memory_mb),
+        max_input_pixels=settings.media_max_input_pixels, max_input_duration_s=settings.media_max_input_duration_s,
+    )
     admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s)
     return [
         admission.request_slot,
@@ -46,4 +52,6 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
         poll.account_stray_job,
         fetch.fetch_output,
         media.transcode,
+        media.transcode_proxy,
+        media.make_renditions,
     ]

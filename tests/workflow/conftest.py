@@ -27,7 +27,7 @@ from workflows.provider_gate import ProviderGateWorkflow
 from workflows.search_attributes import ALL
 
 # Recorded histories of this workflow version (earlier versions' folders stay, and keep replaying).
-HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "webhooks-v1"
+HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "renditions-v1"
 RECORD = os.environ.get("REELQUEUE_RECORD_HISTORIES") == "1"
 
 
