@@ -13,14 +13,13 @@ import gzip
 import hashlib
 import random
 import socket
-import threading
 import time
 import tracemalloc
 import zlib
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
+from asgi_server import serving
 
 from adapters.fetcher import MP4_BODY, BodyRejected, FetchFailed, FetchRefused, SafeFetcher
 
@@ -88,19 +87,8 @@ async def app(scope: dict, receive: object, send) -> None:
 
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started
-    yield sock.getsockname()[1]
-    server.should_exit = server.force_exit = True  # the drip's connection must not hold the shutdown
-    thread.join(10)
-    sock.close()
+    with serving(app) as bound:
+        yield bound
 
 
 def output_fetcher(**kwargs: object) -> SafeFetcher:
