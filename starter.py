@@ -25,6 +25,7 @@ app.command("retry")(commands.retry)
 app.add_typer(operations.ledger_app, name="ledger")
 app.command("attention")(operations.attention)
 app.command("resolve")(operations.resolve)
+app.command("renditions")(operations.renditions)
 app.command("drill")(drill)
 
 # The CLI reports problems in its own output (tables, reports, --json); library warnings such as

@@ -2,7 +2,7 @@
 
 An output URL that dies mid-task is asked for again and the task succeeds; an HLS step that keeps
 failing leaves the task SUCCEEDED with its proxy and a FAILED rendition row that a later run of
-the renditions step turns READY; a transcode slowed past the 60 s heartbeat timeout the step once
+`reelqueue renditions --retry` turns READY; a transcode slowed past the 60 s heartbeat timeout the step once
 had still succeeds, because ffmpeg's progress drives the heartbeats.
 """
 
@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from cli_helpers import run_cli_async
 from stack_helpers import assert_ledger_balanced, import_small, run_all
 from temporalio.api.enums.v1 import EventType
-from temporalio.testing import ActivityEnvironment
 
 from activities import failpoints
-from activities.media import MediaActivities
 from adapters.media.transcode import probe
 from adapters.storage import ObjectStorage
 from schema import queries
-from schema.contracts import RenditionStatus, TranscodeInput
 from schema.db import Database
 
 pytestmark = pytest.mark.integration
@@ -44,7 +42,7 @@ def _detail(stack, task_id: str) -> dict:
 
 
 async def test_expired_urls_and_a_failing_hls_still_end_succeeded_and_recoverable(
-    stack, client, task_queue, tmp_path, arm
+    stack, client, task_queue, tmp_path, arm, monkeypatch
 ):
     faults = f"{stack.emulator_url}/_sim/faults"
     httpx.post(faults, json={"expire_output_urls": 2}, timeout=10).raise_for_status()
@@ -71,15 +69,20 @@ async def test_expired_urls_and_a_failing_hls_still_end_succeeded_and_recoverabl
     assert probe(tmp_path / "proxy.mp4").video_codec == "h264"
     assert_ledger_balanced(stack, [task.id])
 
-    arm("")  # the trouble is over: the renditions step, run again, makes only what failed
-    media = MediaActivities(Database(stack.database_url), storage)
-    request = TranscodeInput(task_id=task.id, raw_asset_id=assets["RAW_OUTPUT"]["id"])
-    made = ActivityEnvironment().run(media.make_renditions, request)
-    assert {r.profile.value: r.status for r in made.renditions} == {
-        "HLS": RenditionStatus.READY, "THUMBNAIL": RenditionStatus.READY}
-    rows = {r["profile"]: r for r in _detail(stack, task.id)["renditions"]}
-    assert rows["HLS"]["status"] == "READY" and rows["HLS"]["attempts"] == 5 and rows["THUMBNAIL"]["attempts"] == 1
-    assert "#EXT-X-ENDLIST" in storage.read_bytes(made.renditions[0].asset.key).decode()
+    listed = await run_cli_async("renditions", task.id, "--json")
+    assert listed.code == 1 and {r["profile"]: r["status"] for r in listed.json["renditions"]}["HLS"] == "FAILED"
+    arm("")  # the trouble is over: the operator retries; only what failed is made again
+    monkeypatch.setenv("REELQUEUE_TASK_QUEUE", task_queue)  # the CLI starts the retry on this test's worker
+    retried = await run_cli_async("renditions", task.id, "--retry", "--json")
+    assert retried.code == 0 and retried.json["retried"] and retried.json["error"] is None, retried.stdout
+    rows = {r["profile"]: r for r in retried.json["renditions"]}
+    assert {p: r["status"] for p, r in rows.items()} == {"HLS": "READY", "PROXY": "READY", "THUMBNAIL": "READY"}
+    assert rows["HLS"]["attempts"] == 5 and rows["THUMBNAIL"]["attempts"] == 1
+    hls = {a["kind"]: a for a in _detail(stack, task.id)["assets"]}["HLS"]
+    assert "#EXT-X-ENDLIST" in storage.read_bytes(hls["key"]).decode()
+    again = await run_cli_async("renditions", task.id, "--retry")
+    assert again.code == 0 and "nothing to retry" in again.stdout
+    assert (await run_cli_async("renditions", "no-such-task", "--json")).code == 2
 
 
 async def test_a_transcode_slower_than_the_old_heartbeat_timeout_succeeds(

@@ -2,14 +2,26 @@
 
 The proxy MP4 decides SUCCEEDED; HLS and thumbnail are a step of their own with its own retries,
 and its failure is recorded (the step's rows, the SUCCEEDED payload), never the task's.
+RenditionsWorkflow runs that step again on an operator's request.
 """
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
+from temporalio import activity
+from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
 from workflow_fakes import ending, outage
 
 from activities.errors import OUTPUT_INVALID
+from schema.contracts import RenditionOut, RenditionProfile, RenditionsResult, RenditionStatus, TranscodeInput
+from workflows import api
+from workflows.renditions import RenditionsWorkflow
+
+UNREADABLE = ApplicationError("unreadable", type=OUTPUT_INVALID, non_retryable=True)
 
 MAIN_LINE = ["VALIDATING", "QUOTA_RESERVED", "QUEUED", "DISPATCHING", "SUBMITTED", "RUNNING",
              "OUTPUT_FETCHING", "POST_PROCESSING", "SUCCEEDED"]
@@ -47,3 +59,40 @@ async def test_an_unreadable_output_fails_the_task_without_renditions(world, run
     assert world.moves()[-1] == "FAILED_FINAL" and world.called("make_renditions") == []
     assert len(world.called("transcode_proxy")) == 1  # not retried
     assert world.balanced()
+
+
+async def _retry_run(env, answers: list) -> tuple[RenditionsResult | BaseException, int]:
+    """RenditionsWorkflow against a fake make_renditions giving `answers` in turn: (result, calls)."""
+    calls = []
+
+    @activity.defn(name="make_renditions")
+    async def make_renditions(req: TranscodeInput) -> RenditionsResult:
+        calls.append(req)
+        answer = answers[min(len(calls), len(answers)) - 1]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    queue = f"rend-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=[RenditionsWorkflow], activities=[make_renditions]):
+        try:
+            result = await env.client.execute_workflow(
+                api.RENDITIONS_WORKFLOW_NAME, TranscodeInput(task_id="t1", raw_asset_id="raw-1"),
+                id=api.renditions_id("t1") + queue, task_queue=queue, result_type=RenditionsResult)
+        except WorkflowFailureError as exc:
+            return exc, len(calls)
+    return result, len(calls)
+
+
+READY = RenditionsResult(renditions=[RenditionOut(profile=RenditionProfile.HLS, status=RenditionStatus.READY)])
+
+
+async def test_a_renditions_retry_runs_the_step_until_it_succeeds(env):
+    result, calls = await _retry_run(env, [outage("HLS: exit 1"), READY])
+    assert result == READY and calls == 2
+
+
+@pytest.mark.parametrize("failure, tries", [(outage("HLS: exit 1"), 4), (UNREADABLE, 1)])
+async def test_a_renditions_retry_gives_up_after_its_budget(env, failure, tries):
+    result, calls = await _retry_run(env, [failure])
+    assert isinstance(result, WorkflowFailureError) and calls == tries
