@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from conftest import HISTORIES, RECORD
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -74,13 +75,19 @@ async def _retry_run(env, answers: list) -> tuple[RenditionsResult | BaseExcepti
         return answer
 
     queue = f"rend-{uuid.uuid4().hex[:8]}"
+    handle = None
     async with Worker(env.client, task_queue=queue, workflows=[RenditionsWorkflow], activities=[make_renditions]):
         try:
-            result = await env.client.execute_workflow(
+            handle = await env.client.start_workflow(
                 api.RENDITIONS_WORKFLOW_NAME, TranscodeInput(task_id="t1", raw_asset_id="raw-1"),
                 id=api.renditions_id("t1") + queue, task_queue=queue, result_type=RenditionsResult)
+            result: RenditionsResult | BaseException = await handle.result()
         except WorkflowFailureError as exc:
-            return exc, len(calls)
+            result = exc
+        if RECORD:
+            HISTORIES.mkdir(parents=True, exist_ok=True)
+            (HISTORIES / f"renditions-workflow-{len(calls)}-calls.json").write_text(
+                (await handle.fetch_history()).to_json())
     return result, len(calls)
 
 
