@@ -7,7 +7,8 @@ discarding the bytes, first with `curl -o /dev/null`, then with SafeFetcher as t
 it (https-only rules with the host configured for plain http, pinned address, raw bytes through
 the bounded decoder, content type and magic number checked, sha256 computed as the fetch activity
 does). Figures: MB/s of each (median of the runs) and their ratio, and the fetcher without the
-sha256 (what hashing costs); this process's memory growth
+sha256 (what hashing costs); and the bytes per CPU-second of each (curl's from
+RUSAGE_CHILDREN, ours from process_time), a ratio that depends less on a loaded machine; this process's memory growth
 during a fetch, both as peak RSS (VmHWM after clear_refs) and as tracemalloc's peak (a separate
 run: tracing slows the fetch). The fetch activity also streams to S3 and a local copy; those are
 not measured here. Nothing here is a pass/fail test; a final JSON line carries the figures.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -73,11 +75,19 @@ def serve(folder: Path) -> tuple[subprocess.Popen[bytes], int]:
     raise SystemExit("http.server did not start")
 
 
-def curl_mb_s(url: str, size: int) -> float:
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def curl_mb_s(url: str, size: int) -> tuple[float, float]:
+    """(MB/s, MB per CPU-second) of one curl download."""
+    cpu = _children_cpu_s()
     out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{size_download} %{time_total}", url],
                          capture_output=True, text=True, check=True).stdout.split()
+    cpu = _children_cpu_s() - cpu
     assert int(float(out[0])) == size, out
-    return size / float(out[1]) / 1e6
+    return size / float(out[1]) / 1e6, size / max(cpu, 1e-3) / 1e6
 
 
 def _rss_kb(field: str) -> int:
@@ -92,15 +102,15 @@ def fetcher_for(port: int, size: int) -> SafeFetcher:
     return SafeFetcher({host}, allow_http=False, http_hosts={host}, max_bytes=size + 1024, timeout_s=600)
 
 
-def fetch_mb_s(url: str, port: int, size: int) -> tuple[float, float]:
-    """(MB/s, peak RSS growth in MiB) of one fetch."""
+def fetch_mb_s(url: str, port: int, size: int) -> tuple[float, float, float]:
+    """(MB/s, MB per CPU-second, peak RSS growth in MiB) of one fetch."""
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
     before = _rss_kb("VmRSS")
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = fetcher_for(port, size).fetch_to(url, _Discard(), expect=MP4_BODY)  # type: ignore[arg-type]
-    took = time.perf_counter() - started
+    took, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert result.size == size, result
-    return size / took / 1e6, (_rss_kb("VmHWM") - before) / 1024
+    return size / took / 1e6, size / max(cpu, 1e-3) / 1e6, (_rss_kb("VmHWM") - before) / 1024
 
 
 def stream_mb_s(url: str, port: int, size: int) -> float:
@@ -136,15 +146,19 @@ def main() -> None:
         server, port = serve(folder)
         url = f"http://127.0.0.1:{port}/out.mp4?X-Amz-Signature=bench"
         curl_mb_s(url, size)  # warm the page cache
-        curl, ours, bare, rss = [], [], [], []
+        curl, ours, bare, rss, curl_cpu, ours_cpu = [], [], [], [], [], []
         for run in range(args.runs):
-            curl.append(curl_mb_s(url, size))
-            speed, grew = fetch_mb_s(url, port, size)
+            speed, per_cpu = curl_mb_s(url, size)
+            curl.append(speed)
+            curl_cpu.append(per_cpu)
+            speed, per_cpu, grew = fetch_mb_s(url, port, size)
             ours.append(speed)
+            ours_cpu.append(per_cpu)
             rss.append(grew)
             bare.append(stream_mb_s(url, port, size))
-            print(f"run {run + 1}: curl {curl[-1]:.0f} MB/s, fetcher {speed:.0f} MB/s (without sha256 "
-                  f"{bare[-1]:.0f} MB/s), RSS +{grew:.1f} MiB", flush=True)
+            print(f"run {run + 1}: curl {curl[-1]:.0f} MB/s ({curl_cpu[-1]:.0f} MB per CPU-s), fetcher {speed:.0f}"
+                  f" MB/s ({per_cpu:.0f} MB per CPU-s; without sha256 {bare[-1]:.0f} MB/s), RSS +{grew:.1f} MiB",
+                  flush=True)
         traced = traced_peak_mib(url, port, size)
         figures = {
             "size_mib": args.mb, "runs": args.runs, "cpus": os.cpu_count(),
@@ -152,12 +166,17 @@ def main() -> None:
             "curl_mb_s": round(statistics.median(curl), 1), "fetcher_mb_s": round(statistics.median(ours), 1),
             "ratio_fetcher_to_curl": round(statistics.median(ours) / statistics.median(curl), 3),
             "fetcher_no_sha256_mb_s": round(statistics.median(bare), 1),
+            "curl_mb_per_cpu_s": round(statistics.median(curl_cpu), 1),
+            "fetcher_mb_per_cpu_s": round(statistics.median(ours_cpu), 1),
+            "cpu_ratio_fetcher_to_curl": round(statistics.median(ours_cpu) / statistics.median(curl_cpu), 3),
             "rss_growth_mib_max": round(max(rss), 1), "tracemalloc_peak_mib": round(traced, 2),
         }
         print(f"{args.mb} MiB on loopback: curl {figures['curl_mb_s']} MB/s, fetcher {figures['fetcher_mb_s']} MB/s "
               f"(ratio {figures['ratio_fetcher_to_curl']}; without sha256 {figures['fetcher_no_sha256_mb_s']} MB/s); "
               f"fetch memory growth: RSS +{figures['rss_growth_mib_max']}"
-              f" MiB, tracemalloc peak {figures['tracemalloc_peak_mib']} MiB (load {figures['load_1m']})")
+              f" MiB, tracemalloc peak {figures['tracemalloc_peak_mib']} MiB; per CPU-second: curl "
+              f"{figures['curl_mb_per_cpu_s']} MB, fetcher {figures['fetcher_mb_per_cpu_s']} MB (ratio "
+              f"{figures['cpu_ratio_fetcher_to_curl']}) (load {figures['load_1m']})")
         print(json.dumps(figures))
     finally:
         if server is not None:
