@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test install lint bench bench-run bench-webhooks down
+.PHONY: demo test install lint bench bench-run bench-webhooks bench-fetch down
 
 $(VENV)/.installed: pyproject.toml
 	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..."
@@ -36,3 +36,7 @@ bench-run: install
 
 bench-webhooks: install
 	$(BIN)/python -m bench.webhook_bench $(ARGS)
+
+# `make bench-fetch ARGS="--mb 500 --runs 3"`: the output fetcher against curl on loopback
+bench-fetch: install
+	$(BIN)/python -m bench.fetch_bench $(ARGS)

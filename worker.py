@@ -20,6 +20,7 @@ from adapters.temporal_client import connect
 from config.settings import Settings, get_settings
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
+from workflows.renditions import RenditionsWorkflow
 
 MAX_CONCURRENT_ACTIVITIES = 8
 
@@ -31,7 +32,7 @@ def build_worker(client: Client, settings: Settings, *, task_queue: str | None =
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[GenerationWorkflow, ProviderGateWorkflow],
+        workflows=[GenerationWorkflow, ProviderGateWorkflow, RenditionsWorkflow],
         activities=build_activities(settings, client),
         activity_executor=ThreadPoolExecutor(MAX_CONCURRENT_ACTIVITIES),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,

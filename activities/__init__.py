@@ -18,6 +18,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
     from adapters.fetcher import SafeFetcher
+    from adapters.media.ffmpeg_tools import MediaLimits
     from adapters.providers import build_providers
     from adapters.storage import ObjectStorage
     from catalog.images import image_fetcher
@@ -32,8 +33,14 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker",
                               webhook_url=settings.webhook_url)
     poll = PollActivities(db, providers)
-    fetch = FetchActivities(db, storage, providers, fetcher)
-    media = MediaActivities(db, storage)
+    fetch = FetchActivities(db, storage, providers, fetcher, url_refreshes=settings.fetch_url_refreshes,
+                            expiry_margin_s=settings.fetch_expiry_margin_s)
+    media = MediaActivities(
+        db, storage,
+        limits=MediaLimits(threads=settings.media_threads, nice=settings.media_nice,
+                           max_memory_mb=settings.media_max_memory_mb),
+        max_input_pixels=settings.media_max_input_pixels, max_input_duration_s=settings.media_max_input_duration_s,
+    )
     admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s)
     return [
         admission.request_slot,
@@ -49,4 +56,6 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
         poll.account_stray_job,
         fetch.fetch_output,
         media.transcode,
+        media.transcode_proxy,
+        media.make_renditions,
     ]

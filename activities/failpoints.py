@@ -2,8 +2,10 @@
 
 Read once per process from the environment (the worker's); free when unset. `crash` SIGKILLs the
 process on the spot (no cleanup, like a power cut), `hang` blocks the activity until its timeout,
-`error` raises as an infrastructure failure would. `reelqueue drill` arms one point in a worker,
-lets it die, starts a clean worker and checks what recovery found.
+`error` raises as an infrastructure failure would, `slow` makes the step slow where the step
+supports it (`slow_transcode`: ffmpeg reads its input far below real time, honestly slow).
+`reelqueue drill` arms one point in a worker, lets it die, starts a clean worker and checks what
+recovery found.
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ POINTS: tuple[str, ...] = (
     "mid_poll",  # job id stored, a status call in flight
     "mid_download",  # part of the output copied to a staging object
     "after_store_before_db",  # raw output promoted in storage, no asset row
-    "after_transcode_before_db",  # renditions written, no asset rows
+    "after_transcode_before_db",  # the proxy written, no proxy row
     "before_settle",  # renditions recorded, credit not settled
 )
-ACTIONS = ("crash", "hang", "error")
+# Points for tests of degraded steps, not crash drills (`reelqueue drill` crashes at POINTS only).
+TEST_POINTS: tuple[str, ...] = (
+    "slow_transcode",  # the proxy's ffmpeg (slow: reads its input so that the proxy takes SLOW_TRANSCODE_S)
+    "make_hls",  # the HLS rendition of a stored proxy (error: HLS fails, the proxy stays)
+)
+ACTIONS = ("crash", "hang", "error", "slow")
+SLOW_TRANSCODE_S = 65.0  # past the 60 s heartbeat timeout the transcode step once had
 
 
 class FailpointError(RuntimeError):
@@ -35,8 +43,9 @@ def parse(spec: str) -> dict[str, str]:
     armed: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, _, action = item.partition("=")
-        if name not in POINTS or action not in ACTIONS:
-            raise ValueError(f"bad failpoint {item!r}: points {', '.join(POINTS)}; actions {', '.join(ACTIONS)}")
+        if name not in POINTS + TEST_POINTS or action not in ACTIONS:
+            raise ValueError(f"bad failpoint {item!r}: points {', '.join(POINTS + TEST_POINTS)}; "
+                             f"actions {', '.join(ACTIONS)}")
         armed[name] = action
     return armed
 
@@ -46,9 +55,14 @@ def _armed() -> dict[str, str]:
     return parse(os.environ.get(ENV, ""))
 
 
+def armed(name: str) -> str | None:
+    """The action armed at `name`, if any (for steps that act on `slow` themselves)."""
+    return _armed().get(name) if os.environ.get(ENV) else None
+
+
 def failpoint(name: str) -> None:
-    """Do what the environment armed at `name`, or nothing."""
-    action = _armed().get(name) if os.environ.get(ENV) else None
+    """Do what the environment armed at `name`, or nothing (`slow` is the step's own business)."""
+    action = armed(name)
     if action == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(60)  # the signal is asynchronous; never run on past the point

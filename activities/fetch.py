@@ -1,6 +1,9 @@
 """Copy a provider's output into our own storage before the provider's URL expires.
 
-The URL is asked for afresh (outputs expire), fetched through the SSRF-safe fetcher, streamed to
+The URL is asked for afresh (outputs expire), and again, a bounded number of times, when it
+answers 403/404/410 or its known expiry is too close (`FreshOutput`): a video already paid for
+is not lost to a stale link. It is fetched through the SSRF-safe fetcher (https, the provider's
+output domains, an MP4 body with an `ftyp` box, no transparent decoding), streamed to
 a staging key while a local copy is probed, and only then promoted to the deterministic key
 `tenants/{t}/tasks/{task}/raw/{attempt}.mp4`. A repeated run finds the asset row, or the
 promoted object, and does not download again.
@@ -8,16 +11,19 @@ promoted object, and does not download again.
 
 from __future__ import annotations
 
+import logging
 import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from temporalio import activity
 
 from activities.errors import FETCH_REFUSED, OUTPUT_INVALID, OUTPUT_UNAVAILABLE, business_failure, classified
 from activities.failpoints import failpoint
-from adapters.fetcher import FetchFailed, FetchRefused, SafeFetcher
+from adapters.fetcher import MP4_BODY, BodyRejected, FetchFailed, FetchRefused, SafeFetcher, redact
 from adapters.media.transcode import MediaError, MediaInfo, probe
-from adapters.providers.base import JobStatus, VideoProvider
+from adapters.providers.base import JobStatus, OutputRef, VideoProvider
 from adapters.storage import ObjectStorage, StoredObject, WriteConflict, file_sha256
 from schema import task_store
 from schema.assets import find_asset, record_asset
@@ -27,6 +33,9 @@ from schema.models import Asset, Task
 from schema.state_machine import TaskEvent
 
 VIDEO_MIME = "video/mp4"
+EXPIRED_URL_STATUSES = frozenset({403, 404, 410})  # how stale signed URLs answer (S3, GCS, CDNs)
+
+log = logging.getLogger(__name__)
 
 
 def raw_key(tenant_id: str, task_id: str, attempt_no: int) -> str:
@@ -37,14 +46,64 @@ def asset_ref(asset: Asset) -> AssetRef:
     return AssetRef(asset_id=asset.id, kind=asset.kind, key=asset.key, sha256=asset.sha256, size=asset.size)
 
 
+class FreshOutput:
+    """A job's output URL, asked for again (a status call) when it is stale, at most `refreshes`
+    times: when it answered 403/404/410, or when its known `expires_at` is within `margin_s`."""
+
+    def __init__(
+        self, provider: VideoProvider, job_id: str, *, refreshes: int, margin_s: float,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._provider, self._job_id = provider, job_id
+        self._budget, self._margin = refreshes, timedelta(seconds=margin_s)
+        self._now = now
+        self.refreshes = 0
+        self.output = self._ask()
+
+    def usable(self) -> OutputRef:
+        """The URL to fetch now: asked again while it is about to expire and the budget lasts."""
+        while self._expiring() and self.refreshes < self._budget:
+            self._refresh(f"expires at {self.output.expires_at:%H:%M:%S}")
+        return self.output
+
+    def expired(self, exc: FetchFailed) -> bool:
+        """After a failed fetch: True (with a fresh URL to try) when it looked like a stale link."""
+        if exc.status not in EXPIRED_URL_STATUSES or self.refreshes >= self._budget:
+            return False
+        self._refresh(f"answered HTTP {exc.status}")
+        return True
+
+    def _expiring(self) -> bool:
+        expires = self.output.expires_at
+        return expires is not None and expires - self._now() <= self._margin
+
+    def _refresh(self, why: str) -> None:
+        self.refreshes += 1
+        log.info("output of job %s %s (%s): asking the provider again (%d/%d)",
+                 self._job_id, why, redact(self.output.url), self.refreshes, self._budget)
+        self.output = self._ask()
+
+    def _ask(self) -> OutputRef:
+        state = self._provider.get_job(self._job_id)
+        if state.status is not JobStatus.SUCCEEDED or not state.outputs:
+            raise business_failure(f"job {self._job_id} has no output ({state.raw_status})", OUTPUT_UNAVAILABLE)
+        output = state.outputs[0]
+        if output.expires_at is not None and output.expires_at.tzinfo is None:
+            output = output.model_copy(update={"expires_at": output.expires_at.replace(tzinfo=UTC)})
+        return output
+
+
 class FetchActivities:
     def __init__(
-        self, db: Database, storage: ObjectStorage, providers: dict[str, VideoProvider], fetcher: SafeFetcher
+        self, db: Database, storage: ObjectStorage, providers: dict[str, VideoProvider], fetcher: SafeFetcher,
+        *, url_refreshes: int = 3, expiry_margin_s: float = 30.0,
     ):
         self.db = db
         self.storage = storage
         self.providers = providers
         self.fetcher = fetcher
+        self.url_refreshes = url_refreshes
+        self.expiry_margin_s = expiry_margin_s
 
     @activity.defn(name="fetch_output")
     @classified
@@ -59,11 +118,12 @@ class FetchActivities:
         with tempfile.TemporaryDirectory(prefix="rq-fetch-") as tmp:
             local = Path(tmp) / "raw.mp4"
             stored = self.storage.stat(final_key)
+            refreshes = 0
             if stored is not None and stored.sha256:  # promoted earlier, DB write lost: verify, then record
                 self.storage.get_to_file(final_key, local)
             else:
                 try:
-                    stored = self._download(task, ref, final_key, local)
+                    stored, refreshes = self._download(task, ref, final_key, local)
                 except WriteConflict as conflict:  # write-once: the stored object stays the output
                     stored = self._keep_stored(task, ref, conflict, local)
             info = _probe_or_fail(local)
@@ -73,30 +133,40 @@ class FetchActivities:
                 session, business_key=business_key, tenant_id=task.tenant_id, task_id=task.id, kind="RAW_OUTPUT",
                 bucket=stored.bucket, key=stored.key, size=stored.size, sha256=stored.sha256, mime=VIDEO_MIME,
                 duration_s=info.duration_s, width=info.width, height=info.height, codec=info.video_codec,
-                meta={"attempt_no": ref.attempt_no, "job_id": ref.job_id},
+                meta={"attempt_no": ref.attempt_no, "job_id": ref.job_id, "url_refreshes": refreshes},
             )
             return asset_ref(asset)
 
-    def _download(self, task: Task, ref: JobRef, final_key: str, local: Path) -> StoredObject:
-        state = self.providers[task.provider].get_job(ref.job_id)  # fresh, unexpired output URLs
-        if state.status is not JobStatus.SUCCEEDED or not state.outputs:
-            raise business_failure(f"job {ref.job_id} has no output ({state.raw_status})", OUTPUT_UNAVAILABLE)
+    def _download(self, task: Task, ref: JobRef, final_key: str, local: Path) -> tuple[StoredObject, int]:
+        """Stream the output to a staging key (and `local`), then promote it; the URL refreshes used."""
+        provider = self.providers[task.provider]
+        source = FreshOutput(provider, ref.job_id, refreshes=self.url_refreshes, margin_s=self.expiry_margin_s)
         staging = f"tenants/{task.tenant_id}/tasks/{task.id}/staging/{ref.attempt_no}-{activity.info().attempt}.mp4"
-        try:
-            with self.fetcher.stream(state.outputs[0].url) as (_meta, chunks), open(local, "wb") as copy:
-                staged = self.storage.put_stream(staging, _tee(chunks, copy), VIDEO_MIME)
-        except FetchRefused as exc:
-            raise business_failure(f"output URL refused: {exc}", FETCH_REFUSED) from exc
-        except FetchFailed as exc:
-            if not exc.retryable:
-                raise business_failure(f"output download failed: {exc}", OUTPUT_UNAVAILABLE) from exc
-            raise
+        domains = provider.capabilities.output_domains
+        while True:
+            try:
+                url = source.usable().url
+                with self.fetcher.stream(url, domains=domains, expect=MP4_BODY) as (_meta, chunks), \
+                        open(local, "wb") as copy:
+                    staged = self.storage.put_stream(staging, _tee(chunks, copy), VIDEO_MIME)
+                break
+            except FetchRefused as exc:
+                raise business_failure(f"output URL refused: {exc}", FETCH_REFUSED) from exc
+            except BodyRejected as exc:
+                raise business_failure(f"output is not an acceptable video: {exc}", OUTPUT_INVALID) from exc
+            except FetchFailed as exc:
+                if source.expired(exc):
+                    activity.heartbeat("output URL refreshed")
+                    continue
+                if not exc.retryable:
+                    raise business_failure(f"output download failed: {exc}", OUTPUT_UNAVAILABLE) from exc
+                raise
         try:
             _probe_or_fail(local)
         except Exception:
             self.storage.remove(staging)
             raise
-        return self.storage.promote(staging, final_key, staged.sha256, VIDEO_MIME)
+        return self.storage.promote(staging, final_key, staged.sha256, VIDEO_MIME), source.refreshes
 
     def _keep_stored(self, task: Task, ref: JobRef, conflict: WriteConflict, local: Path) -> StoredObject:
         """Record the conflict as a state event (audit only), then verify and use what is stored."""

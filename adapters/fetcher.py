@@ -3,7 +3,12 @@
 Provider output URLs and catalog image URLs come from outside, so every request goes through the
 checks listed in docs/architecture.md ("Security"):
 
-- scheme allowlist (https; http only when ``allow_http``), no credentials in URLs;
+- scheme allowlist: https; plain http only when ``allow_http`` (catalog images) or for a host listed
+  in ``http_hosts`` (provider outputs: https only except configured hosts such as the emulator on
+  loopback in development); no credentials in URLs;
+- provider outputs: the first URL's host must be one of the provider's output domains
+  (``stream(url, domains=...)``, exact name or ``.suffix``); redirects from there are checked
+  against the rules here, like every hop;
 - the host is resolved ONCE per operation and every answer must be a global unicast address
   (IPv4 embedded in IPv6 is unwrapped first); hosts in ``allowed_hosts`` skip only the name and
   address checks. Entries match the URL's ASCII host exactly (case-insensitive): ``"host"`` for
@@ -11,6 +16,11 @@ checks listed in docs/architecture.md ("Security"):
   "127.0.0.1" alone also admits Postgres and Temporal on that machine);
 - the socket connects to the checked address itself, never to a name (no DNS rebinding);
 - redirects are followed by hand and each hop is checked again; size and total time are capped;
+- the body is never decoded by httpx: raw bytes are read (``iter_raw``) and at most one gzip or
+  deflate layer is decoded by a bounded streaming decoder that counts decoded bytes against the
+  cap (adapters/body_decoding.py); stacked or unknown encodings are refused;
+- ``stream(url, expect=...)`` checks the Content-Type and the first bytes (magic number) before
+  any byte is handed out (``MP4_BODY``: an ISO BMFF ``ftyp`` box);
 - URLs in errors and logs go through `redact` (signed query strings are credentials).
 
 Pinning and TLS: the URL is never rewritten. httpx builds the request (Host header, TLS SNI and
@@ -39,10 +49,19 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, BinaryIO, NoReturn
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
 from pydantic import BaseModel, ConfigDict
+
+from adapters.body_decoding import (
+    BodyTooLarge,
+    BodyUndecodable,
+    EncodingRefused,
+    content_codings,
+    decoded_chunks,
+)
 
 if TYPE_CHECKING:
     from config.settings import Settings
@@ -98,8 +117,37 @@ class FetchFailed(FetchError):
     """The fetch was allowed but did not succeed; ``retryable`` says whether trying later may help."""
 
 
+class BodyRejected(FetchFailed):
+    """The server answered, but not with an acceptable body (encoding, size, type, magic number)."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason, retryable=False, status=status)
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+
+class BodyExpectation(_Frozen):
+    """What a body must look like: an allowed Content-Type (or none at all) and its first bytes."""
+
+    name: str
+    content_types: frozenset[str]
+    head_bytes: int
+    magic: Callable[[bytes], bool]
+
+
+def _is_iso_bmff(head: bytes) -> bool:
+    return head[4:8] == b"ftyp"
+
+
+# MP4/MOV: the first box is `ftyp`. CDNs often serve octet-stream; the magic number decides then.
+MP4_BODY = BodyExpectation(
+    name="MP4 video",
+    content_types=frozenset({"video/mp4", "video/quicktime", "application/octet-stream", "binary/octet-stream"}),
+    head_bytes=8,
+    magic=_is_iso_bmff,
+)
 
 
 class ResponseMeta(_Frozen):
@@ -323,6 +371,7 @@ class SafeFetcher:
         allowed_hosts: set[str],
         *,
         allow_http: bool = True,
+        http_hosts: set[str] | frozenset[str] = frozenset(),
         max_bytes: int,
         timeout_s: float,
         max_redirects: int = 3,
@@ -333,6 +382,7 @@ class SafeFetcher:
             raise ValueError("max_bytes and timeout_s must be positive, max_redirects not negative")
         self._allowed = frozenset(_allowed_entry(h) for h in allowed_hosts)
         self._schemes = frozenset({"https", "http"} if allow_http else {"https"})
+        self._http_hosts = frozenset(_allowed_entry(h) for h in http_hosts)
         self._max_bytes = max_bytes
         self._timeout_s = timeout_s
         self._max_redirects = max_redirects
@@ -341,20 +391,31 @@ class SafeFetcher:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, resolver: Resolver | None = None) -> SafeFetcher:
-        """The fetcher for this process: configured hosts plus the emulator and S3 endpoints."""
+        """The provider-output fetcher: https only, except the hosts configured for plain http
+        (``fetch_http_hosts``: the emulator of a dev stack); private addresses only for the
+        configured hosts."""
         return cls(
             settings.allowed_fetch_hosts(),
+            allow_http=False,
+            http_hosts=set(settings.fetch_http_hosts),
             max_bytes=settings.fetch_max_bytes,
             timeout_s=settings.fetch_timeout_s,
             resolver=resolver,
         )
 
     @contextmanager
-    def stream(self, url: str) -> Iterator[tuple[ResponseMeta, Iterator[bytes]]]:
-        """Open a 2xx GET and yield its metadata and body chunks (size and time capped).
+    def stream(
+        self, url: str, *, domains: Sequence[str] | None = None, expect: BodyExpectation | None = None
+    ) -> Iterator[tuple[ResponseMeta, Iterator[bytes]]]:
+        """Open a 2xx GET and yield its metadata and decoded body chunks (size and time capped).
 
-        Raises FetchRefused / FetchFailed, also from the chunk iterator.
+        ``domains``: the URL's host must match one (provider output domains). ``expect``: the
+        Content-Type and first bytes are checked before any chunk is handed out.
+        Raises FetchRefused / FetchFailed (BodyRejected for an unacceptable body), also from the
+        chunk iterator.
         """
+        if domains is not None:
+            self._check_domain(url, domains)
         deadline = time.monotonic() + self._timeout_s
         backend = _PinnedBackend(deadline)
         with _PinnedTransport(backend, self._ssl_context) as transport:
@@ -365,26 +426,32 @@ class SafeFetcher:
                     raise self._status_error(response.status_code, shown)
                 length = _content_length(response)
                 if length is not None and length > self._max_bytes:
-                    raise FetchFailed(
-                        f"{shown}: Content-Length {length} exceeds {self._max_bytes} bytes",
-                        retryable=False,
-                        status=response.status_code,
+                    raise BodyRejected(
+                        f"{shown}: Content-Length {length} exceeds {self._max_bytes} bytes", response.status_code
                     )
+                try:
+                    codings = content_codings(response.headers.get("content-encoding"))
+                except EncodingRefused as exc:
+                    raise BodyRejected(f"{shown}: {exc}", response.status_code) from exc
+                content_type = response.headers.get("content-type")
+                if expect is not None:
+                    _check_content_type(content_type, expect, shown, response.status_code)
                 meta = ResponseMeta(
                     status=response.status_code,
-                    content_type=response.headers.get("content-type"),
+                    content_type=content_type,
                     content_length=length,
                     final_url_redacted=shown,
                 )
-                yield meta, self._chunks(response, shown)
+                chunks = self._chunks(response, shown, codings[0] if codings else None)
+                yield meta, _checked_head(chunks, expect, shown) if expect is not None else chunks
             finally:
                 response.close()
 
-    def fetch_to(self, url: str, sink: BinaryIO) -> FetchResult:
+    def fetch_to(self, url: str, sink: BinaryIO, *, expect: BodyExpectation | None = None) -> FetchResult:
         """Stream the body into ``sink``, hashing as it goes; on error ``sink`` may hold a prefix."""
         digest = hashlib.sha256()
         size = 0
-        with self.stream(url) as (meta, chunks):
+        with self.stream(url, expect=expect) as (meta, chunks):
             for chunk in chunks:
                 digest.update(chunk)
                 sink.write(chunk)
@@ -474,7 +541,7 @@ class SafeFetcher:
             url = httpx.URL(raw_url)
         except (httpx.InvalidURL, TypeError, ValueError):
             self._refuse(f"{shown}: invalid URL")
-        if url.scheme not in self._schemes:
+        if url.scheme not in self._schemes | {"http"}:
             self._refuse(f"{shown}: scheme {url.scheme!r} not allowed")
         if url.userinfo:
             self._refuse(f"{shown}: credentials in URL")
@@ -482,6 +549,8 @@ class SafeFetcher:
         if not host:
             self._refuse(f"{shown}: no host")
         port = url.port or (443 if url.scheme == "https" else 80)
+        if url.scheme not in self._schemes and not {(host, None), (host, port)} & self._http_hosts:
+            self._refuse(f"{shown}: plain http is allowed only for configured hosts (https required)")
         if (host, port) not in backend.pins:
             allowed = bool({(host, None), (host, port)} & self._allowed)
             backend.pins[host, port] = self._checked_addresses(host, port, allowed, shown, backend)
@@ -525,20 +594,58 @@ class SafeFetcher:
         log.warning("fetch refused: %s", reason)
         raise FetchRefused(reason)
 
-    def _chunks(self, response: httpx.Response, shown: str) -> Iterator[bytes]:
-        size = 0
+    def _chunks(self, response: httpx.Response, shown: str, coding: str | None) -> Iterator[bytes]:
+        """Raw bytes off the socket, decoded here (bounded) and never by httpx."""
         with _mapped_errors(shown):
-            for chunk in response.iter_bytes(_CHUNK):
-                size += len(chunk)
-                if size > self._max_bytes:
-                    raise FetchFailed(f"{shown}: body exceeds {self._max_bytes} bytes", retryable=False)
-                yield chunk
+            try:
+                yield from decoded_chunks(response.iter_raw(_CHUNK), coding, max_bytes=self._max_bytes, chunk=_CHUNK)
+            except BodyTooLarge as exc:
+                raise BodyRejected(f"{shown}: {exc}", response.status_code) from exc
+            except BodyUndecodable as exc:
+                raise BodyRejected(f"{shown}: {exc}", response.status_code) from exc
+
+    @staticmethod
+    def _check_domain(url: str, domains: Sequence[str]) -> None:
+        """The URL's host is one of `domains` (exact, or under an entry written ``.example.com``)."""
+        try:
+            host = (urlsplit(url).hostname or "").rstrip(".").lower()
+        except ValueError:
+            host = ""
+        for domain in (d.lower() for d in domains):
+            if host == domain.lstrip(".") or (domain.startswith(".") and host.endswith(domain)):
+                return
+        SafeFetcher._refuse(f"{redact(url)}: host {host!r} is not an output domain of this provider")
 
     @staticmethod
     def _status_error(status: int, shown: str) -> FetchFailed:
         if status in _REDIRECTS:
             return FetchFailed(f"{shown}: redirect without Location", retryable=False, status=status)
         return FetchFailed(f"{shown}: HTTP {status}", retryable=_retryable_status(status), status=status)
+
+
+def _check_content_type(content_type: str | None, expect: BodyExpectation, shown: str, status: int) -> None:
+    """A declared type must be one `expect` allows; an absent one leaves it to the magic number."""
+    if content_type is None:
+        return
+    media_type = content_type.partition(";")[0].strip().lower()
+    if media_type not in expect.content_types:
+        raise BodyRejected(f"{shown}: Content-Type {media_type!r} is not a {expect.name}", status)
+
+
+def _checked_head(chunks: Iterator[bytes], expect: BodyExpectation, shown: str) -> Iterator[bytes]:
+    """Hold the first chunks back until `expect.head_bytes` arrived and the magic number matches."""
+    head = b""
+    for chunk in chunks:
+        if len(head) < expect.head_bytes:
+            head += chunk
+            if len(head) < expect.head_bytes:
+                continue
+            if not expect.magic(head[: expect.head_bytes]):
+                raise BodyRejected(f"{shown}: body does not start like a {expect.name}")
+            chunk, head = head, head[: expect.head_bytes]
+        yield chunk
+    if len(head) < expect.head_bytes:
+        raise BodyRejected(f"{shown}: body too short for a {expect.name} ({len(head)} bytes)")
 
 
 def _allowed_entry(entry: str) -> tuple[str, int | None]:

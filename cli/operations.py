@@ -1,7 +1,8 @@
-"""The operator commands: `ledger check`, `attention` and `resolve`.
+"""The operator commands: `ledger check`, `attention`, `resolve` and `renditions`.
 
 Argument parsing and printing only; the checks live in schema/ledger_check.py and
-control/ledger_audit.py, the attention queue in schema/attention.py, the decision in control/resolve.py.
+control/ledger_audit.py, the attention queue in schema/attention.py, the decision in control/resolve.py,
+renditions in control/renditions.py.
 """
 
 from __future__ import annotations
@@ -121,6 +122,35 @@ def resolve(
         emit_json(outcome.model_dump(mode="json"))
     else:
         console.print(f"{task_id}: {outcome.message}; task is now {outcome.status}")
+
+
+def renditions(
+    task_id: str = typer.Argument(..., help="a task whose proxy exists"),
+    retry: bool = typer.Option(False, "--retry", help="make the FAILED renditions again (HLS, thumbnail)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """A task's renditions (proxy, HLS, thumbnail) with status and error; --retry the failed ones."""
+    from control.renditions import NothingToRetry, UnknownTask, read_renditions, retry_renditions
+
+    settings = get_settings()
+    try:
+        report, _ = read_renditions(settings, task_id)
+        if retry and report.failed:
+            report = asyncio.run(retry_renditions(settings, task_id))
+    except (UnknownTask, NothingToRetry) as exc:
+        fail(str(exc), EXIT_BAD_INPUT, as_json=as_json, task_id=task_id)
+    if as_json:
+        emit_json(report.model_dump(mode="json"))
+    else:
+        table = Table("rendition", "status", "attempts", "error", title=f"task {task_id}")
+        table.columns[3].overflow = "fold"
+        for r in report.renditions:
+            table.add_row(r.profile, r.status, str(r.attempts), r.verdict or r.error or "")
+        console.print(table)
+        if retry and not report.retried:
+            console.print("nothing to retry: no rendition is FAILED")
+    if report.failed:
+        raise typer.Exit(EXIT_FAILURE)
 
 
 def _n(count: int, noun: str) -> str:

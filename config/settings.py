@@ -67,8 +67,22 @@ class Settings(BaseSettings):
     # Hosts the SSRF-safe fetcher may reach although they resolve to private or loopback
     # addresses (the embedded emulator and S3). Everything else must be a global address.
     fetch_allowed_hosts: list[str] = Field(default_factory=list)
+    # Provider outputs are fetched over https only, except from these `host` / `host:port` entries
+    # (`dev up` writes the emulator's here: it serves plain http on loopback).
+    fetch_http_hosts: list[str] = Field(default_factory=list)
     fetch_max_bytes: int = 512 * 1024 * 1024
     fetch_timeout_s: float = 60.0
+    # An output URL answering 403/404/410, or whose known expiry is closer than the margin, is
+    # asked for afresh (a status call) at most this many times per fetch attempt.
+    fetch_url_refreshes: int = Field(default=3, ge=0)
+    fetch_expiry_margin_s: float = Field(default=30.0, ge=0)
+
+    # ffmpeg caps (docs/architecture.md, "Media"): inputs beyond these are refused, not transcoded.
+    media_max_input_pixels: int = Field(default=3840 * 2160, gt=0)
+    media_max_input_duration_s: float = Field(default=120.0, gt=0)
+    media_threads: int = Field(default=2, ge=1)
+    media_nice: int = Field(default=10, ge=0, le=19)
+    media_max_memory_mb: int = Field(default=3072, gt=0)  # RLIMIT_AS of each ffmpeg child
 
     # Admission per provider, e.g. REELQUEUE_PROVIDER_LIMITS='{"emulator": {"max_concurrent": 20}}'.
     provider_limits: dict[str, ProviderLimits] = Field(default_factory=dict)

@@ -228,10 +228,13 @@ class Emulator(_PythonService):
     module = "emulator.__main__"
 
     def settings_for(self, ports: dict[str, int], settings: Settings) -> dict[str, Any]:
-        """Its URL, and its webhook signing secret: made once per stack and kept in stack.json (an
-        environment value wins), so the gateway verifies what the emulator signs across restarts."""
+        """Its URL, its webhook signing secret (made once per stack and kept in stack.json; an
+        environment value wins, so the gateway verifies what the emulator signs across restarts),
+        and its host:port as the one plain-http host provider outputs may come from."""
         return {"emulator_url": f"http://127.0.0.1:{ports['emulator']}",
-                "emulator_webhook_secret": settings.emulator_webhook_secret or new_webhook_secret()}
+                "emulator_webhook_secret": settings.emulator_webhook_secret or new_webhook_secret(),
+                # its outputs are plain http on loopback: allowed by name, never by a blanket rule
+                "fetch_http_hosts": [f"127.0.0.1:{ports['emulator']}"]}
 
     def url(self, settings: Settings) -> str:
         return settings.emulator_url

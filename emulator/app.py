@@ -140,7 +140,8 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
         _outage("status_outage_s")
         if faults.in_outage("status_missing_s"):
             raise ApiError(404, "NOT_FOUND", f"no job {job_id}")
-        return service.view(_found(store.get(job_id), job_id))
+        job = _found(store.get(job_id), job_id)
+        return service.view(job, dead_url=job.status == "succeeded" and faults.take("expire_output_urls"))
 
     @v1.get("/jobs")
     def list_jobs(request_key: str) -> JobList:

@@ -96,8 +96,9 @@ class JobService:
         send = self.webhooks.send_now if now else self.webhooks.send
         send(job.webhook_url, self.view(job).model_dump_json().encode(), job_id=job.id)
 
-    def view(self, job: JobRecord) -> JobOut:
-        """The public JSON of a job; output URLs are signed afresh on every read."""
+    def view(self, job: JobRecord, *, dead_url: bool = False) -> JobOut:
+        """The public JSON of a job; output URLs are signed afresh on every read. `dead_url`: the
+        URL is signed to expire now while `expires_at` shows the normal lifetime (a fault)."""
         out = JobOut(
             id=job.id,
             request_key=job.request_key,
@@ -111,7 +112,7 @@ class JobService:
         )
         if job.status == "succeeded":
             expires = int(time.time() + self.config.url_ttl_s)
-            token = file_token(self.config.url_secret, job.id, expires)
+            token = file_token(self.config.url_secret, job.id, int(time.time()) if dead_url else expires)
             out.output = [
                 OutputOut(url=f"{self.config.base_url}/files/{job.id}/{token}.mp4", expires_at=_ts(expires))
             ]

@@ -142,6 +142,10 @@ class Faults(BaseModel):
     drop_all_webhooks: bool = False  # no webhook is sent while set
     bad_signature: int = Field(default=0, ge=0)  # signed with a key that is not the webhook secret
     stale_timestamp: int = Field(default=0, ge=0)  # webhook-timestamp 10 minutes in the past
+    # Output URLs: the next N handed out by a status call die at once (signing key rotated right
+    # after the answer), though their expires_at still shows the normal lifetime; a later status
+    # call hands out a working URL again.
+    expire_output_urls: int = Field(default=0, ge=0)
 
 
 class ApiErrorBody(BaseModel):

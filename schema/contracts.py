@@ -202,6 +202,33 @@ class TranscodeResult(BaseModel):
     thumbnail: AssetRef
 
 
+class RenditionProfile(StrEnum):
+    PROXY = "PROXY"  # the MP4 a task needs to succeed
+    HLS = "HLS"
+    THUMBNAIL = "THUMBNAIL"
+
+
+class RenditionStatus(StrEnum):
+    READY = "READY"
+    FAILED = "FAILED"  # recorded with its error; a later run of the renditions step retries it
+
+
+class RenditionOut(BaseModel):
+    profile: RenditionProfile
+    status: RenditionStatus
+    asset: AssetRef | None = None
+    error: str | None = None
+
+
+class RenditionsResult(BaseModel):
+    """HLS and thumbnail as they stand after one run of the renditions step."""
+
+    renditions: list[RenditionOut]
+
+    def summary(self) -> dict[str, str]:
+        return {r.profile.value: r.status.value for r in self.renditions}
+
+
 class SettleInput(BaseModel):
     task_id: str
     run: int = 1

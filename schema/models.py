@@ -294,6 +294,36 @@ class Asset(Base):
     created_at: Mapped[datetime] = _now_column()
 
 
+class Rendition(Base):
+    """One playable rendition of a raw output (PROXY, HLS, THUMBNAIL) and how making it went.
+
+    The proxy MP4 is what a task needs to succeed; HLS and thumbnail are retried on their own, and
+    a FAILED row keeps the error (and ffprobe's verdict for an unreadable input) until a retry
+    makes it READY. `asset_id` points at the stored object once READY.
+    """
+
+    __tablename__ = "renditions"
+    __table_args__ = (
+        UniqueConstraint("raw_asset_id", "profile", "pipeline_version"),
+        CheckConstraint("profile IN ('PROXY','HLS','THUMBNAIL')"),
+        CheckConstraint("status IN ('READY','FAILED')"),
+    )
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    raw_asset_id: Mapped[str] = mapped_column(ForeignKey("assets.id"))
+    profile: Mapped[str] = mapped_column(String(20))
+    pipeline_version: Mapped[str] = mapped_column(String(20))
+    status: Mapped[str] = mapped_column(String(20))
+    asset_id: Mapped[str | None] = mapped_column(ForeignKey("assets.id"))
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    error: Mapped[str | None] = mapped_column(Text)
+    error_class: Mapped[str | None] = mapped_column(String(40))
+    verdict: Mapped[str | None] = mapped_column(Text)  # ffprobe's words on an unreadable input
+    created_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = _now_column()
+
+
 class CreditEntry(Base):
     """Append-only ledger: RESERVE / SETTLE / RELEASE / REFUND / ADJUSTMENT, once per business key."""
 

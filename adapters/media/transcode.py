@@ -14,7 +14,16 @@ from typing import Any
 import ffmpeg
 from pydantic import BaseModel, computed_field
 
-from adapters.media.ffmpeg_tools import MediaError, atomic_directory, atomic_output, probe_json, run_ffmpeg
+from adapters.media.ffmpeg_tools import (
+    MediaError,
+    MediaLimitExceeded,
+    MediaLimits,
+    Progress,
+    atomic_directory,
+    atomic_output,
+    probe_json,
+    run_ffmpeg,
+)
 
 __all__ = [
     "PROXY_FRAME",
@@ -22,6 +31,8 @@ __all__ = [
     "HlsOutput",
     "MediaError",
     "MediaInfo",
+    "RunOptions",
+    "check_input_caps",
     "frame_size",
     "make_hls",
     "make_proxy",
@@ -65,6 +76,40 @@ class MediaInfo(BaseModel):
     @property
     def has_audio(self) -> bool:
         return self.audio_codec is not None
+
+
+class RunOptions(BaseModel):
+    """How one media step runs: caps, the progress callback (heartbeats) and an optional input
+    read rate (< 1: slower than real time; the `slow_transcode` failpoint uses it)."""
+
+    limits: MediaLimits = MediaLimits()
+    on_progress: Progress | None = None
+    read_rate: float | None = None
+
+    def budget_s(self, info: MediaInfo) -> float:
+        """The step's time budget: grows with duration and resolution (720p-seconds), and with a
+        slowed input read."""
+        duration = info.duration_s or 10.0
+        scale = max(1.0, (info.width or 1280) * (info.height or 720) / (1280 * 720))
+        budget = 90.0 + 6.0 * duration * scale
+        if self.read_rate:
+            budget += duration / self.read_rate
+        return budget
+
+    def run(self, stream: Any, what: str, info: MediaInfo) -> None:
+        run_ffmpeg(stream, what, timeout_s=self.budget_s(info), limits=self.limits, on_progress=self.on_progress)
+
+    def input_options(self) -> dict[str, Any]:
+        return {"readrate": self.read_rate} if self.read_rate else {}
+
+
+def check_input_caps(info: MediaInfo, *, max_pixels: int, max_duration_s: float) -> None:
+    """Refuse inputs beyond the caps before ffmpeg spends anything on them."""
+    pixels = (info.width or 0) * (info.height or 0)
+    if pixels > max_pixels:
+        raise MediaLimitExceeded(f"input is {info.width}x{info.height}: over the {max_pixels}-pixel limit")
+    if (info.duration_s or 0) > max_duration_s:
+        raise MediaLimitExceeded(f"input lasts {info.duration_s:.1f} s: over the {max_duration_s:.0f} s limit")
 
 
 class HlsOutput(BaseModel):
@@ -113,7 +158,9 @@ def frame_size(aspect_ratio: str, *, scale: float = 1.0) -> tuple[int, int]:
     return _even(width * scale), _even(height * scale)
 
 
-def make_proxy(src: PathLike, dst: PathLike, aspect_ratio: str, *, height: int | None = None) -> MediaInfo:
+def make_proxy(
+    src: PathLike, dst: PathLike, aspect_ratio: str, *, height: int | None = None, options: RunOptions | None = None
+) -> MediaInfo:
     """H.264/AAC MP4 (+faststart) at exactly the ratio's frame size, letterboxed, always with audio.
 
     `height` overrides the table's height (width follows the ratio). A silent AAC track is added
@@ -123,7 +170,8 @@ def make_proxy(src: PathLike, dst: PathLike, aspect_ratio: str, *, height: int |
     width, out_height = frame_size(aspect_ratio)
     if height:
         width, out_height = frame_size(aspect_ratio, scale=height / out_height)
-    source = ffmpeg.input(os.fspath(src))
+    options = options or RunOptions()
+    source = ffmpeg.input(os.fspath(src), **options.input_options())
     video = (
         source.video.filter("scale", width, out_height, force_original_aspect_ratio="decrease")
         .filter("pad", width, out_height, "(ow-iw)/2", "(oh-ih)/2")
@@ -138,12 +186,13 @@ def make_proxy(src: PathLike, dst: PathLike, aspect_ratio: str, *, height: int |
         out = ffmpeg.output(
             video, audio, os.fspath(tmp), f="mp4", movflags="+faststart", shortest=None, **_H264_AAC
         )
-        run_ffmpeg(out, f"proxy of {src}")
+        options.run(out, f"proxy of {src}", info)
     return probe(dst)
 
 
-def make_hls(src: PathLike, out_dir: PathLike) -> HlsOutput:
+def make_hls(src: PathLike, out_dir: PathLike, *, options: RunOptions | None = None) -> HlsOutput:
     """HLS VOD rendition (index.m3u8 + ~2 s .ts segments); stream copy for H.264/AAC sources."""
+    options = options or RunOptions()
     info = probe(src)
     copy = info.video_codec == "h264" and info.audio_codec in (None, "aac")
     codecs: dict[str, Any] = {"c": "copy"} if copy else _H264_AAC
@@ -158,7 +207,7 @@ def make_hls(src: PathLike, out_dir: PathLike) -> HlsOutput:
             hls_segment_filename=os.fspath(tmp / "seg_%04d.ts"),
             **codecs,
         )
-        run_ffmpeg(out, f"HLS of {src}")
+        options.run(out, f"HLS of {src}", info)
         names = [
             line.strip()
             for line in (tmp / HLS_PLAYLIST).read_text().splitlines()
@@ -169,8 +218,9 @@ def make_hls(src: PathLike, out_dir: PathLike) -> HlsOutput:
     return HlsOutput(playlist=out_dir / HLS_PLAYLIST, segments=[out_dir / Path(n).name for n in names])
 
 
-def make_thumbnail(src: PathLike, dst: PathLike) -> Path:
+def make_thumbnail(src: PathLike, dst: PathLike, *, options: RunOptions | None = None) -> Path:
     """JPEG of the frame a third into the video (the first frame when it is under a second)."""
+    options = options or RunOptions()
     info = probe(src)
     duration = info.duration_s or 0.0
     at = duration / 3 if duration >= 1.0 else 0.0
@@ -178,5 +228,5 @@ def make_thumbnail(src: PathLike, dst: PathLike) -> Path:
         out = ffmpeg.input(os.fspath(src), ss=f"{at:.3f}").output(
             os.fspath(tmp), f="image2", vcodec="mjpeg", vframes=1, update=1, **{"q:v": 3}
         )
-        run_ffmpeg(out, f"thumbnail of {src}")
+        options.run(out, f"thumbnail of {src}", info)
     return Path(dst)

@@ -103,6 +103,10 @@ class Capabilities(BaseModel):
     acceptance_window_s: float = 30.0
     # The adapter's own bound on one submit call; a submit whose run died mid-call ended by then.
     submit_timeout_s: float = 30.0
+    # Hosts the provider serves its outputs from ("cdn.example.com", or ".example.com" for any name
+    # under it): an output URL elsewhere is refused before it is fetched. Redirects from there are
+    # checked by the fetcher's SSRF rules (docs/architecture.md, "Security").
+    output_domains: list[str] = Field(default_factory=list)
 
     @property
     def can_reconcile(self) -> bool:

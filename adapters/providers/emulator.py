@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import ValidationError
@@ -123,9 +124,12 @@ class EmulatorProvider:
         webhook_secret: str | None = None,
     ):
         self._verifier = StandardWebhookVerifier(webhook_secret) if webhook_secret else None
-        self.capabilities = _CAPABILITIES.model_copy(
-            update={"submit_timeout_s": submit_timeout_s, "webhooks": self._verifier is not None}
-        )
+        self.capabilities = _CAPABILITIES.model_copy(update={
+            "submit_timeout_s": submit_timeout_s,
+            "webhooks": self._verifier is not None,
+            # the emulator serves its outputs itself, under the URL it is reached at
+            "output_domains": [urlsplit(base_url).hostname or ""],
+        })
         # httpx itself never retries a request; no transport-level retries are configured either.
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s

@@ -228,6 +228,22 @@ def test_output_url_is_signed_and_expires(emu: EmulatorConfig, rendered: dict[st
     assert httpx.get(url).status_code == 200
 
 
+def test_expire_output_urls_fault_kills_the_next_urls_only(
+    emu: EmulatorConfig, provider: EmulatorProvider, rendered: dict[str, JobState]
+) -> None:
+    job_id = rendered["1:1"].job_id
+    httpx.post(f"{emu.base_url}/_sim/faults", json={"expire_output_urls": 1}, timeout=10).raise_for_status()
+    try:
+        dead = provider.get_job(job_id).outputs[0]
+        fresh = provider.get_job(job_id).outputs[0]
+    finally:
+        httpx.delete(f"{emu.base_url}/_sim/faults", timeout=10)
+    assert dead.expires_at and dead.expires_at.timestamp() > time.time() + 600  # it does not say so
+    assert httpx.get(dead.url).status_code == 403
+    assert httpx.get(fresh.url).status_code == 200
+    assert provider.capabilities.output_domains == ["127.0.0.1"]
+
+
 def test_invalid_request_is_rejected_for_good(emu: EmulatorConfig, provider: EmulatorProvider) -> None:
     before = len(sim_jobs(emu))
     result = provider.submit(request("bad-ratio", aspect_ratio="4:3"))

@@ -12,7 +12,6 @@ import random
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import BytesIO
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-import uvicorn
+from asgi_server import serving
 
 from adapters.fetcher import FetchFailed, SafeFetcher
 
@@ -144,19 +143,8 @@ class _App:
 @pytest.fixture
 def uvicorn_app() -> Iterator[tuple[_App, int]]:
     app = _App()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started
-    yield app, sock.getsockname()[1]
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    with serving(app) as port:
+        yield app, port
 
 
 def http_fetcher(**kwargs: object) -> SafeFetcher:

@@ -147,6 +147,7 @@ def test_emulator_hands_out_urls_the_worker_can_fetch(services: dict[str, dict[s
         for key, value in worker_env.items():
             patch.setenv(key, value)
         assert urlsplit(public).netloc in Settings().allowed_fetch_hosts()
+        assert urlsplit(public).netloc in Settings().fetch_http_hosts  # outputs are plain http there
 
 
 def test_depends_on_references_exist(services: dict[str, dict[str, Any]]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import sys
 import uuid
@@ -19,16 +18,12 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from workflow_fakes import TASK_ID, World
+from workflow_fakes import HISTORIES, RECORD, TASK_ID, World
 
 from workflows import api
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
 from workflows.search_attributes import ALL
-
-# Recorded histories of this workflow version (earlier versions' folders stay, and keep replaying).
-HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "webhooks-v1"
-RECORD = os.environ.get("REELQUEUE_RECORD_HISTORIES") == "1"
 
 
 @pytest.fixture(scope="session")

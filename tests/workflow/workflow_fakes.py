@@ -9,11 +9,13 @@ a gate to send a signal or a Temporal cancel while that step is in flight.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity
@@ -34,6 +36,10 @@ from schema.contracts import (
     PollResult,
     ProviderUpdate,
     ReconcileResult,
+    RenditionOut,
+    RenditionProfile,
+    RenditionsResult,
+    RenditionStatus,
     SettleInput,
     StrayJobRef,
     StrayJobResult,
@@ -48,6 +54,10 @@ from schema.contracts import (
     ValidationResult,
 )
 from workflows import api
+
+# Recorded histories of this workflow version (earlier versions' folders stay, and keep replaying).
+HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "renditions-v1"
+RECORD = os.environ.get("REELQUEUE_RECORD_HISTORIES") == "1"
 
 TASK_ID = "t1"
 RESERVED = Decimal("4")
@@ -117,6 +127,9 @@ class World:
     reconciles: list[Answer] = field(default_factory=list)
     cancels: list[Answer] = field(default_factory=lambda: [CANCELED])
     fetches: list[Answer] = field(default_factory=list)
+    proxies: list[Answer] = field(default_factory=list)  # transcode_proxy: scripted failures, else a proxy
+    renditions: list[Answer] = field(default_factory=list)  # make_renditions: scripted answers, else all READY
+    transitions: list[TransitionInput] = field(default_factory=list)
     events: list[tuple[str, str, bool]] = field(default_factory=list)  # (event, to status, applied)
     calls: list[tuple[str, Any]] = field(default_factory=list)
     called_at: list[tuple[str, datetime]] = field(default_factory=list)  # when each activity was scheduled
@@ -193,6 +206,7 @@ class World:
         async def record_transition(req: TransitionInput) -> TransitionResult:
             if req.source_event_id in world.seen:  # idempotent per source event, as in Postgres
                 return world.seen[req.source_event_id]
+            world.transitions.append(req)
             to = sm.target(world.status, req.event)
             world.events.append((req.event.value, (to or world.status).value, to is not None))
             if to is not None:
@@ -279,6 +293,23 @@ class World:
             ref = AssetRef(asset_id="p", kind="PROXY", key="proxy/main.mp4", sha256="1" * 64, size=5)
             return TranscodeResult(proxy=ref, hls=ref, thumbnail=ref)
 
+        @activity.defn(name="transcode_proxy")
+        async def transcode_proxy(req: TranscodeInput) -> AssetRef:
+            await world._enter("transcode_proxy", req)
+            if world.proxies:
+                world._next(world.proxies, "transcode_proxy")
+            return AssetRef(asset_id="p", kind="PROXY", key="proxy/main.mp4", sha256="1" * 64, size=5)
+
+        @activity.defn(name="make_renditions")
+        async def make_renditions(req: TranscodeInput) -> RenditionsResult:
+            await world._enter("make_renditions", req)
+            if world.renditions:
+                return world._next(world.renditions, "make_renditions")
+            return RenditionsResult(renditions=[
+                RenditionOut(profile=p, status=RenditionStatus.READY,
+                             asset=AssetRef(asset_id=p.value, kind=p.value, key=p.value, sha256="2" * 64, size=1))
+                for p in (RenditionProfile.HLS, RenditionProfile.THUMBNAIL)])
+
         @activity.defn(name="request_slot")
         async def request_slot(inp: AdmissionInput) -> None:
             await world._enter("request_slot", inp)
@@ -291,7 +322,8 @@ class World:
             await gate.signal(api.SIGNAL_GATE_REQUEST, inp.request)
 
         return [request_slot, record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
-                abandon_attempt, poll_job, cancel_job, account_stray_job, fetch_output, transcode]
+                abandon_attempt, poll_job, cancel_job, account_stray_job, fetch_output, transcode, transcode_proxy,
+                make_renditions]
 
 
 # -- driving a run from a test ---------------------------------------------------------------

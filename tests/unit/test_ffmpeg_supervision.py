@@ -1,0 +1,128 @@
+"""run_ffmpeg supervising a real ffmpeg: progress, caps in the child, classified failures, no orphans."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import ffmpeg
+import pytest
+
+from adapters.media.ffmpeg_tools import (
+    MediaDiskFull,
+    MediaKilled,
+    MediaLimitExceeded,
+    MediaLimits,
+    MediaTimeout,
+    MediaUnreadable,
+    probe_json,
+    run_ffmpeg,
+)
+from adapters.media.transcode import MediaInfo, RunOptions, check_input_caps
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sup") / "clip.mp4"
+    run_ffmpeg(ffmpeg.output(ffmpeg.input("testsrc2=s=160x120:r=25:d=2", f="lavfi"), str(path), vcodec="libx264"),
+               "test input")
+    return path
+
+
+def _ffmpeg_children() -> list[int]:
+    """Our child processes that are ffmpeg (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid() and "ffmpeg" in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _slow(clip: Path, out: Path) -> object:
+    return ffmpeg.input(str(clip), readrate=0.2).output(str(out), vcodec="libx264")
+
+
+def test_progress_is_reported_while_the_child_runs_under_its_caps(clip: Path, tmp_path: Path) -> None:
+    seen: list[float] = []
+    caps: dict[str, str] = {}
+
+    def progress(out_time_s: float) -> None:
+        seen.append(out_time_s)
+        if not caps and (children := _ffmpeg_children()):
+            limits = Path(f"/proc/{children[0]}/limits").read_text()
+            caps["cpu"] = next(line for line in limits.splitlines() if line.startswith("Max cpu time"))
+            caps["as"] = next(line for line in limits.splitlines() if line.startswith("Max address space"))
+            caps["nice"] = Path(f"/proc/{children[0]}/stat").read_text().rsplit(")", 1)[1].split()[16]
+
+    limits = MediaLimits(threads=1, nice=7, max_memory_mb=1024)
+    run_ffmpeg(_slow(clip, tmp_path / "o.mp4"), "slow copy", timeout_s=60, limits=limits, on_progress=progress)
+    assert len(seen) >= 10, "a block about every 0.5 s over a ~10 s run"
+    assert seen == sorted(seen) and seen[-1] == pytest.approx(2.0, abs=0.2)
+    assert caps["cpu"].split()[3] == "61" and caps["as"].split()[3] == str(1024 * 1024 * 1024)
+    assert int(caps["nice"]) == os.nice(0) + 7 or int(caps["nice"]) == 19
+    assert _ffmpeg_children() == []
+
+
+def test_a_timeout_kills_the_child(clip: Path, tmp_path: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(MediaTimeout) as info:
+        run_ffmpeg(_slow(clip, tmp_path / "o.mp4"), "slow copy", timeout_s=1.5)
+    assert info.value.retryable and time.monotonic() - started < 5
+    assert _ffmpeg_children() == []
+
+
+def test_an_exception_in_the_callers_thread_kills_the_child(clip: Path, tmp_path: Path) -> None:
+    """What a cancelled activity looks like from here: an exception raised out of the heartbeat."""
+
+    class Cancelled(Exception):
+        pass
+
+    def cancel(_: float) -> None:
+        raise Cancelled()
+
+    with pytest.raises(Cancelled):
+        run_ffmpeg(_slow(clip, tmp_path / "o.mp4"), "slow copy", timeout_s=60, on_progress=cancel)
+    assert _ffmpeg_children() == []
+
+
+def test_out_of_memory_is_a_retryable_kill(clip: Path, tmp_path: Path) -> None:
+    with pytest.raises(MediaKilled) as info:
+        run_ffmpeg(ffmpeg.input(str(clip)).output(str(tmp_path / "o.mp4"), vcodec="libx264"), "tight",
+                   limits=MediaLimits(max_memory_mb=30))
+    assert info.value.retryable
+
+
+def test_a_full_disk_is_retryable_even_when_ffmpeg_exits_0(clip: Path) -> None:
+    with pytest.raises(MediaDiskFull) as info:
+        run_ffmpeg(ffmpeg.input(str(clip)).output("/dev/full", f="mpegts"), "to a full disk")
+    assert info.value.retryable and "No space left" in str(info.value)
+
+
+def test_unreadable_input_carries_ffprobes_verdict_and_is_final(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"garbage" * 100)
+    with pytest.raises(MediaUnreadable) as info:
+        probe_json(junk)
+    assert not info.value.retryable and info.value.verdict and info.value.verdict in str(info.value)
+
+
+def test_input_caps_and_budgets() -> None:
+    big = MediaInfo(format_name="mov", duration_s=5, width=7680, height=4320)
+    with pytest.raises(MediaLimitExceeded, match="pixel limit"):
+        check_input_caps(big, max_pixels=3840 * 2160, max_duration_s=120)
+    with pytest.raises(MediaLimitExceeded, match="120 s limit"):
+        check_input_caps(big.model_copy(update={"width": 640, "height": 360, "duration_s": 600}),
+                         max_pixels=3840 * 2160, max_duration_s=120)
+    small = MediaInfo(format_name="mov", duration_s=4, width=640, height=360)
+    budget = RunOptions().budget_s
+    assert budget(small) < budget(small.model_copy(update={"duration_s": 40}))
+    assert budget(small.model_copy(update={"width": 1920, "height": 1080})) > budget(
+        small.model_copy(update={"width": 1280, "height": 720}))
+    assert RunOptions(read_rate=0.1).budget_s(small) >= budget(small) + 40
