@@ -12,6 +12,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     from activities.ledger import LedgerActivities
     from activities.media import MediaActivities
     from activities.poll import PollActivities
+    from activities.review import ReviewActivities
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
     from adapters.fetcher import SafeFetcher
@@ -30,6 +31,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     poll = PollActivities(db, providers)
     fetch = FetchActivities(db, storage, providers, fetcher)
     media = MediaActivities(db, storage)
+    review = ReviewActivities(db, storage)
     admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s)
     return [
         admission.request_slot,
@@ -45,4 +47,5 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
         poll.account_stray_job,
         fetch.fetch_output,
         media.transcode,
+        review.check_output,
     ]

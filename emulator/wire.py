@@ -84,6 +84,7 @@ class SimJobOut(JobOut):
 
     renders: int
     fail_injected: bool
+    defect: str | None = None  # "black" / "frozen": injected by /_sim/faults
     webhook_url: str | None = None
 
 
@@ -142,6 +143,10 @@ class Faults(BaseModel):
     drop_all_webhooks: bool = False  # no webhook is sent while set
     bad_signature: int = Field(default=0, ge=0)  # signed with a key that is not the webhook secret
     stale_timestamp: int = Field(default=0, ge=0)  # webhook-timestamp 10 minutes in the past
+    # Defective videos, each for the next N jobs: the job succeeds, its clip is all black, or one
+    # still frame for its whole duration (what the review's automatic checks must catch).
+    black_video: int = Field(default=0, ge=0)
+    frozen_video: int = Field(default=0, ge=0)
 
 
 class ApiErrorBody(BaseModel):

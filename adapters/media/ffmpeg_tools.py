@@ -97,6 +97,14 @@ def run_ffmpeg(stream: Any, what: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) 
     _run([*args[:1], "-hide_banner", "-nostdin", "-loglevel", "error", *args[1:]], what, timeout_s)
 
 
+def ffmpeg_log(stream: Any, what: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+    """Run an ffmpeg-python graph at log level info and return what it logged (the detect filters
+    report on stderr); MediaError on failure."""
+    args = ffmpeg.compile(stream, cmd=ffmpeg_path(), overwrite_output=True)
+    proc = _run([*args[:1], "-hide_banner", "-nostdin", "-nostats", "-loglevel", "info", *args[1:]], what, timeout_s)
+    return proc.stderr.decode(errors="replace")
+
+
 def probe_json(path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> dict[str, Any]:
     """ffprobe's format and streams as JSON; MediaError when the file is missing or unreadable."""
     if not Path(path).is_file():
