@@ -95,7 +95,7 @@ def review_items(session: Session, import_id: str, filters: Filters | None = Non
         check = checks.get(task.id)
         items.append(ReviewItem(
             task_id=task.id, status=task.status, product_id=task.product_id, title=product.title,
-            price=str(product.price) if product.price is not None else None, currency=product.currency,
+            price=f"{product.price:.2f}" if product.price is not None else None, currency=product.currency,
             locale=task.locale, aspect_ratio=task.aspect_ratio, template_id=task.template_id, variant=task.variant,
             prompt=task.prompt_override or task.prompt, prompt_edited=task.prompt_override is not None,
             checks_passed=check.passed if check else None,

@@ -124,7 +124,8 @@ def _card(item: ReviewItem, video: str | None) -> str:
     checks = "".join(
         f'<li class="{"ok" if c.passed else "fail"}">{"✓" if c.passed else "✗"} {escape(c.name)}: '
         f'{escape(c.detail)}</li>' for c in item.checks) or '<li class="small">no automatic checks</li>'
-    player = (f'<video src="{escape(video)}" preload="metadata" controls playsinline loop muted></video>'
+    # `#t=0.5`: the browser shows a frame of the video (not a black box) before it plays.
+    player = (f'<video src="{escape(video)}#t=0.5" preload="metadata" controls playsinline loop muted></video>'
               if video else '<div class="small">no rendition yet</div>')
     price = f"{escape(item.price)} {escape(item.currency or '')}" if item.price else "no price"
     edited = ' <span class="small">(edited)</span>' if item.prompt_edited else ""
