@@ -153,7 +153,8 @@ async def test_review_gallery_end_to_end(stack, client, task_queue, tmp_path, em
         # Play the first video with the keyboard.
         await page.keyboard.press("Space")
         await page.wait_for_function(
-            "(() => { const v = document.querySelector('.card.current video'); return v && v.currentTime > 0.2; })()",
+            "(() => { const v = document.querySelector('.card.current video');"
+            " return v && !v.paused && v.played.length > 0 && v.played.end(0) - v.played.start(0) > 0.2; })()",
             timeout=30_000)
         left = 8
         for task_id, why in ((black[0], "black video"), (frozen[0], "frozen picture")):
