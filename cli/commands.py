@@ -125,7 +125,9 @@ def run(
     if wait:
         waiting = {s: n for s, n in result["by_status"].items() if s in ("NEEDS_ATTENTION", "REVIEW") and n}
         if waiting and not as_json:
-            console.print(f"waiting for a person: {waiting} (reelqueue attention)")
+            where = [cmd for status, cmd in (("NEEDS_ATTENTION", "reelqueue attention"),
+                                             ("REVIEW", f"reelqueue review {import_id}")) if status in waiting]
+            console.print(f"waiting for a person: {waiting} ({'; '.join(where)})")
         if result["by_status"].get("SUCCEEDED", 0) != total:
             raise typer.Exit(1)
 

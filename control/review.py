@@ -76,7 +76,7 @@ def _in_import(import_id: str):  # noqa: ANN202 - a scalar subquery
 
 def review_items(session: Session, import_id: str, filters: Filters | None = None) -> list[ReviewItem]:
     """The import's tasks that match `filters` (default: those waiting in REVIEW), with what a
-    reviewer needs to judge each."""
+    reviewer needs to judge each; those whose automatic checks failed come first."""
     f = filters or Filters()
     stmt = (select(Task, Product, Asset.key)
             .join(Product, Product.id == Task.product_ref)
@@ -103,6 +103,7 @@ def review_items(session: Session, import_id: str, filters: Filters | None = Non
             cost=float(costs.get(task.id, Decimal(0))), attempts=attempts.get(task.id, 0), proxy_key=proxy_key,
             last_error=task.last_error,
         ))
+    items.sort(key=lambda i: i.checks_passed is not False)  # failed checks first: they need a look
     return items
 
 
