@@ -507,6 +507,8 @@ class GenerationWorkflow:
             await self._move(E.CANCEL_REQUESTED, payload=self._cancel_payload())
             await self._end(E.CANCEL_CONFIRMED)
         await self._decide(self._decision)
+        # A new production window: the review wait does not count against the new attempt's deadlines.
+        self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
         self._task_deadline = max(self._task_deadline, workflow.now() + timedelta(seconds=self._info.task_deadline_s))
         await self._deliver(await self._generate())
 

@@ -13,7 +13,17 @@ from decimal import Decimal
 
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
-from workflow_fakes import CHECKS_BLACK, JOB_COST, World, accepted, ending, review_policy, until
+from workflow_fakes import (
+    CHECKS_BLACK,
+    JOB_COST,
+    RUNNING,
+    SUCCEEDED,
+    World,
+    accepted,
+    ending,
+    review_policy,
+    until,
+)
 
 from schema.contracts import ReviewAction, ReviewRequest, ReviewResult
 from schema.state_machine import TaskStatus as S
@@ -98,6 +108,21 @@ async def test_regenerate_with_an_edited_prompt_is_a_new_paid_attempt(env, world
     await review(handle, ReviewAction.APPROVE, by="carol")
     assert await ending(handle) == "completed"
     assert world.moves()[-1] == "SUCCEEDED" and world.balanced()
+
+
+async def test_regenerate_after_a_long_review_gets_fresh_deadlines(env, world, run_world):
+    """Hours in REVIEW must not expire the regenerated attempt's job (its deadlines start anew)."""
+    world.submits = [accepted("job-1"), accepted("job-2")]
+    world.polls = [RUNNING, SUCCEEDED, RUNNING, SUCCEEDED]
+    world.review = review_policy(deadline_s=48 * 3600)
+    handle = await run_world()
+    await until(env, lambda: world.status is S.REVIEW)
+    await env.sleep(30 * 3600)  # past the job deadline (1 h) and the task deadline (24 h) of the first run
+    await review(handle, ReviewAction.REGENERATE, prompt="Closer framing")
+    await until(env, lambda: world.status is S.REVIEW and len(world.called("check_output")) == 2)
+    assert world.called("cancel_job") == [] and "EXPIRED" not in world.moves()
+    await review(handle, ReviewAction.APPROVE)
+    assert await ending(handle) == "completed"
 
 
 async def test_regenerate_is_refused_when_no_paid_attempt_is_left(env, world, run_world):
