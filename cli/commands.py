@@ -253,6 +253,12 @@ def show(
     for a in detail["assets"]:
         assets.add_row(a["kind"], a["key"], str(a["size"]), a["sha256"][:16])
     console.print(assets)
+    if detail["review_checks"]:
+        checks = Table("attempt", "check", "passed", "measured", title="automatic checks (review)")
+        for c in detail["review_checks"]:
+            for one in c["checks"]:
+                checks.add_row(str(c["attempt_no"]), one["name"], str(one["passed"]), one["detail"])
+        console.print(checks)
 
 
 def cancel(

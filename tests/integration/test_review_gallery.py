@@ -186,11 +186,14 @@ async def test_review_gallery_end_to_end(stack, client, task_queue, tmp_path, em
         assert session.get(Task, regen).prompt_override == EDITED
         attempts = session.scalars(select(Attempt).where(Attempt.task_id == regen)).all()
         assert len(attempts) == 2
+    shown = (await run_cli_async("show", regen, "--json")).json
+    assert shown["task"]["prompt_override"] == EDITED
+    assert [c["attempt_no"] for c in shown["review_checks"]] == [1, 2]  # each rendition checked and kept
     approved = await run_cli_async("review", imp, "--approve", regen, "--by", "cli-rita", "--json")
     assert approved.code == 0 and approved.json["results"][0]["status"] == "SUCCEEDED", approved.stdout
     refused = await run_cli_async("review", imp, "--approve", regen, "--json")
-    assert refused.code == 2 and "not in REVIEW" in refused.json["results"][0]["message"] or \
-        "not running" in refused.json["results"][0]["message"]
+    message = refused.json["results"][0]["message"]
+    assert refused.code == 2 and ("not in REVIEW" in message or "not running" in message), message
     for handle in (client.get_workflow_handle(t.workflow_id) for t in tasks):
         await asyncio.wait_for(handle.result(), timeout=60)
 
