@@ -38,7 +38,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 DOCS_SHOT = Path(__file__).resolve().parents[2] / "docs" / "review-gallery.png"
-PRODUCTS = [("lamp", "Aurora Lamp", "Warm light"), ("scarf", "Merino Scarf", "Soft wool")]
+# The third product's description is too long for the template: no task, a copy-review issue.
+PRODUCTS = [("lamp", "Aurora Lamp", "Warm light"), ("scarf", "Merino Scarf", "Soft wool"),
+            ("essay", "Wordy Mug", "Long " * 120)]
 REVIEWER = "rita"
 EDITED = "Product shot of {title}, slow zoom, warm evening light"
 
@@ -174,10 +176,13 @@ async def test_review_gallery_end_to_end(stack, client, task_queue, tmp_path, em
             left -= 1
             await _press(page, "a", left)
         assert left == 0
-        issues_tab = await page.inner_text("#issues-tab")
+        # Filters: every status, one locale and one ratio.
+        await page.goto(f"{stack.gateway_url}/review/{imp}?status=ALL&locale=de-DE&ratio=9:16")
+        assert await page.locator(".card").count() == 2
+        assert "(1)" in await page.inner_text("#issues-tab")
         await page.click("#issues-tab")
-        await page.wait_for_selector("text=Validation issues")
-        assert "Validation issues" in issues_tab
+        row = await page.inner_text("#issues tr:nth-child(2)")
+        assert "essay" in row and "description" in row and "copy_review" in row, row
         await browser.close()
 
     # The regenerated video is a new paid attempt with the edited prompt, back in REVIEW.
