@@ -20,6 +20,7 @@ from schema.db import Database
 
 def review(
     import_id: str = typer.Argument(..., help="the import whose videos to review"),
+    more: list[str] = typer.Argument(None, help="more task ids for --approve / --reject (--approve T1 T2 ...)"),
     approve: list[str] = typer.Option([], "--approve", help="approve this task (repeat for several)"),
     reject: list[str] = typer.Option([], "--reject", help="reject this task (needs --reason)"),
     reason: str = typer.Option("", "--reason", help="why the videos are rejected; kept with the decision"),
@@ -34,6 +35,9 @@ def review(
     settings = get_settings()
     if sum(bool(x) for x in (approve, reject, list_)) > 1:
         fail("choose one of --approve, --reject, --list", EXIT_BAD_INPUT, as_json=as_json)
+    if more and not (approve or reject):
+        fail(f"task ids {' '.join(more)} given without --approve or --reject", EXIT_BAD_INPUT, as_json=as_json)
+    approve, reject = (approve + more, reject) if approve else (approve, reject + (more or []))
     if reject and not reason.strip():
         fail("--reject needs --reason", EXIT_BAD_INPUT, as_json=as_json)
     if hours is not None and hours <= 0:

@@ -135,3 +135,19 @@ def test_defect_faults_apply_to_the_next_jobs_only():
     board.update(Faults(black_video=1, frozen_video=2))
     assert [board.take("black_video"), board.take("black_video")] == [True, False]
     assert [board.take("frozen_video") for _ in range(3)] == [True, True, False]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["imp_x", "t2"], "without --approve or --reject"),
+    (["imp_x", "--approve", "t1", "t2", "--reject", "t3"], "choose one of"),
+    (["imp_x", "--reject", "t1", "t2"], "--reject needs --reason"),
+    (["imp_x", "--list", "--approve", "t1"], "choose one of"),
+    (["imp_x", "--hours", "-1"], "--hours must be above 0"),
+])
+def test_review_cli_refuses_bad_input_before_any_io(args, needle):
+    from typer.testing import CliRunner
+
+    from starter import app
+
+    result = CliRunner().invoke(app, ["review", *args])
+    assert result.exit_code == 2 and needle in result.stdout + result.stderr
