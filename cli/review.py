@@ -37,7 +37,8 @@ def review(
         fail("choose one of --approve, --reject, --list", EXIT_BAD_INPUT, as_json=as_json)
     if more and not (approve or reject):
         fail(f"task ids {' '.join(more)} given without --approve or --reject", EXIT_BAD_INPUT, as_json=as_json)
-    approve, reject = (approve + more, reject) if approve else (approve, reject + (more or []))
+    more = more or []
+    approve, reject = (approve + more, reject) if approve else (approve, reject + more)
     if reject and not reason.strip():
         fail("--reject needs --reason", EXIT_BAD_INPUT, as_json=as_json)
     if hours is not None and hours <= 0:

@@ -143,6 +143,7 @@ def test_defect_faults_apply_to_the_next_jobs_only():
     (["imp_x", "--reject", "t1", "t2"], "--reject needs --reason"),
     (["imp_x", "--list", "--approve", "t1"], "choose one of"),
     (["imp_x", "--hours", "-1"], "--hours must be above 0"),
+    (["imp_x", "--approve", "t1", "--hours", "-1"], "--hours must be above 0"),  # one id: no extra ones
 ])
 def test_review_cli_refuses_bad_input_before_any_io(args, needle):
     from typer.testing import CliRunner
@@ -150,4 +151,4 @@ def test_review_cli_refuses_bad_input_before_any_io(args, needle):
     from starter import app
 
     result = CliRunner().invoke(app, ["review", *args])
-    assert result.exit_code == 2 and needle in result.stdout + result.stderr
+    assert result.exit_code == 2 and needle in result.stdout + result.stderr, result.exception
