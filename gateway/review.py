@@ -12,12 +12,13 @@ Decisions go to each task's workflow as the `review` update, naming the token's 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -115,11 +116,20 @@ def gallery(
         facets = queue.facets(session, import_id)
         issues = queue.import_issues(session, import_id)
     videos = {i.task_id: deps.storage.presigned_url(i.proxy_key, VIDEO_LINK_TTL) for i in items if i.proxy_key}
+    nonce = secrets.token_urlsafe(16)
     page = render_gallery(import_id=import_id, reviewer=reviewer.sub, items=items, videos=videos, counts=counts,
                           facets=facets, issues=issues, filters=filters, tab=tab,
-                          csrf=tokens.csrf_token(deps.secret, cookie))
+                          csrf=tokens.csrf_token(deps.secret, cookie), nonce=nonce)
     return HTMLResponse(page, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
-                                       "X-Frame-Options": "DENY"})
+                                       "X-Frame-Options": "DENY",
+                                       "Content-Security-Policy": _policy(nonce, videos.values())})
+
+
+def _policy(nonce: str, video_urls) -> str:  # noqa: ANN001 - Iterable[str]
+    """Only our inline script (by nonce) runs; videos come only from the storage origin."""
+    media = " ".join(sorted({f"{u.scheme}://{u.netloc}" for u in map(urlsplit, video_urls)})) or "'none'"
+    return (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; media-src {media}; "
+            "connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 
 
 @router.post("/review/{import_id}/decisions")

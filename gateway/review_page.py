@@ -163,7 +163,7 @@ def _script_json(value: object) -> str:
 
 def render_gallery(*, import_id: str, reviewer: str, items: list[ReviewItem], videos: dict[str, str],
                    counts: dict[str, int], facets: dict[str, list[str]], issues: list[IssueItem], filters: Filters,
-                   tab: str, csrf: str) -> str:
+                   tab: str, csrf: str, nonce: str) -> str:
     base = f"/review/{escape(import_id)}"
     kept = {k: v for k, v in (("status", filters.status or "ALL"), ("locale", filters.locale),
                               ("ratio", filters.aspect_ratio), ("template", filters.template_id)) if v}
@@ -210,5 +210,5 @@ review. Regenerate starts a new paid attempt with the prompt as you leave it; th
 <p><button type="submit">Regenerate</button> <button type="button" class="cancel">Cancel</button></p></form></dialog>
 <script type="application/json" id="items">{payload}</script>
 <script type="application/json" id="cfg">{settings}</script>
-<script>{_JS if tab != "issues" else ""}</script>
+<script nonce="{escape(nonce)}">{_JS if tab != "issues" else ""}</script>
 </body></html>"""

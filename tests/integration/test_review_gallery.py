@@ -87,7 +87,10 @@ def _check_tokens(settings, import_id: str) -> None:
         assert code == status, (name, code, detail)
     good = review_tokens.issue(secret, import_id, REVIEWER)
     with httpx.Client(base_url=settings.gateway_url, timeout=10, follow_redirects=True) as http:
-        assert http.get(f"/review/{import_id}?token={good}").status_code == 200  # redirected, cookie set
+        page = http.get(f"/review/{import_id}?token={good}")
+        assert page.status_code == 200 and page.history[0].status_code == 303  # token moved into the cookie
+        assert "script-src 'nonce-" in page.headers["content-security-policy"]
+        assert page.headers["cache-control"] == "no-store"
         body = {"task_ids": ["x"], "action": "approve"}
         assert http.post(f"/review/{import_id}/decisions", json=body).status_code == 403  # no CSRF token
         csrf = {"X-CSRF-Token": review_tokens.csrf_token(secret, good)}
@@ -102,7 +105,23 @@ def _check_tokens(settings, import_id: str) -> None:
 
 async def _press(page, key: str, left_after: int) -> None:
     await page.keyboard.press(key)
-    await page.wait_for_function(f"document.getElementById('left').textContent === '{left_after}'", timeout=30_000)
+    await _counter_is(page, left_after)
+
+
+async def _counter_is(page, left: int) -> None:
+    """Locator assertions, not wait_for_function: the page's CSP forbids the eval that one needs."""
+    from playwright.async_api import expect
+
+    await expect(page.locator("#left")).to_have_text(str(left), timeout=30_000)
+
+
+async def _played(page, seconds: float = 0.2, timeout_s: float = 30) -> None:
+    played = ("() => { const v = document.querySelector('.card.current video');"
+              " return !!v && !v.paused && v.played.length > 0 && v.played.end(0) - v.played.start(0); }")
+    deadline = time.monotonic() + timeout_s
+    while (await page.evaluate(played) or 0) <= seconds:
+        assert time.monotonic() < deadline, "the current video did not play"
+        await asyncio.sleep(0.1)
 
 
 async def test_review_gallery_end_to_end(stack, client, task_queue, tmp_path, emulator_jobs):
@@ -155,10 +174,7 @@ async def test_review_gallery_end_to_end(stack, client, task_queue, tmp_path, em
             shutil.copy(shot, DOCS_SHOT)
         # Play the first video with the keyboard.
         await page.keyboard.press("Space")
-        await page.wait_for_function(
-            "(() => { const v = document.querySelector('.card.current video');"
-            " return v && !v.paused && v.played.length > 0 && v.played.end(0) - v.played.start(0) > 0.2; })()",
-            timeout=30_000)
+        await _played(page)
         left = 8
         for task_id, why in ((black[0], "black video"), (frozen[0], "frozen picture")):
             await page.click(f"#t-{task_id} h2")
@@ -171,7 +187,7 @@ async def test_review_gallery_end_to_end(stack, client, task_queue, tmp_path, em
         await page.fill("#regen-dialog textarea", EDITED)
         await page.click("#regen-form button[type=submit]")
         left -= 1
-        await page.wait_for_function(f"document.getElementById('left').textContent === '{left}'", timeout=30_000)
+        await _counter_is(page, left)
         await page.click(f"#t-{good[1]} h2")
         for _ in range(5):  # approve moves on to the next video waiting for review
             left -= 1
