@@ -150,7 +150,12 @@ async def decisions(import_id: str, body: DecisionBody, request: Request) -> JSO
                            slug="unknown-task")
     request_ = ReviewRequest(action=body.action, by=reviewer.sub, reason=body.reason.strip(),
                              prompt=(body.prompt or "").strip() or None)
-    outcomes = await queue.decide(deps.db, await deps.client(), ids, request_)
+    try:
+        client = await deps.client()
+    except (RuntimeError, OSError):  # the class only: connection errors name hosts
+        raise ProblemError(503, "the workflow service is unavailable; try again", slug="review-unavailable",
+                           headers={"Retry-After": "5"}) from None
+    outcomes = await queue.decide(deps.db, client, ids, request_)
     return JSONResponse({"reviewer": reviewer.sub, "results": [o.model_dump() for o in outcomes]})
 
 
