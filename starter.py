@@ -10,6 +10,7 @@ import typer
 from cli import commands, delivery, operations
 from cli.dev import demo, dev_app
 from cli.drill import drill
+from cli.review import review
 
 app = typer.Typer(help="reelqueue: product catalogs to stored, transcoded videos through durable workflows.",
                   no_args_is_help=True, add_completion=False)
@@ -29,6 +30,7 @@ app.command("renditions")(operations.renditions)
 app.command("drill")(drill)
 app.command("export")(delivery.export)
 app.command("gc")(delivery.gc)
+app.command("review")(review)
 
 # The CLI reports problems in its own output (tables, reports, --json); library warnings such as
 # fetch refusals are already in the validation report, so only errors reach stderr by default.

@@ -15,6 +15,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     from activities.ledger import LedgerActivities
     from activities.media import MediaActivities
     from activities.poll import PollActivities
+    from activities.review import ReviewActivities
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
     from adapters.fetcher import SafeFetcher
@@ -41,6 +42,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
                            max_memory_mb=settings.media_max_memory_mb),
         max_input_pixels=settings.media_max_input_pixels, max_input_duration_s=settings.media_max_input_duration_s,
     )
+    review = ReviewActivities(db, storage)
     admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s)
     return [
         admission.request_slot,
@@ -58,4 +60,5 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
         media.transcode,
         media.transcode_proxy,
         media.make_renditions,
+        review.check_output,
     ]

@@ -53,15 +53,21 @@ class LedgerActivities:
     def settle(self, req: SettleInput) -> LedgerResult:
         """Close the task's reservation: settle what the provider charged (capped at the
         reservation; the excess is an ADJUSTMENT) and release the rest. Nothing charged and nothing
-        reserved writes nothing."""
+        reserved writes nothing. After review closed the reservation, a regenerated attempt's cost is
+        an ADJUSTMENT of its own."""
         failpoint("before_settle")
         with self.db.transaction() as session:
             task = session.get(Task, req.task_id)
             if task is None:
                 raise TaskNotFound(req.task_id)
             run = run_suffix(req.run)
-            reserved = _amount(session, f"reserve:{req.task_id}{run}")
             cost = Decimal(str(req.cost)).quantize(CENT)
+            if req.after_review:
+                if cost > 0:
+                    _append(session, task, "ADJUSTMENT", cost, f"adjustment:{task.id}{run}:review:{req.attempt_no}",
+                            req.attempt_no, note="attempt regenerated at review", run_no=req.run)
+                return balance(session, task.id, req.run)
+            reserved = _amount(session, f"reserve:{req.task_id}{run}")
             settled = min(cost, reserved)
             if settled > 0:
                 _append(session, task, "SETTLE", settled, f"settle:{task.id}{run}", req.attempt_no, run_no=req.run)

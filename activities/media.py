@@ -55,8 +55,10 @@ PROFILES = ("proxy", "hls", "thumbnail")
 RENDITION_FAILED = "RenditionFailed"  # retryable: the renditions step runs again for what failed
 
 
-def rendition_prefix(task: Task, profile: str) -> str:
-    return f"tenants/{task.tenant_id}/tasks/{task.id}/{profile}/{PIPELINE_VERSION}"
+def rendition_prefix(task: Task, raw: Asset, profile: str) -> str:
+    """Where one attempt's rendition lives: a regenerated attempt (review) gets its own folder, so
+    the earlier attempt's rows keep naming their own bytes."""
+    return f"tenants/{task.tenant_id}/tasks/{task.id}/{profile}/{PIPELINE_VERSION}/a{raw.meta['attempt_no']}"
 
 
 def rendition_key(raw_asset_id: str, profile: str) -> str:
@@ -146,7 +148,7 @@ class MediaActivities:
             except MediaError as exc:
                 self._failed(task, raw, RenditionProfile.PROXY, exc)
                 raise _media_failure("raw output cannot be transcoded", exc) from exc
-            proxy = self.storage.put_file(f"{rendition_prefix(task, 'proxy')}/main.mp4", dst, "video/mp4")
+            proxy = self.storage.put_file(f"{rendition_prefix(task, raw, 'proxy')}/main.mp4", dst, "video/mp4")
         failpoint("after_transcode_before_db")
         with self.db.transaction() as session:
             row = record_asset(
@@ -192,7 +194,7 @@ class MediaActivities:
     def _hls(self, task: Task, raw: Asset, proxy: Path, work: Path) -> AssetRef:
         failpoint("make_hls")
         hls = make_hls(proxy, work / "hls", options=self._options("hls"))
-        prefix = rendition_prefix(task, "hls")
+        prefix = rendition_prefix(task, raw, "hls")
         segments = [self.storage.put_file(f"{prefix}/{seg.name}", seg, "video/mp2t").key for seg in hls.segments]
         playlist = self.storage.put_file(f"{prefix}/{hls.playlist.name}", hls.playlist,
                                          "application/vnd.apple.mpegurl")
@@ -202,7 +204,7 @@ class MediaActivities:
 
     def _thumbnail(self, task: Task, raw: Asset, proxy: Path, work: Path) -> AssetRef:
         path = make_thumbnail(proxy, work / "thumb.jpg", options=self._options("thumbnail"))
-        thumb = self.storage.put_file(f"{rendition_prefix(task, 'thumbnail')}/thumb.jpg", path, "image/jpeg")
+        thumb = self.storage.put_file(f"{rendition_prefix(task, raw, 'thumbnail')}/thumb.jpg", path, "image/jpeg")
         info = probe(path).model_copy(update={"duration_s": None})
         return self._stored(task, raw, RenditionProfile.THUMBNAIL, thumb, "image/jpeg", info)
 

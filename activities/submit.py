@@ -191,7 +191,7 @@ class SubmitActivities:
             image_url = self.storage.presigned_url(image.key, INPUT_URL_TTL)
         overlay = [task.overlay.get(k, "") for k in OVERLAY_FIELDS]
         return GenerationRequest(
-            request_key=key, model=task.model, prompt=task.prompt, image_url=image_url,
+            request_key=key, model=task.model, prompt=task.prompt_override or task.prompt, image_url=image_url,
             aspect_ratio=task.aspect_ratio, duration_s=float(task.duration_s),
             overlay_lines=[line for line in overlay if line], webhook_url=self.webhook_url(task.provider),
         )

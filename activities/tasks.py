@@ -9,6 +9,7 @@ image is never valid.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from sqlalchemy import update
@@ -20,10 +21,10 @@ from adapters.fetcher import SafeFetcher
 from adapters.providers.base import VideoProvider
 from adapters.storage import ObjectStorage
 from catalog.images import ImageResolver, is_url, record_image_asset
-from catalog.plan import Deadlines
+from catalog.plan import Deadlines, ReviewMode, ReviewSettings
 from catalog.plan import Plan as PlanSpec
 from schema import task_store
-from schema.contracts import TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
+from schema.contracts import ReviewPolicy, TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
 from schema.db import Database
 from schema.models import Asset, Plan, Product, Task
 
@@ -55,6 +56,8 @@ class TaskActivities:
         if req.cancel_outcome is not None:
             updates["cancel_outcome"] = req.cancel_outcome
         updates["next_retry_at"] = req.next_retry_at  # set while RETRY_WAIT, cleared by any other move
+        if req.prompt_override is not None:
+            updates["prompt_override"] = req.prompt_override
         payload = dict(req.payload)
         if req.error:
             payload.setdefault("error", req.error)
@@ -88,6 +91,7 @@ class TaskActivities:
             min_poll_interval_s=provider.capabilities.min_poll_interval_s if provider else 1.0,
             deadline_s=deadlines.job_minutes * 60, task_deadline_s=deadlines.task_hours * 3600,
             plan_limits=plan.limits_for(task.provider), current_attempt_no=task.current_attempt_no,
+            review=review_policy(plan, task),
         )
         reason = image_error or _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)
@@ -110,6 +114,26 @@ class TaskActivities:
                                 .values(image_asset_id=asset_id))
             linked = session.get(Task, task.id, populate_existing=True).image_asset_id
             return session.get(Asset, linked), None
+
+
+def sampled(task_id: str, rate: float) -> bool:
+    """Whether a task is in a template's review sample: a stable draw from its id, so every run
+    and every worker draws the same."""
+    draw = int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return draw < rate
+
+
+def review_policy(plan: PlanSpec, task: Task) -> ReviewPolicy | None:
+    """The review the plan asks of this task's template; None when it asks for none."""
+    template = plan.template(task.template_id)
+    mode = template.review if template else None
+    if mode is None or mode is ReviewMode.OFF:
+        return None
+    settings = plan.review or ReviewSettings()
+    required = mode is ReviewMode.REQUIRED or sampled(task.id, template.sample_rate or 0.0)
+    return ReviewPolicy(required=required, deadline_s=settings.deadline_hours * 3600, on_deadline=settings.on_deadline,
+                        duration_tolerance_s=settings.duration_tolerance_s, audio_expected=settings.audio_expected,
+                        max_black_ratio=settings.max_black_ratio, max_frozen_ratio=settings.max_frozen_ratio)
 
 
 def _invalid_reason(

@@ -11,7 +11,9 @@ import json
 import re
 import tomllib
 from decimal import Decimal
+from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -26,6 +28,14 @@ class PlanError(ValueError):
     """The plan file is unreadable or invalid (exit code 2 at the CLI)."""
 
 
+class ReviewMode(StrEnum):
+    """Whether a person sees a template's videos before they count as done."""
+
+    REQUIRED = "required"  # every video
+    SAMPLE = "sample"  # a share (`sample_rate`), plus every video whose automatic checks failed
+    OFF = "off"
+
+
 class Template(BaseModel):
     id: str
     version: str
@@ -36,6 +46,16 @@ class Template(BaseModel):
     max_title_chars: int = 80
     max_description_chars: int = 500
     prompts: dict[str, str] = Field(description="prompt text per locale, with {title} {price} {hook} ...")
+    review: ReviewMode | None = None  # None (absent) is "off"
+    sample_rate: float | None = Field(default=None, ge=0, le=1, description="share reviewed under 'sample'")
+
+    @model_validator(mode="after")
+    def _sample_rate(self) -> Template:
+        if self.review is ReviewMode.SAMPLE and self.sample_rate is None:
+            raise ValueError(f"template {self.id}: review = \"sample\" needs sample_rate (0..1)")
+        if self.sample_rate is not None and self.review is not ReviewMode.SAMPLE:
+            raise ValueError(f"template {self.id}: sample_rate applies only to review = \"sample\"")
+        return self
 
     @field_validator("prompts")
     @classmethod
@@ -66,8 +86,22 @@ class Deadlines(BaseModel):
     job_minutes: float = Field(default=60.0, gt=0, le=24 * 60)
 
 
+class ReviewSettings(BaseModel):
+    """How review works for the templates that ask for it: the automatic checks' tolerances and
+    what happens when nobody decides before the review deadline."""
+
+    model_config = ConfigDict(extra="forbid")
+    deadline_hours: float = Field(default=72.0, gt=0, le=24 * 90)
+    on_deadline: Literal["expire", "approve"] = "expire"  # EXPIRED, or approved by "review-deadline"
+    duration_tolerance_s: float = Field(default=0.5, ge=0)
+    audio_expected: bool = True  # a silent video fails the silence check
+    max_black_ratio: float = Field(default=0.3, ge=0, le=1)  # share of the video that may be black
+    max_frozen_ratio: float = Field(default=0.5, ge=0, le=1)  # share of the video that may be frozen
+
+
 # Operational settings: absent unless the plan sets them, so plans without them keep their hash.
-_OPERATIONAL = ("deadlines", "providers")
+_OPERATIONAL = ("deadlines", "providers", "review")
+_TEMPLATE_OPTIONAL = ("review", "sample_rate")  # likewise per template
 
 
 class Plan(BaseModel):
@@ -79,6 +113,7 @@ class Plan(BaseModel):
     catalog: CatalogOptions = Field(default_factory=CatalogOptions)
     deadlines: Deadlines | None = None
     providers: dict[str, PlanLimits] | None = Field(default=None, description="admission limits per provider")
+    review: ReviewSettings | None = None
 
     @field_validator("aspect_ratios")
     @classmethod
@@ -103,7 +138,15 @@ class Plan(BaseModel):
 
     def canonical_json(self) -> str:
         unset = {name for name in _OPERATIONAL if getattr(self, name) is None}
-        return json.dumps(self.model_dump(mode="json", exclude=unset), sort_keys=True, separators=(",", ":"))
+        data = self.model_dump(mode="json", exclude=unset)
+        for template in data["templates"]:
+            for name in _TEMPLATE_OPTIONAL:
+                if template[name] is None:
+                    del template[name]
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    def template(self, template_id: str) -> Template | None:
+        return next((t for t in self.templates if t.id == template_id), None)
 
     def limits_for(self, provider: str) -> PlanLimits | None:
         return (self.providers or {}).get(provider)

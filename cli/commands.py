@@ -126,7 +126,9 @@ def run(
     if wait:
         waiting = {s: n for s, n in result["by_status"].items() if s in ("NEEDS_ATTENTION", "REVIEW") and n}
         if waiting and not as_json:
-            console.print(f"waiting for a person: {waiting} (reelqueue attention)")
+            where = [cmd for status, cmd in (("NEEDS_ATTENTION", "reelqueue attention"),
+                                             ("REVIEW", f"reelqueue review {import_id}")) if status in waiting]
+            console.print(f"waiting for a person: {waiting} ({'; '.join(where)})")
         if result["by_status"].get("SUCCEEDED", 0) != total:
             raise typer.Exit(1)
 
@@ -257,6 +259,12 @@ def show(
     for a in detail["assets"]:
         assets.add_row(a["kind"], a["key"], str(a["size"]), a["sha256"][:16])
     console.print(assets)
+    if detail["review_checks"]:
+        checks = Table("attempt", "check", "passed", "measured", title="automatic checks (review)")
+        for c in detail["review_checks"]:
+            for one in c["checks"]:
+                checks.add_row(str(c["attempt_no"]), one["name"], str(one["passed"]), one["detail"])
+        console.print(checks)
 
 
 def cancel(

@@ -111,7 +111,7 @@ def resolve(
         fail("choose exactly one of --retry, --accept-duplicate-risk, --fail", EXIT_BAD_INPUT, as_json=as_json)
     if chosen[0] is ResolveAction.FAIL and not reason.strip():
         fail("--fail needs --reason", EXIT_BAD_INPUT, as_json=as_json)
-    request = ResolveRequest(action=chosen[0], reason=reason.strip(), by=by or _user())
+    request = ResolveRequest(action=chosen[0], reason=reason.strip(), by=by or user_name())
     try:
         outcome = asyncio.run(resolve_task(get_settings(), task_id, request))
     except (UnknownTask, ResolveRefused) as exc:
@@ -157,7 +157,7 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _user() -> str:
+def user_name() -> str:
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # no login name and no passwd entry (some containers)

@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     # (Empty strings rather than None here: a drill worker gets every setting as an env string.)
     emulator_webhook_secret: str = Field(default="", repr=False)
     gateway_url: str = "http://127.0.0.1:8000"
+    # HMAC key of reviewer tokens (`reelqueue review` issues, the gateway verifies); `dev up` makes
+    # one per stack (stack.json). Empty: the gallery refuses every token.
+    review_secret: str = Field(default="", repr=False)
+    review_token_hours: float = Field(default=12.0, gt=0, le=24 * 30)  # how long a review link works
     provider: str = "emulator"
 
     # Webhooks: submits ask providers that offer them to POST to {public_url}/webhooks/{provider}.

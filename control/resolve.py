@@ -5,15 +5,17 @@ decision out itself (the CLI never changes the task row).
 The workflow's update validator judges whether the decision applies: the task may have moved on
 since the operator looked. A refusal, or a workflow that is closed or never ran, is the caller's
 bad input (ResolveRefused); an update no worker picks up in time is ResolveNotDelivered.
+`send_update` is the same path for any decision update (the reviewer's `review` too).
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import TypeVar
 
 from pydantic import BaseModel
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError, WorkflowUpdateStage
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError, WorkflowUpdateStage
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -23,6 +25,8 @@ from schema.contracts import ResolveAction, ResolveRequest, ResolveResult
 from schema.db import Database
 from schema.models import Task
 from workflows import api
+
+R = TypeVar("R", bound=BaseModel)
 
 # The validator runs on a worker: without one the update would wait silently for ever.
 ACCEPT_TIMEOUT = timedelta(seconds=30)
@@ -52,20 +56,29 @@ class ResolveOutcome(BaseModel):
 
 async def resolve_task(settings: Settings, task_id: str, request: ResolveRequest) -> ResolveOutcome:
     """Send `request` to the task's workflow and wait until the decision has been carried out."""
-    with Database(settings.database_url).transaction() as session:
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    workflow_id, result = await send_update(Database(settings.database_url), client, task_id, api.UPDATE_RESOLVE,
+                                            request, ResolveResult)
+    return ResolveOutcome(task_id=task_id, workflow_id=workflow_id, action=request.action, by=request.by,
+                          reason=request.reason, status=result.status.value, message=result.message)
+
+
+async def send_update(db: Database, client: Client, task_id: str, name: str, request: BaseModel,
+                      result_type: type[R]) -> tuple[str, R]:
+    """Send update `name` to the task's workflow; its workflow id and the result once carried out.
+    Refusals (validator, no running workflow) raise ResolveRefused; no worker in time ResolveNotDelivered."""
+    with db.transaction() as session:
         task = session.get(Task, task_id)
         if task is None:
             raise UnknownTask(f"no task {task_id}")
         workflow_id, status = task.workflow_id, task.status
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
     handle = client.get_workflow_handle(workflow_id)
     try:
         update = await asyncio.wait_for(
-            handle.start_update(api.UPDATE_RESOLVE, request, wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                                result_type=ResolveResult),
+            handle.start_update(name, request, wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=result_type),
             timeout=ACCEPT_TIMEOUT.total_seconds(),
         )
-        result: ResolveResult = await update.result()
+        result: R = await update.result()
     except WorkflowUpdateFailedError as exc:
         raise ResolveRefused(f"refused by workflow {workflow_id}: {_message(exc.cause)}") from exc
     except RPCError as exc:
@@ -77,8 +90,7 @@ async def resolve_task(settings: Settings, task_id: str, request: ResolveRequest
             f"workflow {workflow_id} did not take the decision within {ACCEPT_TIMEOUT.seconds} s: is a worker "
             f"running (reelqueue dev status)? Temporal may still deliver it; check `reelqueue show {task_id}`"
         ) from exc
-    return ResolveOutcome(task_id=task_id, workflow_id=workflow_id, action=request.action, by=request.by,
-                          reason=request.reason, status=result.status.value, message=result.message)
+    return workflow_id, result
 
 
 async def _why_not_running(handle: WorkflowHandle, task_id: str, status: str) -> str:

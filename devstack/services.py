@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import signal
 import sys
 from dataclasses import dataclass, replace
@@ -264,7 +265,9 @@ class Gateway(_PythonService):
     module = "gateway.app"
 
     def settings_for(self, ports: dict[str, int], settings: Settings) -> dict[str, Any]:
-        return {"gateway_url": f"http://127.0.0.1:{ports['gateway']}"}
+        """Its URL, and the key of reviewer tokens: made once per stack and kept in stack.json."""
+        return {"gateway_url": f"http://127.0.0.1:{ports['gateway']}",
+                "review_secret": settings.review_secret or secrets.token_urlsafe(32)}
 
     def url(self, settings: Settings) -> str:
         return settings.gateway_url

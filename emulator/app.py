@@ -16,7 +16,7 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from emulator.clock import JobClock
 from emulator.config import EmulatorConfig
-from emulator.faults import FaultBoard
+from emulator.faults import DEFECTS, FaultBoard
 from emulator.service import JobService
 from emulator.signing import check_file_token
 from emulator.stats import StatsBoard
@@ -119,10 +119,12 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
             _count_refusal(429)
             raise ApiError(429, "RATE_LIMIT.QUEUE_FULL", "too many jobs waiting", retry_after=_RETRY_AFTER_S)
         fail = faults.take("fail_next")
+        defect = next((kind for kind in DEFECTS if faults.take(f"{kind}_video")), None)
         if body.webhook_url and faults.take("webhook_before_response"):  # first event before the answer
-            job = await asyncio.to_thread(service.create, body, fail_injected=fail, announce_now=True)
+            job = await asyncio.to_thread(service.create, body, fail_injected=fail, announce_now=True,
+                                          defect=defect)
         else:
-            job = service.create(body, fail_injected=fail)
+            job = service.create(body, fail_injected=fail, defect=defect)
         stats.add("jobs_created")
         stats.peak("max_alive", store.count(*ALIVE))
         clock.wake()

@@ -30,7 +30,8 @@ def file_sha256(path: Path) -> str:
 
 
 def clip_key(
-    *, image_sha256: str | None, aspect_ratio: str, duration_s: float, overlay_lines: list[str], mode: str
+    *, image_sha256: str | None, aspect_ratio: str, duration_s: float, overlay_lines: list[str], mode: str,
+    defect: str | None = None,
 ) -> str:
     """A stable hex key for the clip these inputs render to."""
     spec = {
@@ -41,6 +42,8 @@ def clip_key(
         "overlay_lines": overlay_lines,
         "mode": mode,
     }
+    if defect:  # absent otherwise, so clips cached before defects existed keep their keys
+        spec["defect"] = defect
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 

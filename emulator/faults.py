@@ -12,6 +12,8 @@ from emulator.config import EmulatorConfig
 from emulator.wire import Faults
 
 OUTAGES = ("cancel_outage_s", "status_outage_s", "list_outage_s", "status_missing_s")
+# Defective clips a job can be given (fault `{defect}_video`): the job succeeds, the video is bad.
+DEFECTS = ("black", "frozen")
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,15 @@ def _background(image: Path | None, width: int, height: int, fps: int, frames: i
     )
 
 
+def _defective(defect: str, image: Path | None, prof: RenderProfile, frames: int):
+    """The clip a `{defect}_video` fault asks for: all black (no text either), or the first frame of
+    the normal clip held for the whole duration (a frozen picture)."""
+    if defect == "black":
+        return ffmpeg.input(f"color=c=black:s={prof.width}x{prof.height}:r={prof.fps}", f="lavfi").video
+    still = _background(image, prof.width, prof.height, prof.fps, frames).filter("trim", end_frame=1)
+    return still.filter("loop", loop=frames, size=1).filter("setpts", "N/FRAME_RATE/TB")
+
+
 def _overlay(video, lines: list[str], work_dir: Path, width: int, height: int):
     """One drawtext per line from a text file (no escaping of user text), wrapped to the frame
     width and stacked as a block that ends just above the bottom edge."""
@@ -147,14 +156,20 @@ def render_video(
     overlay_lines: list[str],
     work_dir: Path,
     mode: RenderMode = "full",
+    defect: str | None = None,
 ) -> Path:
     """Write the job's MP4 to `dst` (atomically): H.264 + a quiet AAC sine tone, framed by `mode`.
 
-    `work_dir` (the caller's, existing) receives the drawtext text files."""
+    `work_dir` (the caller's, existing) receives the drawtext text files. `defect` ("black",
+    "frozen") renders an injected bad clip instead."""
     prof = render_profile(aspect_ratio, mode)
     frames = max(1, round(duration_s * prof.fps))
-    background = _background(image, prof.width, prof.height, prof.fps, frames)
-    video = _overlay(background, overlay_lines, work_dir, prof.width, prof.height)
+    if defect == "black":
+        video = _defective(defect, image, prof, frames)
+    else:
+        background = (_defective(defect, image, prof, frames) if defect
+                      else _background(image, prof.width, prof.height, prof.fps, frames))
+        video = _overlay(background, overlay_lines, work_dir, prof.width, prof.height)
     tone = ffmpeg.input(f"sine=frequency=440:sample_rate=48000:duration={duration_s}", f="lavfi").audio
     audio = tone.filter("volume", 0.05)
     quality = {} if prof.crf is None else {"crf": prof.crf}

@@ -27,7 +27,8 @@ class JobService:
         self.store = store
         self.webhooks = webhooks
 
-    def create(self, body: SubmitIn, *, fail_injected: bool, announce_now: bool = False) -> JobRecord:
+    def create(self, body: SubmitIn, *, fail_injected: bool, announce_now: bool = False,
+               defect: str | None = None) -> JobRecord:
         """A new queued job; no dedupe on request_key, exactly like the real providers.
         `announce_now`: its first webhook is delivered before this returns (a fault: the event
         beats the submit's answer)."""
@@ -38,6 +39,7 @@ class JobService:
             created_at=now,
             updated_at=now,
             fail_injected=fail_injected,
+            defect=defect,
             **body.model_dump(),
         )
         self.store.insert(job)
@@ -126,6 +128,7 @@ class JobService:
             **self.view(job).model_dump(),
             renders=job.renders,
             fail_injected=job.fail_injected,
+            defect=job.defect,
             webhook_url=job.webhook_url,
         )
 

@@ -44,13 +44,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     cost REAL,
     started_at REAL,
     job_s REAL,
-    render_state TEXT
+    render_state TEXT,
+    defect TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_request_key ON jobs (request_key);
 CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at);
 """
 # Columns added since the first release: data dirs made before get them on open.
-_ADDED_COLUMNS = {"started_at": "REAL", "job_s": "REAL", "render_state": "TEXT"}
+_ADDED_COLUMNS = {"started_at": "REAL", "job_s": "REAL", "render_state": "TEXT", "defect": "TEXT"}
 
 
 class JobRecord(BaseModel):
@@ -75,6 +76,7 @@ class JobRecord(BaseModel):
     started_at: float | None = None
     job_s: float | None = None
     render_state: str | None = None
+    defect: str | None = None  # "black" / "frozen" (emulator/render.py)
 
 
 class JobStore:

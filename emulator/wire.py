@@ -84,6 +84,7 @@ class SimJobOut(JobOut):
 
     renders: int
     fail_injected: bool
+    defect: str | None = None  # "black" / "frozen": injected by /_sim/faults
     webhook_url: str | None = None
 
 
@@ -146,6 +147,10 @@ class Faults(BaseModel):
     # after the answer), though their expires_at still shows the normal lifetime; a later status
     # call hands out a working URL again.
     expire_output_urls: int = Field(default=0, ge=0)
+    # Defective videos, each for the next N jobs: the job succeeds, its clip is all black, or one
+    # still frame for its whole duration (what the review's automatic checks must catch).
+    black_video: int = Field(default=0, ge=0)
+    frozen_video: int = Field(default=0, ge=0)
 
 
 class ApiErrorBody(BaseModel):

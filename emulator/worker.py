@@ -111,6 +111,7 @@ class RenderPool:
             duration_s=job.duration_s,
             overlay_lines=job.overlay_lines,
             mode=self._config.render,
+            defect=job.defect,
         )
         dst = self._config.output_path(job.id)
         if self._cache.fetch(key, dst):
@@ -124,6 +125,7 @@ class RenderPool:
             overlay_lines=job.overlay_lines,
             work_dir=work_dir,
             mode=self._config.render,
+            defect=job.defect,
         )
         self._stats.add("renders")
         self._cache.store(key, dst)

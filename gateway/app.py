@@ -1,5 +1,5 @@
 """The HTTP gateway (FastAPI): health, provider webhooks (gateway/webhooks.py), media behind
-signed links (gateway/media.py).
+signed links (gateway/media.py) and the review gallery (gateway/review.py).
 
 `create_app` is a small factory: tests hand it their dependencies; `app`, which uvicorn serves
 (`reelqueue dev up`, docker-compose), builds them from Settings on the first request that needs them.
@@ -14,6 +14,8 @@ from fastapi import FastAPI
 from gateway.deps import GatewayDeps, LazyDeps, deps_from_settings
 from gateway.media import router as media_router
 from gateway.problems import install_problem_handlers
+from gateway.review import ReviewDeps, review_deps_from_settings
+from gateway.review import router as review_router
 from gateway.webhooks import router as webhooks_router
 
 
@@ -23,9 +25,12 @@ def _from_settings() -> GatewayDeps:
     return deps_from_settings(Settings())
 
 
-def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None) -> FastAPI:
+def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
+               review_deps: Callable[[], ReviewDeps] | None = None) -> FastAPI:
     """An app over `deps` (or a factory of them; default: from Settings, built on first use)."""
     application = FastAPI(title="reelqueue gateway")
+    application.state.review_factory = review_deps or review_deps_from_settings
+    application.state.review_deps = None
     if isinstance(deps, GatewayDeps):
         given = deps
         application.state.deps = LazyDeps(lambda: given)
@@ -34,6 +39,7 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None) -> F
     install_problem_handlers(application)
     application.include_router(webhooks_router)
     application.include_router(media_router)
+    application.include_router(review_router)
 
     @application.get("/healthz")
     def healthz() -> dict[str, bool]:

@@ -55,6 +55,60 @@ class ResolveResult(BaseModel):
     message: str
 
 
+class ReviewAction(StrEnum):
+    APPROVE = "approve"  # SUCCEEDED
+    REJECT = "reject"  # REJECTED, with a reason
+    REGENERATE = "regenerate"  # a new paid attempt (within the budget), maybe with an edited prompt
+
+
+class ReviewRequest(BaseModel):
+    """Input of the `review` update: a reviewer's decision on a task in REVIEW."""
+
+    action: ReviewAction
+    by: str = Field(min_length=1, max_length=200)
+    reason: str = Field(default="", max_length=2000)
+    prompt: str | None = Field(default=None, max_length=2000)  # regenerate: the edited prompt
+
+
+class ReviewResult(BaseModel):
+    status: TaskStatus
+    message: str
+
+
+class ReviewPolicy(BaseModel):
+    """What the plan says about reviewing one task (None in TaskInfo: no review)."""
+
+    required: bool  # review = "required", or "sample" and this task was drawn
+    deadline_s: float
+    on_deadline: str  # "expire" | "approve"
+    duration_tolerance_s: float
+    audio_expected: bool
+    max_black_ratio: float
+    max_frozen_ratio: float
+
+
+class CheckInput(BaseModel):
+    """The automatic checks of one proxy rendition, with the plan's expectations."""
+
+    task_id: str
+    attempt_no: int
+    proxy_asset_id: str
+    aspect_ratio: str
+    duration_s: float
+    policy: ReviewPolicy
+
+
+class CheckOutcome(BaseModel):
+    name: str  # duration / black / frozen / silence / ratio
+    passed: bool
+    detail: str
+
+
+class CheckResult(BaseModel):
+    passed: bool
+    checks: list[CheckOutcome]
+
+
 class ProviderUpdate(BaseModel):
     """One provider observation of a job from a webhook, normalized by the provider's adapter.
 
@@ -91,6 +145,7 @@ class TaskInfo(BaseModel):
     current_attempt_no: int
     task_deadline_s: float = 86_400.0  # bounds every wait and retry of the task: admission, refusals
     plan_limits: PlanLimits | None = None  # the plan's admission limits for this provider
+    review: ReviewPolicy | None = None  # the template asks for review ("required" or "sample")
 
 
 class ValidationResult(BaseModel):
@@ -110,6 +165,7 @@ class TransitionInput(BaseModel):
     error: str | None = None
     cancel_outcome: str | None = None
     next_retry_at: datetime | None = None  # RETRY_WAIT: when the next attempt is due (shown by `show`)
+    prompt_override: str | None = None  # a reviewer's edited prompt for the next attempts
 
 
 class TransitionResult(BaseModel):
@@ -235,6 +291,9 @@ class SettleInput(BaseModel):
     attempt_no: int | None = None
     cost: float  # what the provider charged for the task's attempts (0: release everything)
     reason: str = ""
+    # The reservation was closed when the task entered REVIEW: `cost` is what attempts made since
+    # (a reviewer's regenerate) charged, booked as an ADJUSTMENT of `attempt_no`.
+    after_review: bool = False
 
 
 class LedgerResult(BaseModel):

@@ -136,6 +136,7 @@ class Task(Base):
     aspect_ratio: Mapped[str] = mapped_column(String(10))
     variant: Mapped[str] = mapped_column(String(100))
     prompt: Mapped[str] = mapped_column(Text)
+    prompt_override: Mapped[str | None] = mapped_column(Text)  # a reviewer's edit, used by later attempts
     overlay: Mapped[dict[str, Any]]
     prompt_sha256: Mapped[str] = mapped_column(String(64))
     image_sha256: Mapped[str | None] = mapped_column(String(64))
@@ -322,6 +323,19 @@ class Rendition(Base):
     verdict: Mapped[str | None] = mapped_column(Text)  # ffprobe's words on an unreadable input
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = _now_column()
+class ReviewCheck(Base):
+    """The automatic checks of one proxy rendition (duration, black, frozen, silence, ratio), shown to
+    the reviewer; one row per rendition, so a repeated check activity writes nothing new."""
+
+    __tablename__ = "review_checks"
+    __table_args__ = (UniqueConstraint("asset_id", name="uq_review_checks_asset"),)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    attempt_no: Mapped[int] = mapped_column(Integer)
+    asset_id: Mapped[str] = mapped_column(ForeignKey("assets.id"))
+    passed: Mapped[bool]
+    results: Mapped[dict[str, Any]]  # {"checks": [{"name", "passed", "detail"}, ...]}
+    created_at: Mapped[datetime] = _now_column()
 
 
 class CreditEntry(Base):

@@ -13,7 +13,17 @@ from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from schema.db import Database
-from schema.models import Asset, Attempt, CatalogImport, CreditEntry, ImportTask, Rendition, StateEvent, Task
+from schema.models import (
+    Asset,
+    Attempt,
+    CatalogImport,
+    CreditEntry,
+    ImportTask,
+    Rendition,
+    ReviewCheck,
+    StateEvent,
+    Task,
+)
 
 
 def _scoped(stmt, import_id: str | None):  # noqa: ANN001, ANN202 - a Select
@@ -98,10 +108,12 @@ def task_detail(session: Session, task_id: str) -> dict[str, Any] | None:
     assets = session.scalars(select(Asset).where(Asset.task_id == task_id).order_by(Asset.kind))
     ledger = session.scalars(select(CreditEntry).where(CreditEntry.task_id == task_id).order_by(CreditEntry.id))
     renditions = session.scalars(select(Rendition).where(Rendition.task_id == task_id).order_by(Rendition.profile))
+    checks = session.scalars(select(ReviewCheck).where(ReviewCheck.task_id == task_id).order_by(ReviewCheck.id))
     return {
         "task": {
             **task_summary(task), "tenant": task.tenant_id, "import_id": task.import_id, "version": task.version,
-            "progress": float(task.progress), "prompt": task.prompt, "overlay": task.overlay,
+            "progress": float(task.progress), "prompt": task.prompt, "prompt_override": task.prompt_override,
+            "overlay": task.overlay,
             "duration_s": float(task.duration_s), "provider": task.provider, "model": task.model,
             "estimated_cost": float(task.estimated_cost), "current_attempt_no": task.current_attempt_no,
             "workflow_id": task.workflow_id, "output_asset_id": task.output_asset_id,
@@ -146,6 +158,9 @@ def task_detail(session: Session, task_id: str) -> dict[str, Any] | None:
         "ledger": [
             {"type": c.entry_type, "amount": float(c.amount), "business_key": c.business_key, "note": c.note}
             for c in ledger
+        ],
+        "review_checks": [  # the automatic checks of each proxy rendition (review on)
+            {"attempt_no": c.attempt_no, "asset_id": c.asset_id, **c.results} for c in checks
         ],
     }
 

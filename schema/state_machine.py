@@ -53,6 +53,7 @@ class TaskEvent(StrEnum):
     REVIEW_REQUIRED = "review_required"
     REVIEW_APPROVED = "review_approved"
     REVIEW_REJECTED = "review_rejected"
+    REVIEW_REGENERATE = "review_regenerate"  # a reviewer asked for a new attempt (maybe with an edited prompt)
     RETRYABLE_FAILURE = "retryable_failure"
     RETRY_DUE = "retry_due"
     CANCEL_REQUESTED = "cancel_requested"
@@ -125,6 +126,7 @@ def _table() -> dict[tuple[TaskStatus, TaskEvent], TaskStatus]:
         (S.POST_PROCESSING, E.REVIEW_REQUIRED): S.REVIEW,
         (S.REVIEW, E.REVIEW_APPROVED): S.SUCCEEDED,
         (S.REVIEW, E.REVIEW_REJECTED): S.REJECTED,
+        (S.REVIEW, E.REVIEW_REGENERATE): S.QUEUED,
         (S.RETRY_WAIT, E.RETRY_DUE): S.QUEUED,
         (S.CANCEL_REQUESTED, E.CANCEL_CONFIRMED): S.CANCELED,
         (S.CANCEL_REQUESTED, E.COMPLETION_WON): S.OUTPUT_FETCHING,

@@ -12,6 +12,7 @@ DEFAULT_TASK_QUEUE = "reelqueue-generation"
 SIGNAL_CANCEL = "cancel"  # CancelRequest: stop the task (an intent; the provider job is cancelled)
 SIGNAL_PROVIDER_UPDATE = "provider_update"  # ProviderUpdate: a webhook saw a change, poll now
 UPDATE_RESOLVE = "resolve"  # ResolveRequest -> ResolveResult: an operator's decision on NEEDS_ATTENTION
+UPDATE_REVIEW = "review"  # ReviewRequest -> ReviewResult: a reviewer's decision on a task in REVIEW
 QUERY_STATUS = "status"  # the task status as the workflow knows it
 SIGNAL_SLOT_GRANTED = "slot_granted"  # SlotGrant: the provider's gate admitted this task
 SIGNAL_SLOT_CHECK = "slot_check"  # SlotGrant: the gate asks whether the holder still exists (lease probe)

@@ -35,12 +35,15 @@ with workflow.unsafe.imports_passed_through():
     from activities.ledger import LedgerActivities
     from activities.media import MediaActivities
     from activities.poll import PollActivities
+    from activities.review import ReviewActivities
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
     from schema.admission import AdmissionInput, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
     from schema.contracts import (
+        AssetRef,
         AttemptRef,
         CancelRequest,
+        CheckInput,
         ErrorClass,
         GenerationInput,
         GenerationOutcome,
@@ -52,6 +55,9 @@ with workflow.unsafe.imports_passed_through():
         ResolveAction,
         ResolveRequest,
         ResolveResult,
+        ReviewAction,
+        ReviewRequest,
+        ReviewResult,
         SettleInput,
         StrayJobRef,
         SubmitOutcome,
@@ -73,6 +79,8 @@ MAX_PAID_ATTEMPTS = 3  # submits that created (or may have created) a provider j
 ADMISSION = "admission-v1"  # workflow.patched: ask the provider's gate for a slot before submitting
 WEBHOOKS = "webhooks-v1"  # workflow.patched: with webhooks on, polling is a safety net
 RENDITIONS = "renditions-v1"  # workflow.patched: the proxy decides SUCCEEDED; HLS/thumbnail retried on their own
+REVIEW = "review-v1"  # workflow.patched: automatic checks, then REVIEW until a person decides
+REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
 MAX_POLL_INTERVAL_S = 15.0
 OUTAGE_PAUSE_S = 30.0  # between status-call bursts while the provider's status API is down
@@ -115,6 +123,7 @@ _STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]
     # (adapters/media/transcode.py), this bound is only the outer one.
     MediaActivities.transcode_proxy: (timedelta(minutes=30), _retry(6, first_s=2.0), timedelta(seconds=30)),
     MediaActivities.make_renditions: (timedelta(minutes=20), _retry(4, first_s=2.0), timedelta(seconds=30)),
+    ReviewActivities.check_output: (timedelta(minutes=5), _retry(6), timedelta(seconds=60)),
     LedgerActivities.settle: (timedelta(seconds=30), _retry(None), None),
 }
 
@@ -157,6 +166,9 @@ class GenerationWorkflow:
         self._stuck: str | None = None
         self._resolution: ResolveRequest | None = None
         self._deadline = None  # set once validation has read the task's deadline
+        self._in_review = False  # waiting in REVIEW for a reviewer's decision
+        self._decision: ReviewRequest | None = None
+        self._booked: float | None = None  # cost settled when the task entered REVIEW
 
     # -- messages -------------------------------------------------------------------------
 
@@ -197,6 +209,23 @@ class GenerationWorkflow:
                              f"{self._stuck}")
         if request.action is ResolveAction.FAIL and not request.reason.strip():
             raise ValueError("failing a task needs a reason")
+
+    @workflow.update(name=api.UPDATE_REVIEW)
+    async def review(self, request: ReviewRequest) -> ReviewResult:
+        self._decision = request
+        await workflow.wait_condition(lambda: self._decision is None)
+        return ReviewResult(status=self._status, message=f"{request.action.value} by {request.by}")
+
+    @review.validator
+    def _check_review(self, request: ReviewRequest) -> None:
+        if not self._in_review or self._status is not S.REVIEW or self._decision is not None:
+            raise ValueError(f"task is {self._status.value}, not in REVIEW waiting for a decision")
+        if request.action is ReviewAction.REJECT and not request.reason.strip():
+            raise ValueError("rejecting a video needs a reason")
+        if request.action is ReviewAction.REGENERATE and self._paid >= MAX_PAID_ATTEMPTS:
+            raise ValueError(f"no paid attempt left to regenerate: {self._paid} of {MAX_PAID_ATTEMPTS} used")
+        if request.prompt is not None and not request.prompt.strip():
+            raise ValueError("an edited prompt cannot be empty")
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -454,6 +483,7 @@ class GenerationWorkflow:
         ready = {"proxy": proxy.key}
         if renditions:
             ready["renditions"] = await self._renditions(media)
+        await self._review(proxy)
         late = self._cancel is not None
         await self._end(E.PLAYABLE_ASSET_READY, payload=ready, cancel_outcome=TOO_LATE if late else None)
 
@@ -465,6 +495,58 @@ class GenerationWorkflow:
         except ActivityError as exc:
             return {"failed": _describe(exc)}
         return made.summary()
+
+    async def _review(self, proxy: AssetRef) -> None:
+        """Checks, then REVIEW until a person decides, when the plan asks for it; returns when it
+        does not. The provider already charged, so the credit is settled on entering REVIEW; a
+        regenerate runs a new paid attempt and comes back here with its video."""
+        policy = self._info.review
+        if policy is None or not workflow.patched(REVIEW):
+            return
+        checks = await self._run(ReviewActivities.check_output, CheckInput(
+            task_id=self._task_id, attempt_no=self._attempt_no, proxy_asset_id=proxy.asset_id,
+            aspect_ratio=self._info.aspect_ratio, duration_s=self._info.duration_s, policy=policy))
+        if not policy.required and checks.passed:
+            return
+        await self._close_ledger(E.REVIEW_REQUIRED)
+        self._booked = self._cost()
+        await self._move(E.REVIEW_REQUIRED, payload={
+            "proxy": proxy.key, "checks_passed": checks.passed,
+            "failed_checks": [c.name for c in checks.checks if not c.passed]})
+        self._in_review = True
+        try:
+            await workflow.wait_condition(lambda: self._decision is not None or self._cancel_pending(),
+                                          timeout=timedelta(seconds=policy.deadline_s))
+        except TimeoutError:
+            self._in_review = False
+            if policy.on_deadline == "approve":
+                await self._end(E.REVIEW_APPROVED, payload={"decision": "approve", "by": REVIEW_DEADLINE_BY,
+                                                            "reason": "review deadline passed"})
+            await self._end(E.DEADLINE_PASSED, error="no review decision before the review deadline",
+                            error_class="review_deadline")
+        self._in_review = False
+        if self._decision is None:  # a cancel: the video exists and is paid for, nothing to stop
+            await self._move(E.CANCEL_REQUESTED, payload=self._cancel_payload())
+            await self._end(E.CANCEL_CONFIRMED)
+        await self._decide(self._decision)
+        # A new production window: the review wait does not count against the new attempt's deadlines.
+        self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
+        self._task_deadline = max(self._task_deadline, workflow.now() + timedelta(seconds=self._info.task_deadline_s))
+        await self._deliver(await self._generate())
+
+    async def _decide(self, decision: ReviewRequest) -> None:
+        """Record the reviewer's decision (a state event naming them); approve and reject end the task."""
+        payload = {"decision": decision.action.value, "by": decision.by, "reason": decision.reason}
+        try:
+            if decision.action is ReviewAction.APPROVE:
+                await self._end(E.REVIEW_APPROVED, payload=payload)
+            if decision.action is ReviewAction.REJECT:
+                await self._end(E.REVIEW_REJECTED, error=f"rejected by {decision.by}: {decision.reason}",
+                                error_class="review", payload=payload)
+            await self._move(E.REVIEW_REGENERATE, payload={**payload, "prompt": decision.prompt},
+                             prompt_override=decision.prompt)
+        finally:
+            self._decision = None
 
     # -- waiting ----------------------------------------------------------------------------
 
@@ -565,9 +647,13 @@ class GenerationWorkflow:
         if self._strays:
             await asyncio.gather(*self._strays)
             self._strays = []
+        booked = self._booked  # review closed the reservation: later attempts are charged on their own
         await self._run(LedgerActivities.settle, SettleInput(
-            task_id=self._task_id, run=self._run_no, attempt_no=self._attempt_no or None, cost=self._cost(),
-            reason=event.value))
+            task_id=self._task_id, run=self._run_no, attempt_no=self._attempt_no or None,
+            cost=self._cost() if booked is None else round(self._cost() - booked, 6),
+            reason=event.value, after_review=booked is not None))
+        if booked is not None:
+            self._booked = self._cost()
 
     async def _abandon_open_attempts(self) -> None:
         for ref in (self._unknown, self._live):
@@ -653,7 +739,7 @@ class GenerationWorkflow:
 
     async def _move(self, event: E, *, error: str | None = None, error_class: str | None = None,
                     payload: dict | None = None, cancel_outcome: str | None = None,
-                    next_retry_at: datetime | None = None) -> TransitionResult:
+                    next_retry_at: datetime | None = None, prompt_override: str | None = None) -> TransitionResult:
         self._seq += 1
         result: TransitionResult = await workflow.execute_local_activity_method(
             TaskActivities.record_transition,
@@ -661,7 +747,7 @@ class GenerationWorkflow:
                 task_id=self._task_id, event=event,
                 source_event_id=f"{self._task_id}{run_suffix(self._run_no)}:{self._seq}:{event.value}",
                 attempt_no=self._attempt_no or None, payload=payload or {}, error=error, error_class=error_class,
-                cancel_outcome=cancel_outcome, next_retry_at=next_retry_at,
+                cancel_outcome=cancel_outcome, next_retry_at=next_retry_at, prompt_override=prompt_override,
             ),
             start_to_close_timeout=timedelta(seconds=15),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),

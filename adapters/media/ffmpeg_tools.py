@@ -142,12 +142,14 @@ def run_ffmpeg(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     limits: MediaLimits | None = None,
     on_progress: Progress | None = None,
-) -> None:
-    """Run an ffmpeg-python output graph under `limits`, reporting progress; MediaError (classified)
-    on failure. The child is killed if this returns by any exception (a cancelled activity)."""
+    loglevel: str = "error",
+) -> str:
+    """Run an ffmpeg-python output graph under `limits`, reporting progress; returns what ffmpeg
+    logged at `loglevel`. MediaError (classified) on failure. The child is killed if this returns
+    by any exception (a cancelled activity)."""
     limits = limits or MediaLimits()
     args = ffmpeg.compile(stream, cmd=ffmpeg_path(), overwrite_output=True)
-    head = ["-hide_banner", "-nostdin", "-loglevel", "error", "-nostats", "-progress", "pipe:1",
+    head = ["-hide_banner", "-nostdin", "-loglevel", loglevel, "-nostats", "-progress", "pipe:1",
             "-stats_period", "0.5", "-threads", str(limits.threads)]
     with tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(
@@ -159,13 +161,14 @@ def run_ffmpeg(
         finally:
             _kill(proc)
         errors.seek(0)
-        tail = errors.read().decode(errors="replace").strip()[-_STDERR_TAIL:]
+        log = errors.read().decode(errors="replace")
+    tail = log.strip()[-_STDERR_TAIL:]
     if timed_out:
         raise MediaTimeout(f"{what}: timed out after {timeout_s:.0f} s (killed)")
     if any(word in tail for word in _DISK_FULL):  # ffmpeg exits 0 when only the trailer failed to write
         raise MediaDiskFull(f"{what}: no space left on device: {tail}")
     if proc.returncode == 0:
-        return
+        return log
     if proc.returncode < 0:
         name = signal.Signals(-proc.returncode).name
         raise MediaKilled(f"{what}: killed by {name} (memory or CPU limit, or the OOM killer): {tail}")
@@ -243,6 +246,13 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
     if proc.stdout is not None:
         proc.stdout.close()
+
+
+def ffmpeg_log(stream: Any, what: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+               limits: MediaLimits | None = None) -> str:
+    """Run an ffmpeg-python graph at log level info and return what it logged (the detect filters
+    report there), supervised like every ffmpeg run; MediaError on failure."""
+    return run_ffmpeg(stream, what, timeout_s=timeout_s, limits=limits, loglevel="info")
 
 
 def probe_json(path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> dict[str, Any]:

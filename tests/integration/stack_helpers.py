@@ -31,8 +31,9 @@ def make_catalog(folder: Path, products: list[tuple[str, str, str]], image: str 
 
 
 def make_plan(folder: Path, *, locales=("en-US",), ratios=("9:16",), duration_s: int = 2, name: str = "t",
-              extra: str = "") -> Path:
-    """A one-template plan; `extra` is TOML appended as is (e.g. a `[providers.emulator]` section)."""
+              extra: str = "", template_extra: str = "") -> Path:
+    """A one-template plan; `extra` is TOML appended as is (e.g. a `[providers.emulator]` section),
+    `template_extra` goes into the template's table (e.g. `review = "required"`)."""
     prompts = "\n".join(f'"{loc}" = "Product shot of {{title}}, {{price}}. {{hook}}"' for loc in locales)
     hooks = ", ".join(f'"{loc}" = "Hook {loc}"' for loc in locales)
     text = f"""
@@ -49,6 +50,7 @@ id = "tpl"
 version = "tpl-v1"
 duration_s = {duration_s}
 cost_estimate = {duration_s + 1}
+{template_extra}
 [templates.prompts]
 {prompts}
 {extra}

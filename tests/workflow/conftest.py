@@ -89,6 +89,7 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
                 await leftover.terminate("test over")
         if RECORD and handles:
             history = await handles[0].fetch_history()
-            HISTORIES.mkdir(parents=True, exist_ok=True)
-            (HISTORIES / f"{request.node.name}.json").write_text(history.to_json())
+            folder = HISTORIES.parent / getattr(request.module, "HISTORY_FOLDER", HISTORIES.name)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{request.node.name}.json").write_text(history.to_json())
 

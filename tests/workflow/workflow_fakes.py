@@ -29,6 +29,9 @@ from schema.admission import AdmissionInput, GateInput, PlanLimits
 from schema.contracts import (
     AssetRef,
     AttemptRef,
+    CheckInput,
+    CheckOutcome,
+    CheckResult,
     ErrorClass,
     JobRef,
     JobStatus,
@@ -40,6 +43,7 @@ from schema.contracts import (
     RenditionProfile,
     RenditionsResult,
     RenditionStatus,
+    ReviewPolicy,
     SettleInput,
     StrayJobRef,
     StrayJobResult,
@@ -104,6 +108,15 @@ SUCCEEDED = job(JobStatus.SUCCEEDED)
 CANCELED = job(JobStatus.CANCELED, cost=0.0)
 
 
+CHECKS_PASSED = CheckResult(passed=True, checks=[CheckOutcome(name="black", passed=True, detail="0.00 s black")])
+CHECKS_BLACK = CheckResult(passed=False, checks=[CheckOutcome(name="black", passed=False, detail="2.00 s black")])
+
+
+def review_policy(*, required: bool = True, on_deadline: str = "expire", deadline_s: float = 3600.0) -> ReviewPolicy:
+    return ReviewPolicy(required=required, deadline_s=deadline_s, on_deadline=on_deadline, duration_tolerance_s=0.5,
+                        audio_expected=True, max_black_ratio=0.3, max_frozen_ratio=0.5)
+
+
 def outage(message: str = "503 from the provider") -> RuntimeError:
     """An infrastructure failure: retried by the step's policy."""
     return RuntimeError(message)
@@ -141,6 +154,9 @@ class World:
     client: Any = None  # the test environment's client: the real provider gate runs beside the fakes
     limit: int = 20
     plan_limits: PlanLimits | None = None  # what validate_task reads from the task's plan
+    review: ReviewPolicy | None = None  # what validate_task reads from the task's template
+    checks: list[Answer] = field(default_factory=lambda: [CHECKS_PASSED])
+    transitions: list[TransitionInput] = field(default_factory=list)  # every applied move, as sent
 
     # -- script helpers ---------------------------------------------------------------------
 
@@ -211,6 +227,7 @@ class World:
             world.events.append((req.event.value, (to or world.status).value, to is not None))
             if to is not None:
                 world.status, world.version = to, world.version + 1
+                world.transitions.append(req)
             result = TransitionResult(applied=to is not None, status=world.status, version=world.version)
             world.seen[req.source_event_id] = result
             return result
@@ -223,7 +240,7 @@ class World:
             info = TaskInfo(task_id=ref.task_id, tenant_id="default", status=world.status.value, provider="fake",
                             model="m", aspect_ratio="9:16", duration_s=2.0, estimated_cost=float(RESERVED),
                             min_poll_interval_s=1.0, deadline_s=world.deadline_s, current_attempt_no=0,
-                            plan_limits=world.plan_limits)
+                            plan_limits=world.plan_limits, review=world.review)
             return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=info)
 
         @activity.defn(name="reserve_credit")
@@ -238,6 +255,10 @@ class World:
         @activity.defn(name="settle")
         async def settle(req: SettleInput) -> LedgerResult:
             await world._enter("settle", req)
+            if req.after_review:
+                if req.cost:
+                    world.ledger.append(("ADJUSTMENT", Decimal(str(req.cost)), f"adjustment:review:{req.attempt_no}"))
+                return LedgerResult(reserved=0, settled=0, released=0)
             if any(k in ("settle", "release") for _, _, k in world.ledger):
                 return LedgerResult(reserved=0, settled=0, released=0)
             reserved = world.sums().get("RESERVE", Decimal(0))
@@ -310,6 +331,10 @@ class World:
                              asset=AssetRef(asset_id=p.value, kind=p.value, key=p.value, sha256="2" * 64, size=1))
                 for p in (RenditionProfile.HLS, RenditionProfile.THUMBNAIL)])
 
+        @activity.defn(name="check_output")
+        async def check_output(req: CheckInput) -> CheckResult:
+            return await world._answer("check_output", req, world.checks)
+
         @activity.defn(name="request_slot")
         async def request_slot(inp: AdmissionInput) -> None:
             await world._enter("request_slot", inp)
@@ -323,7 +348,7 @@ class World:
 
         return [request_slot, record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
                 abandon_attempt, poll_job, cancel_job, account_stray_job, fetch_output, transcode, transcode_proxy,
-                make_renditions]
+                make_renditions, check_output]
 
 
 # -- driving a run from a test ---------------------------------------------------------------

@@ -1,14 +1,14 @@
 """renditions: each playable rendition (proxy, HLS, thumbnail) with its own status and error
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 

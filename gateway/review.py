@@ -1,0 +1,164 @@
+"""The review gallery: `GET /review/{import_id}` and the reviewer's decisions.
+
+Access: a signed, expiring reviewer token (control/review_tokens.py) for this import. The link
+`reelqueue review` prints carries it in the query; the gateway moves it into an HttpOnly,
+SameSite=Strict cookie scoped to the import's path and redirects to the bare URL (so the token does
+not stay in the address bar or leak in a Referer). Decisions are JSON POSTs that need the cookie,
+the page's CSRF token in `X-CSRF-Token` (an HMAC of the reviewer token) and, when the browser sends
+one, an Origin equal to the gateway's own: a cross-site form or script can do none of that.
+Decisions go to each task's workflow as the `review` update, naming the token's reviewer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+from urllib.parse import urlencode, urlsplit
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+from temporalio.client import Client
+
+from adapters.storage import ObjectStorage
+from control import review as queue
+from control import review_tokens as tokens
+from gateway.problems import ProblemError
+from gateway.review_page import render_gallery
+from schema import queries
+from schema.contracts import ReviewAction, ReviewRequest
+from schema.db import Database
+
+router = APIRouter()
+COOKIE = "rq_review"
+CSRF_HEADER = "x-csrf-token"
+VIDEO_LINK_TTL = timedelta(hours=2)
+
+
+@dataclass
+class ReviewDeps:
+    db: Database
+    storage: ObjectStorage
+    secret: str
+    connect: Callable[[], Awaitable[Client]]
+    _client: Client | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def client(self) -> Client:
+        async with self._lock:
+            if self._client is None:
+                self._client = await self.connect()
+            return self._client
+
+
+def review_deps_from_settings() -> ReviewDeps:
+    from adapters.temporal_client import connect
+    from config.settings import Settings
+
+    settings = Settings()
+    return ReviewDeps(db=Database(settings.database_url), storage=ObjectStorage.from_settings(settings),
+                      secret=settings.review_secret,
+                      connect=lambda: connect(settings.temporal_address, settings.temporal_namespace))
+
+
+def _deps(request: Request) -> ReviewDeps:
+    state = request.app.state
+    if getattr(state, "review_deps", None) is None:
+        state.review_deps = state.review_factory()
+    return state.review_deps
+
+
+def _reviewer(deps: ReviewDeps, token: str | None, import_id: str) -> tokens.Reviewer:
+    try:
+        return tokens.verify(deps.secret, token, import_id)
+    except tokens.TokenRefused as exc:
+        raise ProblemError(403 if exc.other_import else 401, str(exc), slug="review-token") from None
+
+
+class DecisionBody(BaseModel):
+    task_ids: list[str] = Field(min_length=1, max_length=500)
+    action: ReviewAction
+    reason: str = Field(default="", max_length=2000)
+    prompt: str | None = Field(default=None, max_length=2000)
+
+
+@router.get("/review/{import_id}", response_class=HTMLResponse)
+def gallery(
+    import_id: str, request: Request, token: str | None = Query(default=None),
+    status: str = Query(default="REVIEW"), locale: str = "", ratio: str = "", template: str = "",
+    tab: Literal["videos", "issues"] = "videos",
+) -> Response:
+    """The grid of videos (default: those waiting in REVIEW) and the import's validation issues."""
+    deps = _deps(request)
+    if token is not None:  # from the link: into the cookie, then the same page without it
+        reviewer = _reviewer(deps, token, import_id)
+        kept = {k: v for k, v in request.query_params.items() if k != "token"}
+        target = f"/review/{import_id}" + (f"?{urlencode(kept)}" if kept else "")
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(COOKIE, token, max_age=max(1, int(reviewer.exp - time.time())), httponly=True,
+                            samesite="strict", path=f"/review/{import_id}")
+        return response
+    cookie = request.cookies.get(COOKIE)
+    reviewer = _reviewer(deps, cookie, import_id)
+    filters = queue.Filters(status=None if status == "ALL" else status or None, locale=locale or None,
+                            aspect_ratio=ratio or None, template_id=template or None)
+    with deps.db.transaction() as session:
+        if not queries.import_exists(session, import_id):
+            raise ProblemError(404, f"no import {import_id}", slug="unknown-import")
+        items = queue.review_items(session, import_id, filters)
+        counts = queue.status_counts(session, import_id)
+        facets = queue.facets(session, import_id)
+        issues = queue.import_issues(session, import_id)
+    videos = {i.task_id: deps.storage.presigned_url(i.proxy_key, VIDEO_LINK_TTL) for i in items if i.proxy_key}
+    nonce = secrets.token_urlsafe(16)
+    page = render_gallery(import_id=import_id, reviewer=reviewer.sub, items=items, videos=videos, counts=counts,
+                          facets=facets, issues=issues, filters=filters, tab=tab,
+                          csrf=tokens.csrf_token(deps.secret, cookie), nonce=nonce)
+    return HTMLResponse(page, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
+                                       "X-Frame-Options": "DENY",
+                                       "Content-Security-Policy": _policy(nonce, videos.values())})
+
+
+def _policy(nonce: str, video_urls) -> str:  # noqa: ANN001 - Iterable[str]
+    """Only our inline script (by nonce) runs; videos come only from the storage origin."""
+    media = " ".join(sorted({f"{u.scheme}://{u.netloc}" for u in map(urlsplit, video_urls)})) or "'none'"
+    return (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; media-src {media}; "
+            "connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+
+
+@router.post("/review/{import_id}/decisions")
+async def decisions(import_id: str, body: DecisionBody, request: Request) -> JSONResponse:
+    """One decision for one or more tasks of the import (bulk approve sends many)."""
+    deps = _deps(request)
+    cookie = request.cookies.get(COOKIE)
+    reviewer = _reviewer(deps, cookie, import_id)
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+        raise ProblemError(403, "cross-site request refused", slug="review-csrf")
+    if not tokens.csrf_ok(deps.secret, cookie, request.headers.get(CSRF_HEADER)):
+        raise ProblemError(403, "missing or wrong CSRF token; reload the page", slug="review-csrf")
+    ids = list(dict.fromkeys(body.task_ids))
+    known = await run_in_threadpool(_known, deps, import_id, ids)
+    if len(known) != len(ids):
+        raise ProblemError(404, f"{len(ids) - len(known)} of the tasks are not in import {import_id}",
+                           slug="unknown-task")
+    request_ = ReviewRequest(action=body.action, by=reviewer.sub, reason=body.reason.strip(),
+                             prompt=(body.prompt or "").strip() or None)
+    try:
+        client = await deps.client()
+    except (RuntimeError, OSError):  # the class only: connection errors name hosts
+        raise ProblemError(503, "the workflow service is unavailable; try again", slug="review-unavailable",
+                           headers={"Retry-After": "5"}) from None
+    outcomes = await queue.decide(deps.db, client, ids, request_)
+    return JSONResponse({"reviewer": reviewer.sub, "results": [o.model_dump() for o in outcomes]})
+
+
+def _known(deps: ReviewDeps, import_id: str, ids: list[str]) -> set[str]:
+    with deps.db.transaction() as session:
+        return queue.tasks_of_import(session, import_id, ids)
