@@ -75,11 +75,11 @@ async def test_required_review_settles_then_waits_for_approval(env, world, run_w
 
 async def test_a_decision_before_review_is_refused(env, world, run_world):
     world.review = review_policy()
-    world.hold("transcode")
+    world.hold("transcode_proxy")
     handle = await run_world()
-    await asyncio.wait_for(world.entered["transcode"].wait(), timeout=30)
+    await asyncio.wait_for(world.entered["transcode_proxy"].wait(), timeout=30)
     assert "not in REVIEW" in await refusal_of(handle, ReviewAction.APPROVE)
-    world.release("transcode")
+    world.release("transcode_proxy")
     await until(env, lambda: world.status is S.REVIEW)
     await review(handle, ReviewAction.APPROVE)
     assert await ending(handle) == "completed"

@@ -142,7 +142,6 @@ class World:
     fetches: list[Answer] = field(default_factory=list)
     proxies: list[Answer] = field(default_factory=list)  # transcode_proxy: scripted failures, else a proxy
     renditions: list[Answer] = field(default_factory=list)  # make_renditions: scripted answers, else all READY
-    transitions: list[TransitionInput] = field(default_factory=list)
     events: list[tuple[str, str, bool]] = field(default_factory=list)  # (event, to status, applied)
     calls: list[tuple[str, Any]] = field(default_factory=list)
     called_at: list[tuple[str, datetime]] = field(default_factory=list)  # when each activity was scheduled
@@ -222,7 +221,6 @@ class World:
         async def record_transition(req: TransitionInput) -> TransitionResult:
             if req.source_event_id in world.seen:  # idempotent per source event, as in Postgres
                 return world.seen[req.source_event_id]
-            world.transitions.append(req)
             to = sm.target(world.status, req.event)
             world.events.append((req.event.value, (to or world.status).value, to is not None))
             if to is not None:
