@@ -10,6 +10,7 @@ import typer
 from cli import commands, operations
 from cli.dev import demo, dev_app
 from cli.drill import drill
+from cli.providers import providers_app
 
 app = typer.Typer(help="reelqueue: product catalogs to stored, transcoded videos through durable workflows.",
                   no_args_is_help=True, add_completion=False)
@@ -26,6 +27,7 @@ app.add_typer(operations.ledger_app, name="ledger")
 app.command("attention")(operations.attention)
 app.command("resolve")(operations.resolve)
 app.command("drill")(drill)
+app.add_typer(providers_app, name="providers")
 
 # The CLI reports problems in its own output (tables, reports, --json); library warnings such as
 # fetch refusals are already in the validation report, so only errors reach stderr by default.
