@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from adapters.providers.base import VideoProvider
 from adapters.providers.http import EMULATED_API_KEY, HttpProvider, ProviderConfig
+from adapters.providers.runway import RunwayProvider
 
-HOSTED: dict[str, type[HttpProvider]] = {cls.name: cls for cls in ()}
+HOSTED: dict[str, type[HttpProvider]] = {cls.name: cls for cls in (RunwayProvider,)}
 
 
 def provider_config(settings, cls: type[HttpProvider]) -> ProviderConfig:  # noqa: ANN001 - config.Settings

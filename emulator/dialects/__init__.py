@@ -43,7 +43,9 @@ def engine_ratio(width_height: str) -> str | None:
 
 
 def _load() -> dict[str, ModuleType]:
-    return {m.PREFIX: m for m in ()}
+    from emulator.dialects import runway
+
+    return {m.PREFIX: m for m in (runway,)}
 
 
 DIALECTS = _load()
