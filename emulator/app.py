@@ -54,7 +54,7 @@ def _retry_header(seconds: float | None) -> str | None:
     return None if seconds is None else f"{seconds:g}"
 
 
-def _api_error(exc: EngineRefusal) -> ApiError:
+def _as_api_error(exc: EngineRefusal) -> ApiError:
     """An engine refusal in the emulator's own shape and codes."""
     code = {"injected": "SIM.INJECTED_STATUS", "queue_full": "RATE_LIMIT.QUEUE_FULL", "outage": "SIM.OUTAGE",
             "not_found": "NOT_FOUND"}[exc.kind]
@@ -113,21 +113,21 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
         try:
             return service.view(await engine.submit(body, request))
         except EngineRefusal as exc:
-            raise _api_error(exc) from None
+            raise _as_api_error(exc) from None
 
     @v1.get("/jobs/{job_id}")
     def get_job(job_id: str) -> JobOut:
         try:
             return engine.status(job_id)
         except EngineRefusal as exc:
-            raise _api_error(exc) from None
+            raise _as_api_error(exc) from None
 
     @v1.get("/jobs")
     def list_jobs(request_key: str) -> JobList:
         try:
             engine.outage("list_outage_s")
         except EngineRefusal as exc:
-            raise _api_error(exc) from None
+            raise _as_api_error(exc) from None
         return JobList(data=[service.view(j) for j in store.list(request_key)])
 
     @v1.post("/jobs/{job_id}/cancel")
@@ -135,7 +135,7 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
         try:
             return engine.cancel(job_id)
         except EngineRefusal as exc:
-            raise _api_error(exc) from None
+            raise _as_api_error(exc) from None
 
     app.include_router(v1)
     for dialect in DIALECTS.values():
