@@ -12,6 +12,7 @@ produces goes through `scrub`, so no key reaches a log, a state event or `show`.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
@@ -56,6 +57,12 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
         return None
+
+
+def request_seed(request_key: str) -> int:
+    """A stable seed per request key (0..2**32-1): a resubmit asks for the same video, and a
+    provider that echoes its input can be searched for our submit by it."""
+    return int.from_bytes(hashlib.sha256(request_key.encode()).digest()[:4], "big")
 
 
 def json_body(resp: httpx.Response) -> Any:

@@ -23,7 +23,6 @@ sent" and "sent, no answer" into one connection error, both of which the submit 
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 from typing import Any, Literal
 
@@ -40,7 +39,7 @@ from adapters.providers.base import (
     SubmitOutcome,
     SubmitResult,
 )
-from adapters.providers.http import HttpProvider
+from adapters.providers.http import HttpProvider, request_seed
 
 API_VERSION = "2024-11-06"
 # Our ratios in Runway's pixel vocabulary (image_to_video, gen4_turbo).
@@ -75,11 +74,6 @@ def failure_class(code: str | None) -> ErrorClass:
     if code.startswith(("INPUT_PREPROCESSING.", "ASSET.")):
         return ErrorClass.NON_RETRYABLE
     return ErrorClass.RETRYABLE  # INTERNAL.BAD_OUTPUT.*, other INTERNAL.*, or no code
-
-
-def request_seed(request_key: str) -> int:
-    """A stable seed per request key (Runway accepts 0..4294967295)."""
-    return int.from_bytes(hashlib.sha256(request_key.encode()).digest()[:4], "big")
 
 
 class RunwayProvider(HttpProvider):

@@ -43,9 +43,9 @@ def engine_ratio(width_height: str) -> str | None:
 
 
 def _load() -> dict[str, ModuleType]:
-    from emulator.dialects import runway
+    from emulator.dialects import replicate, runway
 
-    return {m.PREFIX: m for m in (runway,)}
+    return {m.PREFIX: m for m in (runway, replicate)}
 
 
 DIALECTS = _load()

@@ -30,7 +30,7 @@ from control.resolve import resolve_task
 from schema import queries
 from schema.contracts import CancelRequest, ResolveAction, ResolveRequest
 from schema.db import Database
-from schema.models import Attempt
+from schema.models import Attempt, ProviderEvent
 from workflows.generation import GenerationWorkflow
 
 pytestmark = pytest.mark.integration
@@ -43,10 +43,12 @@ class Case:
     duration_s: int
     price_per_s: float  # the adapter's default price table
     reconciles: bool  # an unknown submit is found again at the provider
+    webhooks: bool = False  # signed webhooks reach the gateway
 
 
 CASES = [
     Case("runway", "gen4_turbo", 2, 5.0, reconciles=False),
+    Case("replicate", "kwaivgi/kling-v2.1", 5, 0.05, reconciles=True, webhooks=True),
 ]
 PRODUCTS = {
     "ok": "Desk Lamp", "moderated": "forbidden-content Vase", "r429": "Kettle", "r5xx": "Teapot",
@@ -75,6 +77,10 @@ cost_estimate = {cost}
 "en-US" = "Product shot of {{title}}. {{hook}}"
 """)
     return path
+
+
+def _stats(stack) -> dict:
+    return httpx.get(f"{stack.emulator_url}/_sim/stats", timeout=10).json()
 
 
 def _faults(stack, **values) -> None:
@@ -115,6 +121,9 @@ async def test_provider_end_to_end(case: Case, stack, client, tmp_path, caplog):
         _faults(stack, submit_hang_after_create=1)
         await start_workflows(client, [tasks["unknown"]], summary.import_id, queue)
         await _first_attempt(db, tasks["unknown"].id, {"UNKNOWN", "ACKED", "RUNNING", "SUCCEEDED"})
+        stats_before = _stats(stack)
+        if case.webhooks:
+            _faults(stack, bad_signature=1)  # the next event is signed with a wrong key: refused
         await start_workflows(client, [tasks[k] for k in ("ok", "moderated", "cancel")], summary.import_id, queue)
         await wait_for_status(settings, tasks["cancel"].id, {"SUBMITTED", "RUNNING"})
         await client.get_workflow_handle_for(GenerationWorkflow.run, tasks["cancel"].workflow_id).signal(
@@ -156,6 +165,14 @@ async def test_provider_end_to_end(case: Case, stack, client, tmp_path, caplog):
     else:
         assert unknown["submit_state"] == "ABANDONED"
         assert any(e["to"] == "NEEDS_ATTENTION" for e in details["unknown"]["events"])
+    if case.webhooks:
+        stats = _stats(stack)
+        assert stats["webhooks_refused"] > stats_before["webhooks_refused"]  # the gateway's 401
+        with db.transaction() as session:
+            verified = session.scalars(select(ProviderEvent).where(
+                ProviderEvent.provider == case.provider, ProviderEvent.task_id == tasks["ok"].id)).all()
+        assert verified and all(e.verified for e in verified)
+        assert any(e.payload.get("status") == "succeeded" for e in verified)
     cancel_job = details["cancel"]["attempts"][-1]["provider_job_id"]
     sim = {j["id"]: j for j in httpx.get(f"{stack.emulator_url}/_sim/jobs", timeout=10).json()["jobs"]}
     assert sim[cancel_job]["status"] == "canceled"
