@@ -32,7 +32,8 @@ from adapters.providers.base import (
     Usage,
 )
 
-EMULATED_API_KEY = "emulator-dev-key"  # what an emulated provider sends when no key is configured
+# What an emulated provider sends when no key is configured (and Kling signs its tokens with).
+EMULATED_API_KEY = "emulator-dev-key-for-emulated-providers"
 
 
 def retryable_status(status: int) -> bool:
@@ -203,6 +204,11 @@ class HttpProvider:
         return SubmitResult(outcome=outcome, provider=self.name, request_key=request_key, error_class=error_class,
                             error_message=self.scrub(message) if message else None, **fields)
 
+    def _refused(self, request_key: str, refusal: ErrorClass, message: str, **fields: Any) -> SubmitResult:
+        """A submit the provider refused before creating a job, by its error class."""
+        outcome = SubmitOutcome.REJECTED_RETRYABLE if refusal is ErrorClass.RETRYABLE else SubmitOutcome.REJECTED_FINAL
+        return self._result(request_key, outcome, refusal, message, **fields)
+
     def _submit_answer(self, request_key: str, resp: httpx.Response) -> SubmitResult:
         """Classify a submit's HTTP answer; `_job_id` reads the job id from a success body."""
         body = json_body(resp)
@@ -216,10 +222,7 @@ class HttpProvider:
         message = f"HTTP {resp.status_code}: {self._error_text(body)}"
         refusal = self._refusal_class(resp.status_code, body)
         if refusal is not None:
-            outcome = (SubmitOutcome.REJECTED_RETRYABLE if refusal is ErrorClass.RETRYABLE
-                       else SubmitOutcome.REJECTED_FINAL)
-            return self._result(request_key, outcome, refusal, message, retry_after_s=retry_after(resp.headers),
-                                **answer)
+            return self._refused(request_key, refusal, message, retry_after_s=retry_after(resp.headers), **answer)
         if resp.status_code >= 500 and not self._provider_shaped(body):
             # Sent, and something failed after the body left (a proxy, a crash): the job may exist.
             return self._result(request_key, SubmitOutcome.UNKNOWN, ErrorClass.UNKNOWN_OUTCOME, message, **answer)

@@ -43,9 +43,9 @@ def engine_ratio(width_height: str) -> str | None:
 
 
 def _load() -> dict[str, ModuleType]:
-    from emulator.dialects import replicate, runway
+    from emulator.dialects import kling, replicate, runway
 
-    return {m.PREFIX: m for m in (runway, replicate)}
+    return {m.PREFIX: m for m in (runway, replicate, kling)}
 
 
 DIALECTS = _load()
