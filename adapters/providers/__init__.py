@@ -10,10 +10,13 @@ from __future__ import annotations
 from adapters.providers.base import VideoProvider
 from adapters.providers.http import EMULATED_API_KEY, HttpProvider, ProviderConfig
 from adapters.providers.kling import KlingProvider
+from adapters.providers.luma import LumaProvider
 from adapters.providers.replicate import ReplicateProvider
 from adapters.providers.runway import RunwayProvider
 
-HOSTED: dict[str, type[HttpProvider]] = {cls.name: cls for cls in (RunwayProvider, ReplicateProvider, KlingProvider)}
+HOSTED: dict[str, type[HttpProvider]] = {
+    cls.name: cls for cls in (RunwayProvider, ReplicateProvider, KlingProvider, LumaProvider)
+}
 
 
 def provider_config(settings, cls: type[HttpProvider]) -> ProviderConfig:  # noqa: ANN001 - config.Settings

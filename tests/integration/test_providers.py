@@ -51,6 +51,7 @@ CASES = [
     Case("runway", "gen4_turbo", 2, 5.0, reconciles=False),
     Case("replicate", "kwaivgi/kling-v2.1", 5, 0.05, reconciles=True, webhooks=True),
     Case("kling", "kling-v2-1", 5, 0.056, reconciles=True, cancels=False),
+    Case("luma", "ray-flash-2", 5, 0.048, reconciles=True, cancels=False),
 ]
 PRODUCTS = {
     "ok": "Desk Lamp", "moderated": "forbidden-content Vase", "r429": "Kettle", "r5xx": "Teapot",
