@@ -8,6 +8,7 @@ the variable to set (validate_task reads `missing_setting`).
 from __future__ import annotations
 
 from adapters.providers.base import VideoProvider
+from adapters.providers.fal import FalProvider
 from adapters.providers.http import EMULATED_API_KEY, HttpProvider, ProviderConfig
 from adapters.providers.kling import KlingProvider
 from adapters.providers.luma import LumaProvider
@@ -15,7 +16,7 @@ from adapters.providers.replicate import ReplicateProvider
 from adapters.providers.runway import RunwayProvider
 
 HOSTED: dict[str, type[HttpProvider]] = {
-    cls.name: cls for cls in (RunwayProvider, ReplicateProvider, KlingProvider, LumaProvider)
+    cls.name: cls for cls in (RunwayProvider, ReplicateProvider, KlingProvider, LumaProvider, FalProvider)
 }
 
 

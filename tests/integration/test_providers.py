@@ -52,6 +52,7 @@ CASES = [
     Case("replicate", "kwaivgi/kling-v2.1", 5, 0.05, reconciles=True, webhooks=True),
     Case("kling", "kling-v2-1", 5, 0.056, reconciles=True, cancels=False),
     Case("luma", "ray-flash-2", 5, 0.048, reconciles=True, cancels=False),
+    Case("fal", "fal-ai/kling-video/v2.1/standard/image-to-video", 5, 0.05, reconciles=False),
 ]
 PRODUCTS = {
     "ok": "Desk Lamp", "moderated": "forbidden-content Vase", "r429": "Kettle", "r5xx": "Teapot",
@@ -177,7 +178,7 @@ async def test_provider_end_to_end(case: Case, stack, client, tmp_path, caplog):
                 ProviderEvent.provider == case.provider, ProviderEvent.task_id == tasks["ok"].id)).all()
         assert verified and all(e.verified for e in verified)
         assert any(e.payload.get("status") == "succeeded" for e in verified)
-    cancel_job = details["cancel"]["attempts"][-1]["provider_job_id"]
+    cancel_job = details["cancel"]["attempts"][-1]["provider_job_id"].rsplit("/", 1)[-1]  # fal: app/requests/id
     sim = {j["id"]: j for j in httpx.get(f"{stack.emulator_url}/_sim/jobs", timeout=10).json()["jobs"]}
     assert sim[cancel_job]["status"] == ("canceled" if case.cancels else "succeeded")
     if not case.cancels:
