@@ -80,7 +80,7 @@ class ProviderConfig(BaseModel):
     api_key: SecretStr = SecretStr("")
     base_url: str
     emulated: bool = False  # pointed at the emulator's dialect by `dev up --emulate-providers`
-    prices: dict[str, float] = Field(default_factory=dict)  # model -> credits per second of video
+    prices: dict[str, float] = Field(default_factory=dict)  # model -> credits (USD) per second of video
     webhook_secret: SecretStr = SecretStr("")
     extra_secret: SecretStr = SecretStr("")  # a second credential (Kling's secret key)
     submit_timeout_s: float = 20.0

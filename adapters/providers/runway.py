@@ -16,7 +16,8 @@ sent" and "sent, no answer" into one connection error, both of which the submit 
 - cancel: `DELETE /v1/tasks/{id}` cancels a running task but deletes a finished one, so the
   adapter reads the task first and only deletes what has not ended. A cancelled task is billed
   only for what Runway already charged; the price table is applied to finished videos only.
-- cost: Runway reports none per task: the price table (Runway credits per second; gen4_turbo 5).
+- cost: Runway reports none per task: the price table (USD per second, like every hosted
+  provider's table: gen4_turbo costs 5 Runway credits of $0.01 per second).
 - outputs: URLs that expire within 24-48 h (re-read the task for fresh ones); no webhooks.
 - polling: at most one status call per task every 5 s, as Runway asks.
 """
@@ -81,7 +82,7 @@ class RunwayProvider(HttpProvider):
     api_version = API_VERSION
     default_base_url = "https://api.dev.runwayml.com"
     emulator_prefix = "runway"
-    default_prices = {"gen4_turbo": 5.0, "gen3a_turbo": 5.0}
+    default_prices = {"gen4_turbo": 0.05, "gen3a_turbo": 0.05}  # 5 Runway credits/s at $0.01
     cancel_semantics = "DELETE /v1/tasks/{id}: cancels a task that has not ended (a finished one is never deleted)"
     check_path = "/v1/organization"
     base_capabilities = Capabilities(

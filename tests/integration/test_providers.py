@@ -48,7 +48,7 @@ class Case:
 
 
 CASES = [
-    Case("runway", "gen4_turbo", 2, 5.0, reconciles=False),
+    Case("runway", "gen4_turbo", 2, 0.05, reconciles=False),
     Case("replicate", "kwaivgi/kling-v2.1", 5, 0.05, reconciles=True, webhooks=True),
     Case("kling", "kling-v2-1", 5, 0.056, reconciles=True, cancels=False),
     Case("luma", "ray-flash-2", 5, 0.048, reconciles=True, cancels=False),
@@ -191,3 +191,23 @@ async def test_provider_end_to_end(case: Case, stack, client, tmp_path, caplog):
     shown = [r.stdout + r.stderr for r in shown]
     logs = [p.read_text(errors="replace") for p in (Path(settings.home) / "logs").glob("*.log")]
     assert all(secret not in text for text in [*shown, caplog.text, *logs, str(details)])
+    check = await run_cli_async("providers", "check", case.provider, "--json")  # the session's emulated key
+    assert check.code == 0 and check.json["ok"] and check.json["reachable"]
+
+
+async def test_a_provider_without_a_key_ends_invalid_naming_the_variable(stack, client, tmp_path):
+    from worker import build_worker
+
+    settings = stack.model_copy(update={"emulate_providers": False})  # as without --emulate-providers
+    db = Database(settings.database_url)
+    catalog = make_catalog(tmp_path, [("nokey-1", "Lamp", "A lamp")])
+    summary = run_import(settings, catalog, load_plan(_plan(tmp_path, CASES[0])), catalog=f"cat-{tmp_path.name}")
+    with db.transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    async with build_worker(client, settings, task_queue=queue):
+        await start_workflows(client, [task], summary.import_id, queue)
+        assert await wait_for_status(settings, task.id, {"INVALID"}) == "INVALID"
+    with db.transaction() as session:
+        detail = queries.task_detail(session, task.id)
+    assert "REELQUEUE_RUNWAY_API_KEY" in detail["task"]["last_error"] and detail["attempts"] == []
