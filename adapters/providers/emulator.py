@@ -29,7 +29,7 @@ from adapters.providers.base import (
 )
 from adapters.providers.http import json_body as _body
 from adapters.providers.http import retry_after, retryable_status
-from adapters.webhooks import StandardWebhookVerifier
+from adapters.webhooks import StandardWebhookVerifier, verified
 from emulator.wire import ASPECT_RATIOS, MAX_DURATION_S, MIN_DURATION_S, ErrorOut, JobList, JobOut
 
 _STATUS = {
@@ -176,9 +176,7 @@ class EmulatorProvider:
 
     def parse_webhook(self, headers: Mapping[str, str], body: bytes) -> WebhookEvent:
         """A Standard Webhooks delivery whose body is the job JSON, as GET /v1/jobs/{id} gives it."""
-        if self._verifier is None:
-            raise WebhookRejected("webhooks are not configured for this provider")
-        delivery = self._verifier.verify(headers, body)
+        delivery = verified(self._verifier, headers, body)
         try:
             job = JobOut.model_validate_json(body)
             return WebhookEvent(

@@ -37,7 +37,7 @@ from adapters.providers.base import (
     ProviderError,
     SubmitResult,
 )
-from adapters.providers.http import CheckResult, HttpProvider
+from adapters.providers.http import CheckResult, DetailErrors, HttpProvider
 
 API_VERSION = "queue v1"
 FalStatus = Literal["IN_QUEUE", "IN_PROGRESS", "COMPLETED"]
@@ -65,7 +65,7 @@ def error_class(error_type: str | None, error: str | None) -> ErrorClass:
     return ErrorClass.MODERATION if "content_policy" in text else ErrorClass.RETRYABLE
 
 
-class FalProvider(HttpProvider):
+class FalProvider(DetailErrors, HttpProvider):
     name = "fal"
     api_version = API_VERSION
     default_base_url = "https://queue.fal.run"
@@ -73,6 +73,7 @@ class FalProvider(HttpProvider):
     default_prices = {"fal-ai/kling-video/v2.1/standard/image-to-video": 0.05,
                       "fal-ai/kling-video/v2.1/pro/image-to-video": 0.09}
     cancel_semantics = "PUT .../requests/{id}/cancel: a cancelled request is not billed, a completed one is"
+    job_id_field = "request_id"
     check_path = f"/fal-ai/kling-video/requests/{_UNKNOWN_REQUEST}/status"
     base_capabilities = Capabilities(
         webhooks=False, cancel=True, reconcile_by_request_key=False, reconcile_by_list=False,
@@ -153,17 +154,6 @@ class FalProvider(HttpProvider):
             error_message=self.scrub(f"{s.error_type or 'error'}: {s.error}") if failed else None,
             updated_at=datetime.now(UTC),
         )
-
-    def _job_id(self, body: Any) -> str | None:
-        job_id = body.get("request_id") if isinstance(body, dict) else None
-        return job_id if isinstance(job_id, str) and job_id else None
-
-    def _error_text(self, body: Any) -> str:
-        detail = body.get("detail") if isinstance(body, dict) else None
-        return detail if isinstance(detail, str) else str(detail or body)[:300]
-
-    def _provider_shaped(self, body: Any) -> bool:
-        return isinstance(body, dict) and "detail" in body
 
     def _refusal_class(self, status: int, body: Any) -> ErrorClass | None:
         return ErrorClass.MODERATION if "content_policy" in str(body) and status in (400, 422) else None

@@ -105,6 +105,17 @@ class CheckResult(BaseModel):
     detail: str
 
 
+class DetailErrors:
+    """Error bodies in FastAPI's shape, `{"detail": ...}` (Luma, fal)."""
+
+    def _error_text(self, body: Any) -> str:
+        detail = body.get("detail") if isinstance(body, dict) else None
+        return detail if isinstance(detail, str) else str(detail or body)[:300]
+
+    def _provider_shaped(self, body: Any) -> bool:
+        return isinstance(body, dict) and "detail" in body
+
+
 class HttpProvider:
     """Base of the hosted-provider adapters. Subclasses set the class attributes and implement
     the VideoProvider methods with `_send_submit`, `_submit_answer` and `_call`."""
@@ -245,8 +256,11 @@ class HttpProvider:
 
     # -- per provider ------------------------------------------------------------------------
 
+    job_id_field: ClassVar[str] = "id"  # where a submit's answer carries the job id
+
     def _job_id(self, body: Any) -> str | None:
-        raise NotImplementedError
+        job_id = body.get(self.job_id_field) if isinstance(body, dict) else None
+        return job_id if isinstance(job_id, str) and job_id else None
 
     def _error_text(self, body: Any) -> str:
         raise NotImplementedError

@@ -36,7 +36,7 @@ from adapters.providers.base import (
     ProviderError,
     SubmitResult,
 )
-from adapters.providers.http import HttpProvider
+from adapters.providers.http import DetailErrors, HttpProvider
 
 API_VERSION = "dream-machine v1"
 LumaState = Literal["queued", "dreaming", "completed", "failed"]
@@ -64,7 +64,7 @@ def _same_image(a: str | None, b: str | None) -> bool:
     return (a is None) == (b is None) and (a is None or urlsplit(a)[:3] == urlsplit(b)[:3])
 
 
-class LumaProvider(HttpProvider):
+class LumaProvider(DetailErrors, HttpProvider):
     name = "luma"
     api_version = API_VERSION
     default_base_url = "https://api.lumalabs.ai/dream-machine/v1"
@@ -138,17 +138,6 @@ class LumaProvider(HttpProvider):
             if failed else None,
             error_message=self.scrub(reason) if failed else None, updated_at=g.created_at,
         )
-
-    def _job_id(self, body: Any) -> str | None:
-        job_id = body.get("id") if isinstance(body, dict) else None
-        return job_id if isinstance(job_id, str) and job_id else None
-
-    def _error_text(self, body: Any) -> str:
-        detail = body.get("detail") if isinstance(body, dict) else None
-        return detail if isinstance(detail, str) else str(detail or body)[:300]
-
-    def _provider_shaped(self, body: Any) -> bool:
-        return isinstance(body, dict) and "detail" in body
 
     def _refusal_class(self, status: int, body: Any) -> ErrorClass | None:
         detail = self._error_text(body).lower()

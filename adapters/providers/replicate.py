@@ -45,7 +45,7 @@ from adapters.providers.base import (
     WebhookRejected,
 )
 from adapters.providers.http import HttpProvider, ProviderConfig, request_seed
-from adapters.webhooks import StandardWebhookVerifier
+from adapters.webhooks import StandardWebhookVerifier, verified
 
 API_VERSION = "v1"
 ReplicateStatus = Literal["starting", "processing", "succeeded", "failed", "canceled", "aborted"]
@@ -141,9 +141,7 @@ class ReplicateProvider(HttpProvider):
 
     def parse_webhook(self, headers: Mapping[str, str], body: bytes) -> WebhookEvent:
         """A Standard Webhooks delivery whose body is the prediction."""
-        if self._verifier is None:
-            raise WebhookRejected("webhooks are not configured for this provider")
-        delivery = self._verifier.verify(headers, body)
+        delivery = verified(self._verifier, headers, body)
         try:
             prediction = Prediction.model_validate_json(body)
             return WebhookEvent(
@@ -171,10 +169,6 @@ class ReplicateProvider(HttpProvider):
             error_message=self.scrub(p.error or "prediction failed") if failed else None,
             updated_at=p.completed_at or p.started_at or p.created_at,
         )
-
-    def _job_id(self, body: Any) -> str | None:
-        job_id = body.get("id") if isinstance(body, dict) else None
-        return job_id if isinstance(job_id, str) and job_id else None
 
     def _error_text(self, body: Any) -> str:
         if isinstance(body, dict) and ("detail" in body or "title" in body):

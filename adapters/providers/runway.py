@@ -145,10 +145,6 @@ class RunwayProvider(HttpProvider):
         """Runway charges for videos it delivered; failed and cancelled tasks are not charged."""
         return state.status is JobStatus.SUCCEEDED
 
-    def _job_id(self, body: Any) -> str | None:
-        job_id = body.get("id") if isinstance(body, dict) else None
-        return job_id if isinstance(job_id, str) and job_id else None
-
     def _error_text(self, body: Any) -> str:
         error = body.get("error") if isinstance(body, dict) else None
         return error if isinstance(error, str) else str(body)[:300]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 from fastapi.testclient import TestClient
 
 from adapters.providers.http import HttpProvider, ProviderConfig
@@ -28,6 +29,15 @@ def hosted(cls: type[HttpProvider], key: str, *, client: TestClient | None = Non
     provider = cls(ProviderConfig(name=cls.name, api_key=key, base_url=base, **config))
     if client is not None:
         provider._client = TestClient(client.app, base_url=base, headers=provider._auth_headers())
+    return provider
+
+
+def answering(cls: type[HttpProvider], key: str, handler: Callable[[httpx.Request], httpx.Response],
+              **config: Any) -> HttpProvider:
+    """An adapter whose every call `handler` answers (documented responses, transport errors)."""
+    provider = hosted(cls, key, **config)
+    provider._client = httpx.Client(base_url=f"http://{cls.name}.test", transport=httpx.MockTransport(handler),
+                                    headers=provider._auth_headers())
     return provider
 
 

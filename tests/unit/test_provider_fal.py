@@ -7,7 +7,7 @@ import json
 
 import httpx
 import pytest
-from provider_contracts import dialect_client, engine_job, faults, hosted, load
+from provider_contracts import answering, dialect_client, engine_job, faults, hosted, load
 
 from adapters.providers.base import ErrorClass, GenerationRequest, JobStatus, SubmitOutcome
 from adapters.providers.fal import FalProvider, app_of
@@ -21,10 +21,7 @@ JOB = "fal-ai/kling-video/requests/764cabcf-b745-4b3e-ae38-1200304cf45b"
 
 
 def fal_answering(handler) -> FalProvider:  # noqa: ANN001 - httpx handler
-    provider = hosted(FalProvider, KEY)
-    provider._client = httpx.Client(base_url="http://fal.test", transport=httpx.MockTransport(handler),
-                                    headers=provider._auth_headers())
-    return provider
+    return answering(FalProvider, KEY, handler)
 
 
 def test_documented_request_is_accepted_and_the_adapter_sends_that_shape():

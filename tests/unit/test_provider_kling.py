@@ -9,7 +9,7 @@ import time
 import httpx
 import jwt
 import pytest
-from provider_contracts import dialect_client, engine_job, faults, hosted, load
+from provider_contracts import answering, dialect_client, engine_job, faults, hosted, load
 
 from adapters.providers.base import ErrorClass, GenerationRequest, JobStatus, SubmitOutcome
 from adapters.providers.http import EMULATED_API_KEY
@@ -26,9 +26,7 @@ def kling(key: str = ACCESS, secret: str = EMULATED_API_KEY, **kw) -> KlingProvi
 
 
 def kling_answering(handler) -> KlingProvider:  # noqa: ANN001 - httpx handler
-    provider = kling()
-    provider._client = httpx.Client(base_url="http://kling.test", transport=httpx.MockTransport(handler))
-    return provider
+    return answering(KlingProvider, ACCESS, handler, extra_secret=EMULATED_API_KEY)
 
 
 def test_the_jwt_is_what_kling_documents():

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from provider_contracts import dialect_client, engine_job, faults, hosted, load
+from provider_contracts import answering, dialect_client, engine_job, faults, hosted, load
 
 from adapters.providers.base import ErrorClass, GenerationRequest, JobStatus, ProviderError, SubmitOutcome
 from adapters.providers.luma import LumaProvider
@@ -22,10 +22,7 @@ REQUEST = GenerationRequest(request_key="task1-a1", model="ray-2", prompt="A lam
 
 
 def luma_answering(handler) -> LumaProvider:  # noqa: ANN001 - httpx handler
-    provider = hosted(LumaProvider, KEY)
-    provider._client = httpx.Client(base_url="http://luma.test", transport=httpx.MockTransport(handler),
-                                    headers=provider._auth_headers())
-    return provider
+    return answering(LumaProvider, KEY, handler)
 
 
 def test_documented_request_is_accepted_and_the_adapter_sends_that_shape():

@@ -7,7 +7,7 @@ import json
 
 import httpx
 import pytest
-from provider_contracts import dialect_client, engine_job, faults, hosted, load
+from provider_contracts import answering, dialect_client, engine_job, faults, hosted, load
 
 from adapters.providers.base import ErrorClass, GenerationRequest, JobStatus, SubmitOutcome, WebhookRejected
 from adapters.providers.replicate import ReplicateProvider
@@ -22,11 +22,8 @@ REQUEST = GenerationRequest(request_key="task1-a1", model="kwaivgi/kling-v2.1", 
                             webhook_url="https://hooks.example/webhooks/replicate")
 
 
-def replicate_answering(handler, **config) -> ReplicateProvider:  # noqa: ANN001, ANN003
-    provider = hosted(ReplicateProvider, KEY, **config)
-    provider._client = httpx.Client(base_url="http://replicate.test", transport=httpx.MockTransport(handler),
-                                    headers=provider._auth_headers())
-    return provider
+def replicate_answering(handler) -> ReplicateProvider:  # noqa: ANN001 - httpx handler
+    return answering(ReplicateProvider, KEY, handler)
 
 
 def test_documented_request_is_accepted_and_the_adapter_sends_that_shape():

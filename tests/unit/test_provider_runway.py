@@ -7,7 +7,7 @@ import json
 
 import httpx
 import pytest
-from provider_contracts import FIXTURES, dialect_client, engine_job, faults, hosted, load
+from provider_contracts import FIXTURES, answering, dialect_client, engine_job, faults, hosted, load
 
 from adapters.providers.base import ErrorClass, GenerationRequest, JobStatus, SubmitOutcome
 from adapters.providers.runway import RATIOS, RunwayProvider, failure_class
@@ -19,10 +19,7 @@ REQUEST = GenerationRequest(request_key="task1-a1", model="gen4_turbo", prompt="
 
 
 def runway_answering(handler) -> RunwayProvider:  # noqa: ANN001 - httpx handler
-    provider = hosted(RunwayProvider, KEY)
-    provider._client = httpx.Client(base_url="http://runway.test", transport=httpx.MockTransport(handler),
-                                    headers=provider._auth_headers())
-    return provider
+    return answering(RunwayProvider, KEY, handler)
 
 
 @pytest.mark.parametrize("name", ["image_to_video_request.json", "image_to_video_request_all.json"])
