@@ -1,8 +1,9 @@
 """Luma's Dream Machine API v1 (api.lumalabs.ai/dream-machine/v1): video generations.
 
 Checked against the official `lumaai` Python SDK (Stainless-generated: generation, video create,
-list and credits types, and its tests). httpx rather than that SDK: it retries POST twice on
-408/409/429/5xx by default and does not tell "not sent" from "sent, no answer" on a create.
+list and credits types, and its tests). httpx rather than that SDK, for the reason given in
+adapters/providers/runway.py: the same generated client can be told `max_retries=0`, but it cannot
+tell a submit that was never sent from one whose answer was lost.
 
 - submit: `POST /generations/video` `{model, prompt, aspect_ratio, duration: "5s"|"9s",
   resolution: "720p", keyframes: {frame0: {type: image, url}}}`. Luma takes no id of ours.

@@ -1,9 +1,11 @@
 """Runway's developer API (api.dev.runwayml.com), API version `2024-11-06` (`X-Runway-Version`).
 
 Checked against the official `runwayml` Python SDK (its generated task and image_to_video types).
-httpx rather than that SDK: it retries POST twice on 408/409/429/5xx by default and folds "not
-sent" and "sent, no answer" into one connection error, both of which the submit must keep apart
-(adapters/providers/http.py).
+httpx rather than that SDK: `max_retries=0` and `base_url` would stop its retries (2 by default,
+POST included) and point it at the emulator, but it raises APITimeoutError for a connect timeout and
+a read timeout alike, and APIConnectionError for a refused connection and a dropped one alike (the
+httpx error only as `__cause__`), while the submit's outcome is exactly that difference: not sent
+(resubmit) or sent without an answer (reconcile first). See adapters/providers/http.py.
 
 - submit: `POST /v1/image_to_video` with `promptImage`, `promptText` (<= 1000 chars), `ratio` in
   pixels (`720:1280`), `duration` (whole seconds, 2..10 for gen4_turbo), `seed` (derived from our request key,
