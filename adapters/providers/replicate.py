@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -126,13 +127,14 @@ class ReplicateProvider(HttpProvider):
         """Predictions created within LOOKBACK whose seed is the one derived from `request_key`."""
         seed, since = request_seed(request_key), datetime.now(UTC) - LOOKBACK
         found: list[Prediction] = []
-        path: str | None = "/v1/predictions"
+        cursor: str | None = None
         for _ in range(MAX_PAGES):
-            page = self._call("GET", path)
+            page = self._call("GET", "/v1/predictions", params={"cursor": cursor} if cursor else None)
             results = [self._prediction(p) for p in page.get("results", [])]
             found += [p for p in results if p.input.get("seed") == seed and p.created_at >= since]
-            path = page.get("next")
-            if not path or not results or min(p.created_at for p in results) < since:
+            # Only the cursor is taken from `next`: our key never goes to a host the answer names.
+            cursor = parse_qs(urlsplit(page.get("next") or "").query).get("cursor", [None])[0]
+            if not cursor or not results or min(p.created_at for p in results) < since:
                 break
         return [self._state(p, request_key) for p in sorted(found, key=lambda p: p.created_at)]
 

@@ -76,6 +76,8 @@ def test_the_adapter_against_the_dialect(tmp_path):
         first = provider.submit(REQUEST)
         other = provider.submit(REQUEST.model_copy(update={"request_key": "task2-a1"}))
         assert first.outcome is other.outcome is SubmitOutcome.ACCEPTED
+        for n in range(dialect.PAGE_SIZE):  # newer predictions push ours to the second page
+            provider.submit(REQUEST.model_copy(update={"request_key": f"filler{n}-a1"}))
         assert [j.job_id for j in provider.find_by_request_key("task1-a1")] == [first.job_id]
         assert provider.find_by_request_key("task9-a1") == []
         assert provider.get_job(first.job_id).status is JobStatus.QUEUED
