@@ -11,6 +11,7 @@ from cli import commands, delivery, operations
 from cli.dev import demo, dev_app
 from cli.drill import drill
 from cli.review import review
+from cli.providers import providers_app
 
 app = typer.Typer(help="reelqueue: product catalogs to stored, transcoded videos through durable workflows.",
                   no_args_is_help=True, add_completion=False)
@@ -31,6 +32,7 @@ app.command("drill")(drill)
 app.command("export")(delivery.export)
 app.command("gc")(delivery.gc)
 app.command("review")(review)
+app.add_typer(providers_app, name="providers")
 
 # The CLI reports problems in its own output (tables, reports, --json); library warnings such as
 # fetch refusals are already in the validation report, so only errors reach stderr by default.

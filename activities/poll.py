@@ -6,6 +6,7 @@ Each records what it saw on the attempt row; an attempt's state only moves forwa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -39,17 +40,26 @@ class PollActivities:
         self.db = db
         self.providers = providers
 
-    def _provider(self, task_id: str) -> VideoProvider:
+    def _route(self, task_id: str) -> tuple[VideoProvider, str, float]:
+        """The task's provider, model and duration."""
         with self.db.transaction() as session:
             task = session.get(Task, task_id)
             if task is None:
                 raise TaskNotFound(task_id)
-            return self.providers[task.provider]
+            return self.providers[task.provider], task.model, float(task.duration_s)
+
+    def _observe(self, task_id: str, ask: Callable[[VideoProvider], JobState]) -> tuple[VideoProvider, JobState]:
+        """One call to the task's provider; a provider that reports no usage is priced from its
+        table (hosted adapters' `priced`), so every ended job carries what it costs."""
+        provider, model, duration_s = self._route(task_id)
+        state = ask(provider)
+        priced = getattr(provider, "priced", None)
+        return provider, (priced(state, model, duration_s) if priced else state)
 
     @activity.defn(name="poll_job")
     @classified
     def poll_job(self, ref: JobRef) -> PollResult:
-        state = self._provider(ref.task_id).get_job(ref.job_id)
+        _, state = self._observe(ref.task_id, lambda p: p.get_job(ref.job_id))
         failpoint("mid_poll")
         self._record(ref, state, poll=True)
         return _result(state)
@@ -58,8 +68,7 @@ class PollActivities:
     @classified
     def cancel_job(self, ref: JobRef) -> PollResult:
         """Ask the provider to stop the job; a provider that cannot cancel is asked for its status."""
-        provider = self._provider(ref.task_id)
-        state = provider.cancel(ref.job_id) if provider.capabilities.cancel else provider.get_job(ref.job_id)
+        _, state = self._observe(ref.task_id, _stopper(ref.job_id))
         self._record(ref, state, poll=False)
         return _result(state)
 
@@ -68,8 +77,7 @@ class PollActivities:
     def account_stray_job(self, ref: StrayJobRef) -> StrayJobResult:
         """Cancel a duplicate job where the provider allows, wait for its end, record its cost as an
         ADJUSTMENT carrying the job id. Retried (with a delay) until the job is terminal."""
-        provider = self._provider(ref.task_id)
-        state = provider.cancel(ref.job_id) if provider.capabilities.cancel else provider.get_job(ref.job_id)
+        provider, state = self._observe(ref.task_id, _stopper(ref.job_id))
         cost = Decimal(str(state.usage.cost)) if state.usage and state.usage.cost is not None else Decimal(0)
         terminal = state.status in TERMINAL_JOB_STATUSES
         with self.db.transaction() as session:
@@ -113,6 +121,11 @@ class PollActivities:
                 progress = Decimal(str(round(state.progress, 4)))
                 session.execute(update(Task).where(Task.id == ref.task_id, Task.progress < progress)
                                 .values(progress=progress))
+
+
+def _stopper(job_id: str) -> Callable[[VideoProvider], JobState]:
+    """Cancel where the provider allows, else ask for the status."""
+    return lambda p: p.cancel(job_id) if p.capabilities.cancel else p.get_job(job_id)
 
 
 def _result(state: JobState) -> PollResult:

@@ -26,7 +26,14 @@ from temporalio import activity
 
 from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
-from adapters.providers.base import ErrorClass, GenerationRequest, SubmitOutcome, SubmitResult, VideoProvider
+from adapters.providers.base import (
+    ErrorClass,
+    GenerationRequest,
+    JobState,
+    SubmitOutcome,
+    SubmitResult,
+    VideoProvider,
+)
 from adapters.storage import ObjectStorage
 from catalog.expand import OVERLAY_FIELDS
 from schema import webhook_inbox as inbox
@@ -142,10 +149,11 @@ class SubmitActivities:
             provider = self.providers[attempt.provider]
             caps = provider.capabilities
             call_ended = attempt.call_ended_at or attempt.sent_at + timedelta(seconds=caps.submit_timeout_s)
+            sent_at = attempt.sent_at
         if not caps.can_reconcile:
             return ReconcileResult(outcome=ReconcileOutcome.NOT_ASKABLE,
                                    evidence=f"{attempt.provider} offers no lookup of jobs by request key or list")
-        jobs = [j.job_id for j in provider.find_by_request_key(key)]  # oldest first
+        jobs = [j.job_id for j in self._find(provider, ref, key, sent_at)]  # oldest first
         conclusive_at = call_ended + timedelta(seconds=caps.acceptance_window_s)
         now = datetime.now(UTC)
         if not jobs and now < conclusive_at:
@@ -183,6 +191,16 @@ class SubmitActivities:
                  if attempt.provider_job_id else [])
         webhooks = self.webhook_url(attempt.provider) is not None
         return _resumed(attempt).model_copy(update={"webhooks": webhooks, "early_updates": early})
+
+    def _find(self, provider: VideoProvider, ref: AttemptRef, key: str, sent_at: datetime | None) -> list[JobState]:
+        """The provider's jobs for this attempt: by our request key, or, for a provider that only
+        echoes what it was asked (`find_by_request`), by the same request sent since `sent_at`."""
+        by_request = getattr(provider, "find_by_request", None)
+        if by_request is None or sent_at is None:
+            return provider.find_by_request_key(key)
+        with self.db.transaction() as session:
+            request = self._request(session, _task(session, ref.task_id), key)
+        return by_request(request, sent_at)
 
     def _request(self, session: Session, task: Task, key: str) -> GenerationRequest:
         image_url = None

@@ -141,7 +141,16 @@ def _invalid_reason(
 ) -> str | None:
     if provider is None:
         return f"no adapter for provider {task.provider!r}"
+    missing = getattr(provider, "missing_setting", None)  # hosted providers need a key
+    if missing:
+        return (f"{task.provider} is not configured: set {missing} "
+                "(or point it at the emulator with `reelqueue dev up --emulate-providers`)")
     caps = provider.capabilities
+    if caps.models is not None and task.model not in caps.models:
+        return (f"{task.provider} has no model {task.model!r} (known: {', '.join(caps.models)}; a price in "
+                f"REELQUEUE_{task.provider.upper()}_PRICES adds one)")
+    if caps.durations_s is not None and float(task.duration_s) not in caps.durations_s:
+        return f"{task.provider} offers durations {caps.durations_s} s, not {task.duration_s} s"
     if task.aspect_ratio not in caps.aspect_ratios:
         return f"{task.provider} does not render {task.aspect_ratio}"
     if not caps.min_duration_s <= float(task.duration_s) <= caps.max_duration_s:

@@ -58,3 +58,10 @@ class StandardWebhookVerifier:
             raise WebhookRejected("malformed webhook-signature header or body") from None
         kept = {name: lowered[name] for name in KEPT_HEADERS}
         return SignedDelivery(msg_id=msg_id, timestamp=datetime.fromtimestamp(sent, UTC), headers=kept)
+
+
+def verified(verifier: StandardWebhookVerifier | None, headers: Mapping[str, str], body: bytes) -> SignedDelivery:
+    """The delivery, checked by the provider's verifier; refused when the provider has none."""
+    if verifier is None:
+        raise WebhookRejected("webhooks are not configured for this provider")
+    return verifier.verify(headers, body)

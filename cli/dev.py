@@ -31,14 +31,14 @@ def _print_stack(stack, as_json: bool, **extra: object) -> None:  # noqa: ANN001
         console.print(f"{key.replace('_', ' ')}: {value if value is not None else 'off'}")
 
 
-def bring_up(settings: Settings, services: list[str] | None = None) -> Settings:
+def bring_up(settings: Settings, services: list[str] | None = None, emulate_providers: bool | None = None) -> Settings:
     """Start the stack (idempotent), migrate the database; return settings that point at it."""
     import devstack
     from adapters.storage import ObjectStorage
     from schema.migrate import upgrade
 
     try:
-        devstack.up(settings, services=services)
+        devstack.up(settings, services=services, emulate_providers=emulate_providers)
     except devstack.StackError as exc:
         fail(str(exc))
     fresh = Settings()
@@ -48,11 +48,17 @@ def bring_up(settings: Settings, services: list[str] | None = None) -> Settings:
 
 
 @dev_app.command("up")
-def up(as_json: bool = typer.Option(False, "--json")) -> None:
+def up(
+    emulate_providers: bool | None = typer.Option(
+        None, "--emulate-providers/--real-providers",
+        help="point every provider whose REELQUEUE_<P>_BASE_URL is not set at the emulator's dialect "
+             "(default: as the last `dev up` left it)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Start every service in the background (state under $REELQUEUE_HOME); safe to repeat."""
     import devstack
 
-    settings = bring_up(Settings())
+    settings = bring_up(Settings(), emulate_providers=emulate_providers)
     _print_stack(devstack.status(settings), as_json)
 
 
@@ -71,7 +77,8 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
 
     settings = Settings()
     current = devstack.effective_settings(settings)
-    _print_stack(devstack.status(settings), as_json, webhook_url=current.webhook_url(current.provider))
+    _print_stack(devstack.status(settings), as_json, webhook_url=current.webhook_url(current.provider),
+                 emulate_providers=current.emulate_providers)
 
 
 def demo(

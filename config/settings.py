@@ -58,6 +58,31 @@ class Settings(BaseSettings):
     review_token_hours: float = Field(default=12.0, gt=0, le=24 * 30)  # how long a review link works
     provider: str = "emulator"
 
+    # Hosted providers: REELQUEUE_<PROVIDER>_API_KEY, _BASE_URL (empty: the official URL),
+    # _PRICES (JSON {model: credits per second of video}, merged over the adapter's table).
+    # `dev up --emulate-providers` (emulate_providers) points every provider whose base URL is not
+    # set at the emulator's dialect of it. A provider without a key is listed but its tasks end INVALID.
+    emulate_providers: bool = False
+    provider_submit_timeout_s: float = Field(default=20.0, gt=0, le=25)  # under the submit activity's 30 s
+    runway_api_key: str = Field(default="", repr=False)
+    runway_base_url: str = ""
+    runway_prices: dict[str, float] = Field(default_factory=dict)
+    replicate_api_key: str = Field(default="", repr=False)
+    replicate_base_url: str = ""
+    replicate_prices: dict[str, float] = Field(default_factory=dict)
+    # From GET /v1/webhooks/default/secret (`whsec_...`); empty: Replicate webhooks are not asked for.
+    replicate_webhook_secret: str = Field(default="", repr=False)
+    kling_api_key: str = Field(default="", repr=False)  # the access key
+    kling_secret_key: str = Field(default="", repr=False)  # signs the JWT with the access key
+    kling_base_url: str = ""
+    kling_prices: dict[str, float] = Field(default_factory=dict)
+    luma_api_key: str = Field(default="", repr=False)
+    luma_base_url: str = ""
+    luma_prices: dict[str, float] = Field(default_factory=dict)
+    fal_api_key: str = Field(default="", repr=False)
+    fal_base_url: str = ""
+    fal_prices: dict[str, float] = Field(default_factory=dict)
+
     # Webhooks: submits ask providers that offer them to POST to {public_url}/webhooks/{provider}.
     # public_url is the gateway as providers reach it (empty: gateway_url).
     public_url: str = ""

@@ -118,8 +118,22 @@ def _wait(names: list[str], settings: Settings, paths: StackPaths, pids: dict[st
     return taken
 
 
-def _up(settings: Settings, paths: StackPaths, names: list[str], wait: bool) -> dict[str, float]:
+def _set_emulation(settings: Settings, paths: StackPaths, stack: dict[str, Any], names: list[str],
+                   emulate: bool | None) -> None:
+    """Record `--emulate-providers` in stack.json; the worker and the gateway read it when they
+    start, so running ones are stopped here and started again below with the new value."""
+    if emulate is None or bool(stack["settings"].get("emulate_providers", False)) == emulate:
+        return
+    stack["settings"]["emulate_providers"] = emulate
+    for name in ("worker", "gateway"):
+        if name in names:
+            _stop(settings, paths, name)
+
+
+def _up(settings: Settings, paths: StackPaths, names: list[str], wait: bool,
+        emulate_providers: bool | None = None) -> dict[str, float]:
     stack = read_stack(paths)
+    _set_emulation(settings, paths, stack, names, emulate_providers)
     to_start: list[str] = []
     pids: dict[str, int] = {}
     for name in names:
@@ -161,8 +175,12 @@ def _up(settings: Settings, paths: StackPaths, names: list[str], wait: bool) -> 
     return timings
 
 
-def up(settings: Settings, *, services: list[str] | None = None, wait: bool = True) -> StackStatus:
+def up(settings: Settings, *, services: list[str] | None = None, wait: bool = True,
+       emulate_providers: bool | None = None) -> StackStatus:
     """Start what is not running (all services, or `services`), wait until each answers.
+
+    `emulate_providers` (None: as it was) points every hosted provider whose base URL is not set
+    at the emulator's dialect of it (REELQUEUE_EMULATE_PROVIDERS, kept in stack.json).
 
     Services already alive and answering are left alone; a service whose endpoint the user set
     in the environment (DATABASE_URL, REELQUEUE_S3_ENDPOINT, ...) is used, never started.
@@ -172,7 +190,7 @@ def up(settings: Settings, *, services: list[str] | None = None, wait: bool = Tr
     paths.ensure()
     names = _owners(services)
     with _locked(paths):
-        _up(settings, paths, names, wait)
+        _up(settings, paths, names, wait, emulate_providers)
     return status(settings)
 
 

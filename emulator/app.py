@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,16 +15,16 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from emulator.clock import JobClock
 from emulator.config import EmulatorConfig
-from emulator.faults import DEFECTS, FaultBoard
+from emulator.dialects import DIALECTS, DialectError, dialect_for
+from emulator.engine import Engine, EngineRefusal
+from emulator.faults import FaultBoard
 from emulator.service import JobService
 from emulator.signing import check_file_token
 from emulator.stats import StatsBoard
-from emulator.store import JobRecord, JobStore
+from emulator.store import JobStore
 from emulator.webhooks import WebhookSender
-from emulator.wire import ALIVE, WAITING, Faults, JobList, JobOut, SimJobList, SimStats, SubmitIn
+from emulator.wire import Faults, JobList, JobOut, SimJobList, SimStats, SubmitIn
 from emulator.worker import RenderPool
-
-_RETRY_AFTER_S = "1"
 
 
 class ApiError(Exception):
@@ -51,12 +50,15 @@ def require_bearer(authorization: str | None = Header(default=None)) -> None:
         raise ApiError(401, "AUTH.MISSING_TOKEN", "Authorization: Bearer <key> required")
 
 
-async def _hold_answer(request: Request, seconds: float) -> None:
-    """The submit_hang fault: the job exists, the answer never comes in time. Stops early once
-    the client has hung up, so a stopped test server is not kept waiting."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and not await request.is_disconnected():
-        await asyncio.sleep(0.1)
+def _retry_header(seconds: float | None) -> str | None:
+    return None if seconds is None else f"{seconds:g}"
+
+
+def _as_api_error(exc: EngineRefusal) -> ApiError:
+    """An engine refusal in the emulator's own shape and codes."""
+    code = {"injected": "SIM.INJECTED_STATUS", "queue_full": "RATE_LIMIT.QUEUE_FULL", "outage": "SIM.OUTAGE",
+            "not_found": "NOT_FOUND"}[exc.kind]
+    return ApiError(exc.status, code, exc.message, retry_after=_retry_header(exc.retry_after_s))
 
 
 def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
@@ -69,6 +71,7 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
     service = JobService(config, store, webhooks)
     pool = RenderPool(store, config, stats, on_rendered=lambda: clock.wake())
     clock = JobClock(service, config, faults, stats, on_started=pool.wake)
+    engine = Engine(config, store, service, faults, clock, stats)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -88,76 +91,55 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return _error_response(exc.status, exc.code, exc.message, exc.headers)
 
+    @app.exception_handler(DialectError)
+    async def _dialect_error(_: Request, exc: DialectError) -> JSONResponse:
+        return exc.response
+
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        dialect = dialect_for(request.url.path)
+        if dialect is not None:
+            return dialect.invalid_request(exc)
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         return _error_response(
             422, "VALIDATION.INVALID_REQUEST", f"{where}: {first.get('msg', 'invalid')}", details=exc.errors()
         )
 
-    def _found(job: JobRecord | None, job_id: str) -> JobRecord:
-        if job is None:
-            raise ApiError(404, "NOT_FOUND", f"no job {job_id}")
-        return job
-
-    def _count_refusal(status: int) -> None:
-        if status == 429:
-            stats.add("refused_429")
-
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_bearer)])
 
     @v1.post("/jobs", status_code=201)
     async def submit(body: SubmitIn, request: Request) -> JobOut:
-        stats.add("submits")
-        injected = faults.take_submit_status()
-        if injected is not None:
-            retry = _RETRY_AFTER_S if injected == 429 or injected >= 500 else None
-            _count_refusal(injected)
-            raise ApiError(injected, "SIM.INJECTED_STATUS", f"injected HTTP {injected}", retry_after=retry)
-        if store.count(*WAITING) >= faults.tuning(config).max_queued:
-            _count_refusal(429)
-            raise ApiError(429, "RATE_LIMIT.QUEUE_FULL", "too many jobs waiting", retry_after=_RETRY_AFTER_S)
-        fail = faults.take("fail_next")
-        defect = next((kind for kind in DEFECTS if faults.take(f"{kind}_video")), None)
-        if body.webhook_url and faults.take("webhook_before_response"):  # first event before the answer
-            job = await asyncio.to_thread(service.create, body, fail_injected=fail, announce_now=True,
-                                          defect=defect)
-        else:
-            job = service.create(body, fail_injected=fail, defect=defect)
-        stats.add("jobs_created")
-        stats.peak("max_alive", store.count(*ALIVE))
-        clock.wake()
-        if faults.take("submit_hang_after_create"):
-            await _hold_answer(request, config.hang_s)
-        return service.view(job)
-
-    def _outage(name: str) -> None:
-        if faults.in_outage(name):
-            raise ApiError(503, "SIM.OUTAGE", "service temporarily unavailable", retry_after=_RETRY_AFTER_S)
+        try:
+            return service.view(await engine.submit(body, request))
+        except EngineRefusal as exc:
+            raise _as_api_error(exc) from None
 
     @v1.get("/jobs/{job_id}")
     def get_job(job_id: str) -> JobOut:
-        stats.add("status_calls")
-        _outage("status_outage_s")
-        if faults.in_outage("status_missing_s"):
-            raise ApiError(404, "NOT_FOUND", f"no job {job_id}")
-        job = _found(store.get(job_id), job_id)
-        return service.view(job, dead_url=job.status == "succeeded" and faults.take("expire_output_urls"))
+        try:
+            return engine.status(job_id)
+        except EngineRefusal as exc:
+            raise _as_api_error(exc) from None
 
     @v1.get("/jobs")
     def list_jobs(request_key: str) -> JobList:
-        _outage("list_outage_s")
+        try:
+            engine.outage("list_outage_s")
+        except EngineRefusal as exc:
+            raise _as_api_error(exc) from None
         return JobList(data=[service.view(j) for j in store.list(request_key)])
 
     @v1.post("/jobs/{job_id}/cancel")
     def cancel(job_id: str) -> JobOut:
-        _outage("cancel_outage_s")
-        job = _found(service.cancel(job_id), job_id)
-        clock.wake()  # a running slot may be free
-        return service.view(job)
+        try:
+            return engine.cancel(job_id)
+        except EngineRefusal as exc:
+            raise _as_api_error(exc) from None
 
     app.include_router(v1)
+    for dialect in DIALECTS.values():
+        app.include_router(dialect.router(engine))
 
     @app.get("/files/{job_id}/{token}.mp4", response_class=FileResponse)
     def download(job_id: str, token: str) -> FileResponse:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from emulator.config import EmulatorConfig
@@ -26,6 +27,8 @@ class JobService:
         self.config = config
         self.store = store
         self.webhooks = webhooks
+        # dialect -> the body its jobs' webhooks carry (the dialect's own job JSON)
+        self.webhook_bodies: dict[str, Callable[[JobOut], bytes]] = {}
 
     def create(self, body: SubmitIn, *, fail_injected: bool, announce_now: bool = False,
                defect: str | None = None) -> JobRecord:
@@ -96,7 +99,9 @@ class JobService:
         if not job.webhook_url:
             return
         send = self.webhooks.send_now if now else self.webhooks.send
-        send(job.webhook_url, self.view(job).model_dump_json().encode(), job_id=job.id)
+        render = self.webhook_bodies.get(job.request_key.partition(":")[0])
+        view = self.view(job)
+        send(job.webhook_url, render(view) if render else view.model_dump_json().encode(), job_id=job.id)
 
     def view(self, job: JobRecord, *, dead_url: bool = False) -> JobOut:
         """The public JSON of a job; output URLs are signed afresh on every read. `dead_url`: the

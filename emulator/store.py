@@ -129,6 +129,12 @@ class JobStore:
             return self._query("SELECT * FROM jobs ORDER BY created_at, id")
         return self._query("SELECT * FROM jobs WHERE request_key = ? ORDER BY created_at, id", (request_key,))
 
+    def list_prefix(self, prefix: str) -> list[JobRecord]:
+        """Jobs whose request key starts with `prefix` (a dialect's jobs), oldest first."""
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return self._query("SELECT * FROM jobs WHERE request_key LIKE ? ESCAPE '\\' ORDER BY created_at, id",
+                           (escaped + "%",))
+
     def count(self, *statuses: str) -> int:
         sql = f"SELECT count(*) FROM jobs WHERE status IN ({_marks(statuses)})"
         with self._lock:

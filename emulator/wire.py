@@ -12,6 +12,8 @@ from adapters.media.transcode import PROXY_FRAME
 MIN_DURATION_S = 1.0
 MAX_DURATION_S = 10.0
 ASPECT_RATIOS = list(PROXY_FRAME)
+# The content filter: a job whose prompt holds this word fails moderation (SAFETY.INPUT.TEXT).
+MODERATED_WORD = "forbidden-content"
 
 JobStatusName = Literal["queued", "throttled", "running", "succeeded", "failed", "canceled"]
 WAITING: tuple[str, ...] = ("queued", "throttled")  # jobs that count towards max_queued

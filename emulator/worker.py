@@ -20,6 +20,7 @@ from emulator.config import EmulatorConfig
 from emulator.render import RenderError, fetch_image, render_video
 from emulator.stats import StatsBoard
 from emulator.store import JobRecord, JobStore
+from emulator.wire import MODERATED_WORD
 
 log = logging.getLogger("emulator.worker")
 _IDLE_S = 0.5
@@ -87,6 +88,8 @@ class RenderPool:
         try:
             if job.fail_injected:
                 raise RenderError("INTERNAL.SIMULATED_FAILURE", "failure injected by /_sim/faults")
+            if MODERATED_WORD in job.prompt.lower():  # the content filter: a moderation failure
+                raise RenderError("SAFETY.INPUT.TEXT", "the prompt was flagged by the content filter")
             image = self._fetch(job.image_url, work_dir) if job.image_url else None
             self._produce(job, image, work_dir)
         except RenderError as exc:

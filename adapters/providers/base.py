@@ -97,6 +97,10 @@ class Capabilities(BaseModel):
     aspect_ratios: list[str] = Field(default_factory=lambda: ["9:16", "16:9", "1:1"])
     min_duration_s: float = 1.0
     max_duration_s: float = 10.0
+    durations_s: list[float] | None = None  # the only durations offered (None: any in min..max)
+    models: list[str] | None = None  # the models accepted (None: any)
+    output_domains: list[str] = Field(default_factory=list)  # hosts output URLs come from
+    output_ttl_s: float | None = None  # how long an output URL lives
     min_poll_interval_s: float = 1.0
     # How long after our submit call ended a job it created may still be missing from the
     # provider's lookup (eventual consistency); "never created" is concluded only after it.

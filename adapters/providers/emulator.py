@@ -7,9 +7,7 @@ before sending again (docs/architecture.md, "Failure paths").
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,7 +28,9 @@ from adapters.providers.base import (
     WebhookEvent,
     WebhookRejected,
 )
-from adapters.webhooks import StandardWebhookVerifier
+from adapters.providers.http import json_body as _body
+from adapters.providers.http import retry_after, retryable_status
+from adapters.webhooks import StandardWebhookVerifier, verified
 from emulator.wire import ASPECT_RATIOS, MAX_DURATION_S, MIN_DURATION_S, ErrorOut, JobList, JobOut
 
 _STATUS = {
@@ -43,37 +43,7 @@ _STATUS = {
 }
 # Failures caused by what we sent: sending the same again fails the same way.
 _NON_RETRYABLE_PREFIXES = ("INPUT.", "VALIDATION.")
-
-
-def _retryable_status(status: int) -> bool:
-    return status in (408, 429) or status >= 500
-
-
-def _retry_after(resp: httpx.Response) -> float | None:
-    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
-    if (ms := resp.headers.get("retry-after-ms")) is not None:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = resp.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
-
-
-def _body(resp: httpx.Response) -> Any:
-    try:
-        return resp.json()
-    except ValueError:
-        return {"text": resp.text[:500]}
+_MODERATION_PREFIX = "SAFETY."  # the emulator's content filter refused the prompt
 
 
 def _error_text(resp: httpx.Response, body: Any) -> str:
@@ -184,12 +154,12 @@ class EmulatorProvider:
         if resp.status_code >= 500 and not _provider_refusal(body):
             # Sent, and something failed after the body left: the job may exist.
             return result(SubmitOutcome.UNKNOWN, ErrorClass.UNKNOWN_OUTCOME, message, **answer)
-        if _retryable_status(resp.status_code):
+        if retryable_status(resp.status_code):
             return result(
                 SubmitOutcome.REJECTED_RETRYABLE,
                 ErrorClass.RETRYABLE,
                 message,
-                retry_after_s=_retry_after(resp),
+                retry_after_s=retry_after(resp.headers),
                 **answer,
             )
         return result(SubmitOutcome.REJECTED_FINAL, ErrorClass.NON_RETRYABLE, message, **answer)
@@ -210,9 +180,7 @@ class EmulatorProvider:
 
     def parse_webhook(self, headers: Mapping[str, str], body: bytes) -> WebhookEvent:
         """A Standard Webhooks delivery whose body is the job JSON, as GET /v1/jobs/{id} gives it."""
-        if self._verifier is None:
-            raise WebhookRejected("webhooks are not configured for this provider")
-        delivery = self._verifier.verify(headers, body)
+        delivery = verified(self._verifier, headers, body)
         try:
             job = JobOut.model_validate_json(body)
             return WebhookEvent(
@@ -239,7 +207,7 @@ class EmulatorProvider:
         if resp.is_error:
             raise ProviderError(
                 f"{method} {path}: {_error_text(resp, body)}",
-                retryable=_retryable_status(resp.status_code),
+                retryable=retryable_status(resp.status_code),
                 http_status=resp.status_code,
             )
         return body
@@ -272,6 +240,8 @@ class EmulatorProvider:
 def _error_class(error: ErrorOut | None) -> ErrorClass | None:
     if error is None:
         return None
+    if error.code.startswith(_MODERATION_PREFIX):
+        return ErrorClass.MODERATION
     return (
         ErrorClass.NON_RETRYABLE if error.code.startswith(_NON_RETRYABLE_PREFIXES) else ErrorClass.RETRYABLE
     )

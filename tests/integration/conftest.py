@@ -31,7 +31,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     home = tmp_path_factory.mktemp("reelqueue-home")
     os.environ["REELQUEUE_HOME"] = str(home)
     os.environ["REELQUEUE_EMULATOR_RENDER"] = "fast"  # small valid clips: hundreds of tasks stay quick
-    devstack.up(Settings(), services=STACK_SERVICES)
+    # Hosted providers on the emulator's dialects: the gateway verifies their webhooks too.
+    devstack.up(Settings(), services=STACK_SERVICES, emulate_providers=True)
     settings = Settings()
     try:
         upgrade(settings.database_url)
