@@ -10,8 +10,8 @@ import typer
 from cli import commands, delivery, operations
 from cli.dev import demo, dev_app
 from cli.drill import drill
-from cli.review import review
 from cli.providers import providers_app
+from cli.review import review
 
 app = typer.Typer(help="reelqueue: product catalogs to stored, transcoded videos through durable workflows.",
                   no_args_is_help=True, add_completion=False)
