@@ -16,6 +16,7 @@ from temporalio import activity
 from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
 from adapters.providers.base import JobState, JobStatus, VideoProvider
+from metrics import STATUS_CALLS
 from schema.contracts import TERMINAL_JOB_STATUSES, JobRef, PollResult, StrayJobRef, StrayJobResult
 from schema.db import Database
 from schema.models import Attempt, CreditEntry, StrayJob, Task
@@ -49,7 +50,13 @@ class PollActivities:
     @activity.defn(name="poll_job")
     @classified
     def poll_job(self, ref: JobRef) -> PollResult:
-        state = self._provider(ref.task_id).get_job(ref.job_id)
+        provider = self._provider(ref.task_id)
+        try:
+            state = provider.get_job(ref.job_id)
+        except Exception:
+            STATUS_CALLS.labels(provider.name, "error").inc()
+            raise
+        STATUS_CALLS.labels(provider.name, "ok").inc()
         failpoint("mid_poll")
         self._record(ref, state, poll=True)
         return _result(state)

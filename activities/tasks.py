@@ -10,6 +10,7 @@ from adapters.providers.base import VideoProvider
 from adapters.storage import ObjectStorage
 from catalog.plan import Deadlines
 from catalog.plan import Plan as PlanSpec
+from metrics import STATE_SECONDS, TRANSITION_CONFLICTS, TRANSITIONS
 from schema import task_store
 from schema.contracts import TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
 from schema.db import Database
@@ -48,6 +49,7 @@ class TaskActivities:
                 session, req.task_id, req.event, source=req.source, source_event_id=req.source_event_id,
                 attempt_no=req.attempt_no, payload=payload, task_updates=updates,
             )
+        _observe(req, out)
         return TransitionResult(applied=out.applied, status=out.status, version=out.version)
 
     @activity.defn(name="validate_task")
@@ -72,6 +74,19 @@ class TaskActivities:
         )
         reason = _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)
+
+
+def _observe(req: TransitionInput, out: task_store.TransitionOutcome) -> None:
+    """Metrics of one recorded transition (a repeat of an event already recorded counts nothing)."""
+    if out.duplicate:
+        return
+    TRANSITIONS.labels(req.event.value, str(out.applied).lower()).inc()
+    if out.conflicts:
+        TRANSITION_CONFLICTS.labels("version").inc(out.conflicts)
+    if not out.applied:
+        TRANSITION_CONFLICTS.labels("illegal").inc()
+    elif out.left_after_s is not None:
+        STATE_SECONDS.labels(out.from_status).observe(out.left_after_s)
 
 
 def _invalid_reason(

@@ -26,6 +26,8 @@ class TransitionOutcome(BaseModel):
     from_status: str
     status: str
     version: int
+    conflicts: int = 0  # compare-and-set losses to a concurrent writer before this outcome
+    left_after_s: float | None = None  # applied: how long the task had been in `from_status`
 
 
 class TaskNotFound(LookupError):
@@ -53,7 +55,7 @@ def transition(
             applied=seen.applied, duplicate=True, from_status=seen.from_status, status=current.status,
             version=current.version,
         )
-    for _ in range(MAX_CAS_RETRIES):
+    for conflicts in range(MAX_CAS_RETRIES):
         task = _load(session, task_id)
         try:
             move = sm.apply(sm.TaskStatus(task.status), task.version, event)
@@ -61,9 +63,10 @@ def transition(
             _append_event(session, task, event, task.status, task.status, task.version, source, source_event_id,
                           attempt_no, payload, applied=False)
             return TransitionOutcome(applied=False, from_status=task.status, status=task.status,
-                                     version=task.version)
+                                     version=task.version, conflicts=conflicts)
         now = datetime.now(UTC)
         from_status, version, to = task.status, task.version, move.to_status
+        entered = task.updated_at
         values: dict[str, Any] = {"status": to.value, "version": move.to_version, "updated_at": now}
         if to in sm.TERMINAL:
             values["finished_at"] = now
@@ -77,7 +80,9 @@ def transition(
         if result.rowcount == 1:
             _append_event(session, task, event, from_status, to.value, move.to_version, source, source_event_id,
                           attempt_no, payload, applied=True)
-            return TransitionOutcome(applied=True, from_status=from_status, status=to.value, version=move.to_version)
+            return TransitionOutcome(applied=True, from_status=from_status, status=to.value, version=move.to_version,
+                                     conflicts=conflicts,
+                                     left_after_s=(now - entered).total_seconds() if entered else None)
         session.expire_all()  # someone else moved the task: re-read and decide again
     raise RuntimeError(f"task {task_id}: version kept changing, gave up after {MAX_CAS_RETRIES} tries")
 
