@@ -1,7 +1,10 @@
-"""Bulk writes of expanded tasks with COPY: the import's hot path for large catalogs.
+"""Bulk writes of an import with COPY: the import's hot path for large catalogs.
 
-Rows are COPYed into a temporary staging table, then moved with one INSERT ... ON CONFLICT DO
-NOTHING, which also records which tasks were new and which were reused by this import.
+Products are COPYed with ids taken from their sequence up front (one query per batch), so tasks
+can name their product without a RETURNING round trip. Tasks are COPYed into a temporary staging
+table, then moved with one INSERT ... ON CONFLICT DO NOTHING, which also records which tasks were
+new and which were reused by this import. JSON columns arrive as JSON text (COPY's text format:
+the server parses them), encoded once by the caller.
 """
 
 from __future__ import annotations
@@ -9,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg.types.json import Jsonb
 from sqlalchemy.orm import Session
 
 TASK_COLUMNS = (
@@ -18,7 +20,10 @@ TASK_COLUMNS = (
     "image_sha256", "image_asset_id", "duration_s", "provider", "model", "estimated_cost", "status", "version",
     "progress", "current_attempt_no", "workflow_id",
 )
-_JSON = {"identity", "overlay"}
+PRODUCT_COLUMNS = (
+    "id", "import_id", "product_id", "title", "description", "image_url", "image_asset_id", "price", "currency",
+    "category", "data", "content_sha256",
+)
 _COLS = ", ".join(TASK_COLUMNS)
 
 
@@ -33,14 +38,26 @@ def prepare_staging(session: Session) -> None:
     )
 
 
-def insert_tasks(session: Session, import_id: str, rows: Sequence[dict[str, Any]]) -> int:
-    """Insert task rows (new ones) and link all of them to the import; returns how many were new."""
-    conn = _raw(session)
-    with conn.cursor() as cur:
+def insert_products(session: Session, rows: Sequence[Sequence[Any]]) -> list[int]:
+    """COPY product rows (PRODUCT_COLUMNS without `id`); returns their new ids, in order."""
+    with _raw(session).cursor() as cur:
+        cur.execute("SELECT nextval(pg_get_serial_sequence('products', 'id')) FROM generate_series(1, %s)",
+                    (len(rows),))
+        ids = [i for (i,) in cur.fetchall()]
+        with cur.copy(f"COPY products ({', '.join(PRODUCT_COLUMNS)}) FROM STDIN") as copy:
+            for product_id, row in zip(ids, rows, strict=True):
+                copy.write_row((product_id, *row))
+    return ids
+
+
+def insert_tasks(session: Session, import_id: str, rows: Sequence[Sequence[Any]]) -> int:
+    """Insert task rows (values in TASK_COLUMNS order; new ones only) and link all of them to the
+    import; returns how many were new."""
+    with _raw(session).cursor() as cur:
         cur.execute("TRUNCATE staged_tasks")
         with cur.copy(f"COPY staged_tasks ({_COLS}) FROM STDIN") as copy:
             for row in rows:
-                copy.write_row([Jsonb(row[c]) if c in _JSON else row[c] for c in TASK_COLUMNS])
+                copy.write_row(row)
         cur.execute(
             f"""
             WITH new AS (
