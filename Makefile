@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test install lint bench bench-run bench-webhooks down
+.PHONY: demo test install lint bench bench-run bench-webhooks bench-pipeline bench-capacity down
 
 $(VENV)/.installed: pyproject.toml
 	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..."
@@ -36,3 +36,11 @@ bench-run: install
 
 bench-webhooks: install
 	$(BIN)/python -m bench.webhook_bench $(ARGS)
+
+# `make bench-pipeline ARGS="--tasks 100"`: engine ceiling vs pipeline, CPU per task by process
+bench-pipeline: install
+	$(BIN)/python -m bench.pipeline $(ARGS)
+
+# `make bench-capacity ARGS="--rate 3 --minutes 5"` (seed 002's peak; about 15 minutes)
+bench-capacity: install
+	$(BIN)/python -m bench.capacity $(ARGS)

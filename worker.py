@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -33,18 +34,26 @@ def build_worker(client: Client, settings: Settings, *, task_queue: str | None =
     """
     if not settings.worker_id:
         settings = settings.model_copy(update={"worker_id": f"{socket.gethostname()}:{os.getpid()}"})
-    slots, local_slots = settings.worker_max_activities, settings.worker_max_local_activities
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=[GenerationWorkflow, ProviderGateWorkflow],
         activities=build_activities(settings, client),
-        activity_executor=ThreadPoolExecutor(slots + local_slots, thread_name_prefix="activity"),
-        max_concurrent_activities=slots,
-        max_concurrent_local_activities=local_slots,
-        max_concurrent_workflow_tasks=settings.worker_max_workflow_tasks,
-        interceptors=[ActivityMetrics(slots)],
+        **worker_tuning(settings),
     )
+
+
+def worker_tuning(settings: Settings) -> dict[str, Any]:
+    """Executor and concurrency options of a worker (the pipeline benchmark's engine ceiling runs
+    its no-op workflows with exactly these)."""
+    slots, local_slots = settings.worker_max_activities, settings.worker_max_local_activities
+    return {
+        "activity_executor": ThreadPoolExecutor(slots + local_slots, thread_name_prefix="activity"),
+        "max_concurrent_activities": slots,
+        "max_concurrent_local_activities": local_slots,
+        "max_concurrent_workflow_tasks": settings.worker_max_workflow_tasks,
+        "interceptors": [ActivityMetrics(slots)],
+    }
 
 
 async def serve(settings: Settings) -> None:

@@ -5,26 +5,13 @@ from __future__ import annotations
 import asyncio
 import signal
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from stack_helpers import import_small, run_all
 
 import devstack
+from bench.common import scrape, total, worker_metrics_url
 
 pytestmark = pytest.mark.integration
-
-
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a /metrics page: (name, sorted labels) -> value."""
-    text = httpx.get(url, timeout=10).text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def total(samples: dict, name: str, **labels: str) -> float:
-    """Sum of `name` over the samples whose labels include `labels`."""
-    return sum(v for (n, lab), v in samples.items() if n == name and set(labels.items()) <= set(lab))
 
 
 async def test_worker_and_gateway_metrics_follow_the_run(stack, client, tmp_path, emulator_jobs):
@@ -32,7 +19,7 @@ async def test_worker_and_gateway_metrics_follow_the_run(stack, client, tmp_path
     summary = import_small(stack, tmp_path, products, ratios=("9:16", "16:9"))
     devstack.up(stack, services=["worker"])
     settings = devstack.effective_settings(stack)
-    worker_url = f"http://{settings.worker_metrics_host}:{settings.worker_metrics_port}/metrics"
+    worker_url = worker_metrics_url(settings)
     gateway_url = f"{settings.gateway_url}/metrics"
     gateway_before = scrape(gateway_url)
     try:
