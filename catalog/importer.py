@@ -25,7 +25,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from adapters.storage import ObjectStorage, file_sha256
-from catalog.bulk import TASK_COLUMNS, insert_products, insert_tasks, prepare_staging
+from catalog.bulk import TASK_COLUMNS, insert_products, insert_tasks, lock_catalog
 from catalog.expand import TaskSpec, check_plan_locales, copy_issues, expand
 from catalog.images import ImageOutcome, ImageResolver, is_url, url_identity
 from catalog.plan import Plan
@@ -188,6 +188,7 @@ class CatalogImporter:
         issues: list[Issue], spool, *, stop_import: bool,  # noqa: ANN001 - text file
     ) -> None:
         with self.db.transaction() as session:
+            lock_catalog(session, opts.tenant, summary.catalog)  # before the version is read, held to commit
             _ensure_tenant(session, opts.tenant, opts.credit_limit)
             session.execute(insert(PlanRow).values(id=plan.plan_id, tenant_id=opts.tenant, name=plan.name,
                                                    content=plan.model_dump(mode="json"))
@@ -225,7 +226,6 @@ class CatalogImporter:
         """Products and tasks, batch by batch. Building a batch's rows (expansion, hashing, JSON) is
         Python work and writing the previous one is mostly the server's, so they overlap: one writer
         thread uses the session (never two at once), this thread builds the next batch meanwhile."""
-        prepare_staging(session)
         with ThreadPoolExecutor(1, thread_name_prefix="import-writer") as writer:
             pending = None
             for chunk in _chunks(_read_spool(spool), BATCH):
