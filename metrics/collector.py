@@ -8,6 +8,7 @@ size of the catalog.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import GaugeMetricFamily
@@ -18,6 +19,7 @@ from schema.admission import ProviderLimits
 from schema.db import Database
 from schema.state_machine import TERMINAL, TaskStatus
 
+log = logging.getLogger("gateway.metrics")
 _SKIPPED = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL | {TaskStatus.CREATED}))
 # Statuses in which a task holds (or is taking) a provider slot.
 PROVIDER_ACTIVE = (TaskStatus.DISPATCHING, TaskStatus.SUBMITTED, TaskStatus.SUBMIT_UNKNOWN, TaskStatus.RUNNING)
@@ -54,8 +56,19 @@ class PostgresCollector(Collector):
         return iter(())  # collected at scrape time only: registering runs no query
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        with self.db.engine.connect() as conn:
-            rows = conn.execute(SNAPSHOT_SQL).all()
+        """The snapshot's gauges; with Postgres unreachable only `reelqueue_database_up 0`, so the
+        scrape still carries the process's own counters."""
+        up = GaugeMetricFamily("reelqueue_database_up", "1 when the Postgres gauges could be read at this scrape")
+        try:
+            with self.db.engine.connect() as conn:
+                rows = conn.execute(SNAPSHOT_SQL).all()
+        except Exception as exc:  # noqa: BLE001 - any database failure: report it, never fail the scrape
+            log.warning("metrics snapshot query failed: %s", type(exc).__name__)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
         yield from snapshot_metrics(rows, self.limits, self.providers)
 
 

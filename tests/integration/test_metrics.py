@@ -53,6 +53,7 @@ async def test_worker_and_gateway_metrics_follow_the_run(stack, client, tmp_path
 
     assert 1 <= seen_active <= 20  # the configured limit, which the gateway reports too
     assert total(gateway_after, "reelqueue_provider_limit", provider="emulator") == 20
+    assert total(gateway_after, "reelqueue_database_up") == 1
     assert seen_reserved > 0
     webhooks = (total(gateway_after, "reelqueue_webhooks_total", provider="emulator", result="matched")
                 - total(gateway_before, "reelqueue_webhooks_total", provider="emulator", result="matched"))

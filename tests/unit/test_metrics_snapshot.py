@@ -34,3 +34,11 @@ def test_rows_become_per_provider_gauges() -> None:
     # an idle provider is still reported, with the default limit
     assert got[("reelqueue_queue_depth", ("idle",))] == 0
     assert got[("reelqueue_provider_limit", ("idle",))] == 20
+
+
+def test_an_unreachable_database_is_reported_not_raised() -> None:
+    from metrics.collector import PostgresCollector
+    from schema.db import Database
+
+    collector = PostgresCollector(Database("postgresql+psycopg://nobody@127.0.0.1:1/none"), {}, ["emulator"])
+    assert _values(collector.collect()) == {("reelqueue_database_up", ()): 0}
