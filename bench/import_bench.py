@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -111,6 +112,7 @@ def main() -> None:
     finally:
         if not args.keep:
             devstack.down(settings)
+            shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
