@@ -7,7 +7,9 @@ both`, the default: the worker restarts between the two on the same stack; about
 at the defaults). `--rate`, `--minutes`, `--provider-seconds`, `--limit` shrink it for a smoke run.
 
 Per mode it reports: completion rate against arrival rate in steady state (completions in the
-window from 1.25 x provider time to the end of arrivals, against the arrival rate), queue age
+arrival period shifted by the median task latency, arrival to finished, without the ramps at its
+ends, against the arrival rate: a system that keeps up completes at the rate tasks arrive; one
+that falls behind, its latency growing, at less), queue age
 p50/p95 (time each task spent QUEUED, from its state events), maximum in flight (the gateway's
 `reelqueue_provider_active`, sampled, and the emulator's max running), status calls and submits
 per task (the worker's /metrics), CPU per process over the mode, the worker's peak RSS, and whether
@@ -147,12 +149,19 @@ async def one_mode(settings, home: Path, args: argparse.Namespace, webhooks: boo
     db = Database(settings.database_url)
     with db.transaction() as session:
         by_status = queries.status_counts(session, import_id)
-        finished = [f.timestamp() for (f,) in session.execute(
-            text("SELECT finished_at FROM tasks WHERE import_id = :i AND finished_at IS NOT NULL"),
-            {"i": import_id}).all()]
+        ended = dict(session.execute(
+            text("SELECT id, finished_at FROM tasks WHERE import_id = :i AND finished_at IS NOT NULL"),
+            {"i": import_id}).all())
         queue_ages = [float(a) for (a,) in session.execute(text(QUEUE_AGE_SQL), {"import_id": import_id}).all()]
 
-    window = (t0 + 1.25 * args.provider_seconds, arrivals[-1])
+    finished = [f.timestamp() for f in ended.values()]
+    latencies = [ended[t.id].timestamp() - at for t, at in zip(tasks, arrivals, strict=True) if t.id in ended]
+    # Arrivals over [first, last] complete over the same span shifted by the median latency; the
+    # ramps at both ends (half the latency spread each) are left out, so a system that keeps up
+    # shows the arrival rate, and one that falls behind (latency growing) less.
+    lag = percentile(latencies, 0.5)
+    ramp = (percentile(latencies, 0.95) - percentile(latencies, 0.05)) / 2
+    window = (arrivals[0] + lag + ramp, arrivals[-1] + lag - ramp)
     span = window[1] - window[0]
     completion = sum(window[0] <= f <= window[1] for f in finished) / span if span > 0 else float("nan")
     arrival_rate = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0]) if len(arrivals) > 1 else float("nan")
@@ -169,6 +178,7 @@ async def one_mode(settings, home: Path, args: argparse.Namespace, webhooks: boo
         "completion_rate": round(completion, 3) if span > 0 else None,
         "completion_vs_arrival": round(completion / arrival_rate, 3) if span > 0 else None,
         "queue_age_p50_s": round(percentile(queue_ages, 0.5), 2), "queue_age_p95_s": round(p95, 2),
+        "task_latency_p50_s": round(lag, 1), "task_latency_p95_s": round(percentile(latencies, 0.95), 1),
         "max_in_flight": peaks["provider_active"], "emulator_max_running": emulator["max_running"],
         "status_calls_per_task": round(status_calls, 2),
         "submits_per_task": round(moved("reelqueue_submits_total") / count, 2),
