@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test install lint bench bench-run bench-webhooks bench-fetch down
+.PHONY: demo test install lint bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity down
 
 $(VENV)/.installed: pyproject.toml
 	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..."
@@ -40,3 +40,11 @@ bench-webhooks: install
 # `make bench-fetch ARGS="--mb 500 --runs 3"`: the output fetcher against curl on loopback
 bench-fetch: install
 	$(BIN)/python -m bench.fetch_bench $(ARGS)
+
+# `make bench-pipeline ARGS="--tasks 100"`: engine ceiling vs pipeline, CPU per task by process
+bench-pipeline: install
+	$(BIN)/python -m bench.pipeline $(ARGS)
+
+# `make bench-capacity ARGS="--rate 3 --minutes 5"` (seed 002's peak; about 15 minutes)
+bench-capacity: install
+	$(BIN)/python -m bench.capacity $(ARGS)

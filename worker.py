@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -18,15 +19,20 @@ from temporalio.worker import Worker
 from activities import build_activities
 from adapters.temporal_client import connect
 from config.settings import Settings, get_settings
+from metrics.activities import ActivityMetrics
+from metrics.server import serve_metrics
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
 from workflows.renditions import RenditionsWorkflow
 
-MAX_CONCURRENT_ACTIVITIES = 8
-
 
 def build_worker(client: Client, settings: Settings, *, task_queue: str | None = None) -> Worker:
-    """A worker for the generation task queue; tests pass their own unique queue."""
+    """A worker for the generation task queue; tests pass their own unique queue.
+
+    Activities are sync (blocking database and HTTP clients) and run on a thread pool that local
+    activities (record_transition) share, so the pool has a thread for every slot of both kinds:
+    a full set of slow activities never makes a transition wait for a thread.
+    """
     if not settings.worker_id:
         settings = settings.model_copy(update={"worker_id": f"{socket.gethostname()}:{os.getpid()}"})
     return Worker(
@@ -34,9 +40,21 @@ def build_worker(client: Client, settings: Settings, *, task_queue: str | None =
         task_queue=task_queue or settings.task_queue,
         workflows=[GenerationWorkflow, ProviderGateWorkflow, RenditionsWorkflow],
         activities=build_activities(settings, client),
-        activity_executor=ThreadPoolExecutor(MAX_CONCURRENT_ACTIVITIES),
-        max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
+        **worker_tuning(settings),
     )
+
+
+def worker_tuning(settings: Settings) -> dict[str, Any]:
+    """Executor and concurrency options of a worker (the pipeline benchmark's engine ceiling runs
+    its no-op workflows with exactly these)."""
+    slots, local_slots = settings.worker_max_activities, settings.worker_max_local_activities
+    return {
+        "activity_executor": ThreadPoolExecutor(slots + local_slots, thread_name_prefix="activity"),
+        "max_concurrent_activities": slots,
+        "max_concurrent_local_activities": local_slots,
+        "max_concurrent_workflow_tasks": settings.worker_max_workflow_tasks,
+        "interceptors": [ActivityMetrics(slots)],
+    }
 
 
 async def serve(settings: Settings) -> None:
@@ -46,9 +64,11 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    metrics_url = serve_metrics(settings.worker_metrics_host, settings.worker_metrics_port)
     async with worker:
         _mark_ready(settings)
-        print(f"worker serving task queue {settings.task_queue} at {settings.temporal_address}", flush=True)
+        print(f"worker serving task queue {settings.task_queue} at {settings.temporal_address}"
+              f"; metrics at {metrics_url or 'off'}", flush=True)
         await stop.wait()
 
 

@@ -7,9 +7,10 @@ duplicate provider job, is an ADJUSTMENT (docs/architecture.md, "Money").
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from decimal import Decimal
 
-from sqlalchemy import func, select
+from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from temporalio import activity
@@ -18,7 +19,7 @@ from activities.errors import INSUFFICIENT_CREDIT, business_failure, classified
 from activities.failpoints import failpoint
 from schema.contracts import LedgerResult, SettleInput, TaskRef, run_suffix
 from schema.db import Database
-from schema.models import CreditEntry, Task, Tenant
+from schema.models import CreditEntry
 from schema.task_store import TaskNotFound
 
 CENT = Decimal("0.000001")
@@ -32,21 +33,17 @@ class LedgerActivities:
     @classified
     def reserve_credit(self, ref: TaskRef) -> LedgerResult:
         with self.db.transaction() as session:
-            task = session.get(Task, ref.task_id)
-            if task is None:
-                raise TaskNotFound(ref.task_id)
-            reserve_key = f"reserve:{task.id}{run_suffix(ref.run)}"
-            if _entry(session, reserve_key) is None:
-                # Serialize reservations per tenant: the balance check and the insert must agree.
-                tenant = session.scalar(select(Tenant).where(Tenant.id == task.tenant_id).with_for_update())
-                available = tenant.credit_limit - _committed(session, task.tenant_id)
-                if available < task.estimated_cost:
+            ledger = _TaskLedger.read(session, ref.task_id, ref.run)
+            reserve_key = f"reserve:{ref.task_id}{run_suffix(ref.run)}"
+            if reserve_key not in ledger.entries:
+                available = _available(session, ledger.tenant_id)  # locks the tenant row: check and insert agree
+                if available < ledger.estimated_cost:
                     raise business_failure(
-                        f"tenant {task.tenant_id} has {available} credits, task needs {task.estimated_cost}",
+                        f"tenant {ledger.tenant_id} has {available} credits, task needs {ledger.estimated_cost}",
                         INSUFFICIENT_CREDIT,
                     )
-                _append(session, task, "RESERVE", task.estimated_cost, reserve_key, run_no=ref.run)
-            return balance(session, task.id, ref.run)
+                ledger.append(session, [_Entry("RESERVE", ledger.estimated_cost, reserve_key)])
+            return ledger.balance()
 
     @activity.defn(name="settle")
     @classified
@@ -57,72 +54,104 @@ class LedgerActivities:
         an ADJUSTMENT of its own."""
         failpoint("before_settle")
         with self.db.transaction() as session:
-            task = session.get(Task, req.task_id)
-            if task is None:
-                raise TaskNotFound(req.task_id)
+            ledger = _TaskLedger.read(session, req.task_id, req.run)
             run = run_suffix(req.run)
             cost = Decimal(str(req.cost)).quantize(CENT)
             if req.after_review:
                 if cost > 0:
-                    _append(session, task, "ADJUSTMENT", cost, f"adjustment:{task.id}{run}:review:{req.attempt_no}",
-                            req.attempt_no, note="attempt regenerated at review", run_no=req.run)
-                return balance(session, task.id, req.run)
-            reserved = _amount(session, f"reserve:{req.task_id}{run}")
+                    key = f"adjustment:{req.task_id}{run}:review:{req.attempt_no}"
+                    ledger.append(session, [_Entry("ADJUSTMENT", cost, key, req.attempt_no,
+                                                   note="attempt regenerated at review")])
+                return ledger.balance()
+            reserved = ledger.amount(f"reserve:{req.task_id}{run}")
             settled = min(cost, reserved)
+            entries = []
             if settled > 0:
-                _append(session, task, "SETTLE", settled, f"settle:{task.id}{run}", req.attempt_no, run_no=req.run)
+                entries.append(_Entry("SETTLE", settled, f"settle:{req.task_id}{run}", req.attempt_no))
             if reserved - settled > 0:
-                _append(session, task, "RELEASE", reserved - settled, f"release:{task.id}{run}", req.attempt_no,
-                        note=req.reason or None, run_no=req.run)
+                entries.append(_Entry("RELEASE", reserved - settled, f"release:{req.task_id}{run}", req.attempt_no,
+                                      note=req.reason or None))
             if cost > reserved:
-                _append(session, task, "ADJUSTMENT", cost - reserved, f"adjustment:{task.id}:{req.attempt_no}",
-                        req.attempt_no, note="provider cost above reservation", run_no=req.run)
-            return balance(session, task.id, req.run)
+                entries.append(_Entry("ADJUSTMENT", cost - reserved, f"adjustment:{req.task_id}:{req.attempt_no}",
+                                      req.attempt_no, note="provider cost above reservation"))
+            ledger.append(session, entries)
+            return ledger.balance()
 
 
-def _entry(session: Session, key: str) -> CreditEntry | None:
-    return session.scalar(select(CreditEntry).where(CreditEntry.business_key == key))
+@dataclass(frozen=True)
+class _Entry:
+    entry_type: str
+    amount: Decimal
+    key: str
+    attempt_no: int | None = None
+    note: str | None = None
 
 
-def _amount(session: Session, key: str) -> Decimal:
-    entry = _entry(session, key)
-    return entry.amount if entry else Decimal(0)
+_TASK_LEDGER = text("""
+SELECT t.tenant_id, t.estimated_cost, c.business_key, c.entry_type, c.amount
+  FROM tasks t LEFT JOIN credit_ledger c ON c.task_id = t.id AND c.run_no = :run
+ WHERE t.id = :task_id
+""")
+# Credits not available to new work: held reservations plus spending. Read with the tenant row
+# locked (FOR UPDATE), so reservations of one tenant are checked one at a time.
+_AVAILABLE = text("""
+SELECT t.credit_limit - coalesce((
+         SELECT sum(CASE c.entry_type WHEN 'RESERVE' THEN c.amount WHEN 'RELEASE' THEN -c.amount
+                                      WHEN 'ADJUSTMENT' THEN c.amount WHEN 'REFUND' THEN -c.amount ELSE 0 END)
+           FROM credit_ledger c WHERE c.tenant_id = t.id), 0)
+  FROM tenants t WHERE t.id = :tenant_id FOR UPDATE
+""")
 
 
-def _append(
-    session: Session, task: Task, entry_type: str, amount: Decimal, key: str, attempt_no: int | None = None,
-    note: str | None = None, run_no: int = 1,
-) -> None:
-    session.execute(
-        insert(CreditEntry)
-        .values(tenant_id=task.tenant_id, task_id=task.id, entry_type=entry_type, amount=amount,
-                business_key=key, attempt_no=attempt_no, note=note, run_no=run_no)
-        .on_conflict_do_nothing(index_elements=["business_key"])
-    )
+@dataclass
+class _TaskLedger:
+    """One run of a task's ledger rows, read in one query with the task's tenant and estimate, so a
+    ledger step costs a read, at most one insert, and no re-read of what it just wrote."""
+
+    task_id: str
+    run: int
+    tenant_id: str
+    estimated_cost: Decimal
+    entries: dict[str, tuple[str, Decimal]] = field(default_factory=dict)  # business key -> (type, amount)
+
+    @classmethod
+    def read(cls, session: Session, task_id: str, run: int) -> _TaskLedger:
+        rows = session.execute(_TASK_LEDGER, {"task_id": task_id, "run": run}).all()
+        if not rows:
+            raise TaskNotFound(task_id)
+        ledger = cls(task_id, run, rows[0].tenant_id, rows[0].estimated_cost)
+        ledger.entries = {r.business_key: (r.entry_type, r.amount) for r in rows if r.business_key is not None}
+        return ledger
+
+    def amount(self, key: str) -> Decimal:
+        return self.entries[key][1] if key in self.entries else Decimal(0)
+
+    def append(self, session: Session, entries: list[_Entry]) -> None:
+        """Insert the entries this ledger does not hold yet, in one statement (once per business key)."""
+        new = [e for e in entries if e.key not in self.entries]
+        if not new:
+            return
+        inserted = set(session.scalars(
+            insert(CreditEntry)
+            .values([{"tenant_id": self.tenant_id, "task_id": self.task_id, "entry_type": e.entry_type,
+                      "amount": e.amount, "business_key": e.key, "attempt_no": e.attempt_no, "note": e.note,
+                      "run_no": self.run} for e in new])
+            .on_conflict_do_nothing(index_elements=["business_key"])
+            .returning(CreditEntry.business_key)
+        ).all())
+        self.entries.update({e.key: (e.entry_type, e.amount) for e in new if e.key in inserted})
+        if len(inserted) < len(new):  # a concurrent run of this step wrote some: read what is stored
+            self.entries = _TaskLedger.read(session, self.task_id, self.run).entries
+
+    def balance(self) -> LedgerResult:
+        sums: dict[str, Decimal] = {}
+        for entry_type, amount in self.entries.values():
+            sums[entry_type] = sums.get(entry_type, Decimal(0)) + amount
+        return LedgerResult(
+            reserved=float(sums.get("RESERVE", 0)), settled=float(sums.get("SETTLE", 0)),
+            released=float(sums.get("RELEASE", 0)), adjusted=float(sums.get("ADJUSTMENT", 0)),
+        )
 
 
-def _committed(session: Session, tenant_id: str) -> Decimal:
-    """Credits not available to new work: held reservations plus spending."""
-    sums = dict(
-        session.execute(
-            select(CreditEntry.entry_type, func.coalesce(func.sum(CreditEntry.amount), 0))
-            .where(CreditEntry.tenant_id == tenant_id)
-            .group_by(CreditEntry.entry_type)
-        ).all()
-    )
-    get = lambda k: Decimal(sums.get(k, 0))  # noqa: E731
-    return get("RESERVE") - get("RELEASE") + get("ADJUSTMENT") - get("REFUND")
-
-
-def balance(session: Session, task_id: str, run: int = 1) -> LedgerResult:
-    sums = dict(
-        session.execute(
-            select(CreditEntry.entry_type, func.sum(CreditEntry.amount))
-            .where(CreditEntry.task_id == task_id, CreditEntry.run_no == run)
-            .group_by(CreditEntry.entry_type)
-        ).all()
-    )
-    return LedgerResult(
-        reserved=float(sums.get("RESERVE", 0)), settled=float(sums.get("SETTLE", 0)),
-        released=float(sums.get("RELEASE", 0)), adjusted=float(sums.get("ADJUSTMENT", 0)),
-    )
+def _available(session: Session, tenant_id: str) -> Decimal:
+    return session.scalar(_AVAILABLE, {"tenant_id": tenant_id})

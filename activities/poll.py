@@ -17,6 +17,7 @@ from temporalio import activity
 from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
 from adapters.providers.base import JobState, JobStatus, VideoProvider
+from metrics import STATUS_CALLS
 from schema.contracts import TERMINAL_JOB_STATUSES, JobRef, PollResult, StrayJobRef, StrayJobResult
 from schema.db import Database
 from schema.models import Attempt, CreditEntry, StrayJob, Task
@@ -59,7 +60,7 @@ class PollActivities:
     @activity.defn(name="poll_job")
     @classified
     def poll_job(self, ref: JobRef) -> PollResult:
-        _, state = self._observe(ref.task_id, lambda p: p.get_job(ref.job_id))
+        _, state = self._observe(ref.task_id, lambda p: _status_call(p, ref.job_id))
         failpoint("mid_poll")
         self._record(ref, state, poll=True)
         return _result(state)
@@ -133,3 +134,14 @@ def _result(state: JobState) -> PollResult:
         status=state.status, raw_status=state.raw_status, progress=state.progress,
         cost=state.usage.cost if state.usage else None, error_class=state.error_class, error=state.error_message,
     )
+
+
+def _status_call(provider: VideoProvider, job_id: str) -> JobState:
+    """One status call, counted by outcome for /metrics."""
+    try:
+        state = provider.get_job(job_id)
+    except Exception:
+        STATUS_CALLS.labels(provider.name, "error").inc()
+        raise
+    STATUS_CALLS.labels(provider.name, "ok").inc()
+    return state

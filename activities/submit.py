@@ -36,6 +36,7 @@ from adapters.providers.base import (
 )
 from adapters.storage import ObjectStorage
 from catalog.expand import OVERLAY_FIELDS
+from metrics import SUBMITS
 from schema import webhook_inbox as inbox
 from schema.contracts import AttemptRef, ProviderUpdate, ReconcileOutcome, ReconcileResult, SubmitActivityResult
 from schema.db import Database
@@ -113,6 +114,7 @@ class SubmitActivities:
             task.current_attempt_no = max(task.current_attempt_no, ref.attempt_no)
         failpoint("before_submit")
         result = self.providers[task.provider].submit(request)  # outside any transaction
+        SUBMITS.labels(task.provider, result.outcome.value).inc()
         if result.outcome is SubmitOutcome.ACCEPTED:
             failpoint("after_accept_before_record")
         with self.db.transaction() as session:  # transaction B: record the result, if still SENDING

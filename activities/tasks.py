@@ -23,6 +23,7 @@ from adapters.storage import ObjectStorage
 from catalog.images import ImageResolver, is_url, record_image_asset
 from catalog.plan import Deadlines, ReviewMode, ReviewSettings
 from catalog.plan import Plan as PlanSpec
+from metrics import STATE_SECONDS, TRANSITION_CONFLICTS, TRANSITIONS
 from schema import task_store
 from schema.contracts import ReviewPolicy, TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
 from schema.db import Database
@@ -66,6 +67,7 @@ class TaskActivities:
                 session, req.task_id, req.event, source=req.source, source_event_id=req.source_event_id,
                 attempt_no=req.attempt_no, payload=payload, task_updates=updates,
             )
+        _observe(req, out)
         return TransitionResult(applied=out.applied, status=out.status, version=out.version)
 
     @activity.defn(name="validate_task")
@@ -134,6 +136,19 @@ def review_policy(plan: PlanSpec, task: Task) -> ReviewPolicy | None:
     return ReviewPolicy(required=required, deadline_s=settings.deadline_hours * 3600, on_deadline=settings.on_deadline,
                         duration_tolerance_s=settings.duration_tolerance_s, audio_expected=settings.audio_expected,
                         max_black_ratio=settings.max_black_ratio, max_frozen_ratio=settings.max_frozen_ratio)
+
+
+def _observe(req: TransitionInput, out: task_store.TransitionOutcome) -> None:
+    """Metrics of one recorded transition (a repeat of an event already recorded counts nothing)."""
+    if out.duplicate:
+        return
+    TRANSITIONS.labels(req.event.value, str(out.applied).lower()).inc()
+    if out.conflicts:
+        TRANSITION_CONFLICTS.labels("version").inc(out.conflicts)
+    if not out.applied:
+        TRANSITION_CONFLICTS.labels("illegal").inc()
+    elif out.left_after_s is not None:
+        STATE_SECONDS.labels(out.from_status).observe(out.left_after_s)
 
 
 def _invalid_reason(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -65,6 +66,7 @@ def main() -> None:
     os.environ["REELQUEUE_HOME"] = str(home)
     import devstack
     from adapters.storage import ObjectStorage
+    from bench.common import cpu_by_process, cpu_delta, machine, service_pids
     from catalog.plan import load_plan
     from catalog.readers import read_catalog
     from catalog.service import run_import
@@ -91,12 +93,16 @@ def main() -> None:
         read_s = time.perf_counter() - t0
         print(f"read only:    {products:,} products in {read_s:.2f} s = {products / read_s:,.0f} rows/s")
 
-        t0 = time.perf_counter()
+        pids = service_pids(settings)
+        t0, cpu_before = time.perf_counter(), cpu_by_process(pids)
         summary = run_import(settings, catalog, plan, catalog="bench", check_urls=False)
         took = time.perf_counter() - t0
+        cpu = cpu_delta(cpu_before, cpu_by_process(pids))
         print(f"import:       {summary.rows:,} rows, {summary.products:,} products, {summary.tasks:,} tasks "
               f"({summary.tasks_new:,} new) in {took:.1f} s")
         print(f"              {summary.rows / took:,.0f} rows/s, {summary.tasks / took:,.0f} tasks/s")
+        print(f"CPU:          this process {cpu['bench']:.1f} s, postgres {cpu['postgres']:.1f} s, "
+              f"s3 {cpu['s3']:.1f} s (load average {machine()['load_avg_1m']})")
         print(f"peak RSS:     {peak_rss_mib():,.0f} MiB (before import {rss_before:,.0f} MiB)")
 
         t0 = time.perf_counter()
@@ -106,6 +112,7 @@ def main() -> None:
     finally:
         if not args.keep:
             devstack.down(settings)
+            shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

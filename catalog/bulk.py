@@ -1,7 +1,12 @@
-"""Bulk writes of expanded tasks with COPY: the import's hot path for large catalogs.
+"""Bulk writes of an import with COPY: the import's hot path for large catalogs.
 
-Rows are COPYed into a temporary staging table, then moved with one INSERT ... ON CONFLICT DO
-NOTHING, which also records which tasks were new and which were reused by this import.
+Products are COPYed with ids taken from their sequence up front (one query per batch), so tasks
+can name their product without a RETURNING round trip. Tasks that already exist (a re-import of
+the catalog that makes some of the same tasks) are looked up by id, the others COPYed straight
+into `tasks` (COPY inserts in bulk; an INSERT .. SELECT .. ON CONFLICT from a staging table
+inserted row by row and wrote every row twice), and every task is linked to the import, `reused`
+when it existed. JSON columns arrive as JSON text (COPY's text format: the server parses them),
+encoded once by the caller.
 """
 
 from __future__ import annotations
@@ -9,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg.types.json import Jsonb
 from sqlalchemy.orm import Session
 
 TASK_COLUMNS = (
@@ -18,7 +22,10 @@ TASK_COLUMNS = (
     "image_sha256", "image_asset_id", "duration_s", "provider", "model", "estimated_cost", "status", "version",
     "progress", "current_attempt_no", "workflow_id",
 )
-_JSON = {"identity", "overlay"}
+PRODUCT_COLUMNS = (
+    "id", "import_id", "product_id", "title", "description", "image_url", "image_asset_id", "price", "currency",
+    "category", "data", "content_sha256",
+)
 _COLS = ", ".join(TASK_COLUMNS)
 
 
@@ -26,32 +33,38 @@ def _raw(session: Session):  # noqa: ANN202 - psycopg.Connection
     return session.connection().connection.driver_connection
 
 
-def prepare_staging(session: Session) -> None:
-    """A per-transaction staging table shaped like `tasks` (dropped at commit)."""
-    session.connection().exec_driver_sql(
-        "CREATE TEMP TABLE IF NOT EXISTS staged_tasks (LIKE tasks INCLUDING DEFAULTS) ON COMMIT DROP"
-    )
+def lock_catalog(session: Session, tenant: str, catalog: str) -> None:
+    """One import of a catalog at a time (transaction-scoped): task ids hash the tenant and the
+    catalog, so only another import of the same catalog could write the same tasks meanwhile, and
+    its version number is read from the previous import."""
+    session.connection().exec_driver_sql("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                                         (f"import:{tenant}:{catalog}",))
 
 
-def insert_tasks(session: Session, import_id: str, rows: Sequence[dict[str, Any]]) -> int:
-    """Insert task rows (new ones) and link all of them to the import; returns how many were new."""
-    conn = _raw(session)
-    with conn.cursor() as cur:
-        cur.execute("TRUNCATE staged_tasks")
-        with cur.copy(f"COPY staged_tasks ({_COLS}) FROM STDIN") as copy:
+def insert_products(session: Session, rows: Sequence[Sequence[Any]]) -> list[int]:
+    """COPY product rows (PRODUCT_COLUMNS without `id`); returns their new ids, in order."""
+    with _raw(session).cursor() as cur:
+        cur.execute("SELECT nextval(pg_get_serial_sequence('products', 'id')) FROM generate_series(1, %s)",
+                    (len(rows),))
+        ids = [i for (i,) in cur.fetchall()]
+        with cur.copy(f"COPY products ({', '.join(PRODUCT_COLUMNS)}) FROM STDIN") as copy:
+            for product_id, row in zip(ids, rows, strict=True):
+                copy.write_row((product_id, *row))
+    return ids
+
+
+def insert_tasks(session: Session, import_id: str, rows: Sequence[Sequence[Any]]) -> int:
+    """COPY the task rows (values in TASK_COLUMNS order) that do not exist yet, and link all of them
+    to the import (`reused` for those that existed); returns how many were new. Needs
+    `lock_catalog` held: nobody else writes these ids between the look-up and the COPY."""
+    with _raw(session).cursor() as cur:
+        cur.execute("SELECT id FROM tasks WHERE id = ANY(%s)", ([row[0] for row in rows],))
+        existing = {task_id for (task_id,) in cur.fetchall()}
+        with cur.copy(f"COPY tasks ({_COLS}) FROM STDIN") as copy:
             for row in rows:
-                copy.write_row([Jsonb(row[c]) if c in _JSON else row[c] for c in TASK_COLUMNS])
-        cur.execute(
-            f"""
-            WITH new AS (
-                INSERT INTO tasks ({_COLS}) SELECT {_COLS} FROM staged_tasks
-                ON CONFLICT (id) DO NOTHING RETURNING id
-            )
-            INSERT INTO import_tasks (import_id, task_id, reused)
-            SELECT %s, s.id, new.id IS NULL FROM staged_tasks s LEFT JOIN new ON new.id = s.id
-            ON CONFLICT DO NOTHING
-            RETURNING reused
-            """,
-            (import_id,),
-        )
-        return sum(1 for (reused,) in cur.fetchall() if not reused)
+                if row[0] not in existing:
+                    copy.write_row(row)
+        with cur.copy("COPY import_tasks (import_id, task_id, reused) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row((import_id, row[0], row[0] in existing))
+    return len(rows) - len(existing)

@@ -31,8 +31,13 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def canonical_json(obj: object) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    """Sorted keys, no spaces, UTF-8 as is: the bytes task ids are hashed from (one shared encoder:
+    json.dumps with options builds a new one per call, which showed in the import's profile)."""
+    return _CANONICAL.encode(obj)
 
 
 def task_identity(
@@ -65,12 +70,18 @@ def task_identity(
 
 
 def task_id_for(identity: dict[str, str]) -> str:
-    return sha256_text(canonical_json(identity))[:32]
+    return task_id_of_json(canonical_json(identity))
+
+
+def task_id_of_json(identity_json: str) -> str:
+    """The task id from an identity already in canonical JSON (the import keeps that text)."""
+    return sha256_text(identity_json)[:32]
 
 
 class TaskSpec(BaseModel):
-    id: str
+    id: str  # task_id_for(identity): the first 32 hex of sha256(identity_json)
     identity: dict[str, str]
+    identity_json: str  # canonical_json(identity), kept: the import stores it as is
     product_id: str
     template_id: str
     template_version: str
@@ -188,8 +199,10 @@ def _spec(
         image_sha256=image_sha256, render_sha256=render_sha,
         overlay_sha256=overlay_sha256(overlay, template.version),
     )
+    identity_json = canonical_json(identity)
     return TaskSpec(
-        id=task_id_for(identity), identity=identity, product_id=product.product_id, template_id=template.id,
+        id=task_id_of_json(identity_json), identity_json=identity_json, identity=identity,
+        product_id=product.product_id, template_id=template.id,
         template_version=template.version, locale=locale, aspect_ratio=ratio, variant=variant.id,
         prompt=prompt, prompt_sha256=prompt_sha, overlay=overlay, duration_s=template.duration_s,
         provider=template.provider, model=template.model, estimated_cost=template.cost_estimate,

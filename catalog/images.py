@@ -52,10 +52,15 @@ def image_fetcher(settings, timeout_s: float = IMAGE_TIMEOUT_S) -> SafeFetcher: 
     return SafeFetcher(settings.allowed_fetch_hosts(), max_bytes=MAX_IMAGE_BYTES, timeout_s=timeout_s)
 
 
+def image_business_key(tenant: str, sha256: str) -> str:
+    """An input image's asset business key: one per tenant and content."""
+    return f"image:{tenant}:{sha256}"
+
+
 def record_image_asset(session, bucket: str, tenant: str, image: ImageOutcome) -> Asset:  # noqa: ANN001 - Session
     """The INPUT_IMAGE row of a stored image, one per tenant and sha256 (import and validation share it)."""
     return record_asset(
-        session, business_key=f"image:{tenant}:{image.sha256}", tenant_id=tenant, kind="INPUT_IMAGE",
+        session, business_key=image_business_key(tenant, image.sha256), tenant_id=tenant, kind="INPUT_IMAGE",
         bucket=bucket, key=image.key, size=image.size, sha256=image.sha256, mime=image.content_type,
         meta={"source": image.source},
     )

@@ -15,6 +15,7 @@ import json
 import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
@@ -24,15 +25,23 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from adapters.storage import ObjectStorage, file_sha256
-from catalog.bulk import insert_tasks, prepare_staging
+from catalog.bulk import TASK_COLUMNS, insert_products, insert_tasks, lock_catalog
 from catalog.expand import TaskSpec, check_plan_locales, copy_issues, expand
-from catalog.images import ImageOutcome, ImageResolver, is_url, record_image_asset, url_identity
+from catalog.images import (
+    ImageOutcome,
+    ImageResolver,
+    image_business_key,
+    is_url,
+    record_image_asset,
+    url_identity,
+)
 from catalog.plan import Plan
 from catalog.readers import read_catalog
 from catalog.records import Issue, IssueAction, ProductRecord
 from catalog.report import write_report
+from schema.assets import asset_id_for
 from schema.db import Database
-from schema.models import CatalogImport, Product, Tenant, ValidationIssue
+from schema.models import CatalogImport, Tenant, ValidationIssue
 from schema.models import Plan as PlanRow
 from schema.state_machine import TaskStatus
 from workflows.api import workflow_id
@@ -186,6 +195,7 @@ class CatalogImporter:
         issues: list[Issue], spool, *, stop_import: bool,  # noqa: ANN001 - text file
     ) -> None:
         with self.db.transaction() as session:
+            lock_catalog(session, opts.tenant, summary.catalog)  # before the version is read, held to commit
             _ensure_tenant(session, opts.tenant, opts.credit_limit)
             session.execute(insert(PlanRow).values(id=plan.plan_id, tenant_id=opts.tenant, name=plan.name,
                                                    content=plan.model_dump(mode="json"))
@@ -213,36 +223,56 @@ class CatalogImporter:
                     for i in chunk
                 ])
             if not stop_import:
-                prepare_staging(session)
-                for chunk in _chunks(_read_spool(spool), BATCH):
-                    self._insert_batch(session, row, chunk, plan, opts.tenant, summary)
+                self._write_tasks(session, row, plan, opts.tenant, summary, spool)
             row.tasks, row.tasks_new, row.tasks_reused = summary.tasks, summary.tasks_new, summary.tasks_reused
 
-    def _insert_batch(
-        self, session: Session, imp: CatalogImport, batch: list[_Prepared], plan: Plan, tenant: str,
-        summary: ImportSummary,
+    def _write_tasks(
+        self, session: Session, imp: CatalogImport, plan: Plan, tenant: str, summary: ImportSummary,
+        spool,  # noqa: ANN001 - text file
     ) -> None:
-        product_ids: dict[str, int] = {}
-        image_assets: dict[str, str] = {}
-        for p in batch:
+        """Products and tasks, batch by batch. Building a batch's rows (expansion, hashing, JSON) is
+        Python work and writing the previous one is mostly the server's, so they overlap: one writer
+        thread uses the session (never two at once), this thread builds the next batch meanwhile."""
+        with ThreadPoolExecutor(1, thread_name_prefix="import-writer") as writer:
+            pending = None
+            for chunk in _chunks(_read_spool(spool), BATCH):
+                batch = self._build_batch(imp, chunk, plan, tenant)
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(self._write_batch, session, imp, batch, summary)
+            if pending is not None:
+                pending.result()
+
+    def _build_batch(self, imp: CatalogImport, chunk: list[_Prepared], plan: Plan, tenant: str) -> _Batch:
+        batch = _Batch()
+        fixed = {"tenant_id": tenant, "import_id": imp.id, "plan_id": imp.plan_id}  # read once, not per task
+        for p in chunk:
+            asset_id = None
             if p.image and p.image.key:
-                asset = record_image_asset(session, self.storage.bucket, tenant, p.image)
-                image_assets[p.record.product_id] = asset.id
-        rows = session.execute(
-            insert(Product).returning(Product.id, Product.product_id),
-            [_product_row(imp.id, p, image_assets.get(p.record.product_id)) for p in batch],
-        ).all()
-        product_ids = {pid: ref for ref, pid in rows}
-        specs = [(p, spec) for p in batch if p.makes_tasks for spec in self._specs(p, plan, tenant, imp.catalog)]
-        if not specs:
+                business_key = image_business_key(tenant, p.image.sha256)
+                asset_id = asset_id_for(business_key)
+                batch.images[business_key] = p.image
+            batch.products.append(_product_row(imp.id, p, asset_id))
+            tasks = [_task_row(fixed, spec, asset_id, p.image_sha256)
+                     for spec in (self._specs(p, plan, tenant, imp.catalog) if p.makes_tasks else ())]
+            batch.tasks.append(tasks)
+        return batch
+
+    def _write_batch(self, session: Session, imp: CatalogImport, batch: _Batch, summary: ImportSummary) -> None:
+        for image in batch.images.values():
+            record_image_asset(session, self.storage.bucket, imp.tenant_id, image)
+        product_refs = insert_products(session, batch.products)
+        rows = []
+        for ref, tasks in zip(product_refs, batch.tasks, strict=True):
+            for task in tasks:
+                task[_PRODUCT_REF] = ref
+                rows.append(task)
+        if not rows:
             return
-        new = insert_tasks(session, imp.id, [
-            _task_row(imp, spec, product_ids[p.record.product_id], image_assets.get(p.record.product_id),
-                      p.image_sha256, tenant) for p, spec in specs
-        ])
-        summary.tasks += len(specs)
+        new = insert_tasks(session, imp.id, rows)
+        summary.tasks += len(rows)
         summary.tasks_new += new
-        summary.tasks_reused += len(specs) - new
+        summary.tasks_reused += len(rows) - new
 
     def _existing(self, import_id: str) -> ImportSummary | None:
         with self.db.transaction() as session:
@@ -263,32 +293,44 @@ class CatalogImporter:
         )
 
 
-def _product_row(import_id: str, p: _Prepared, image_asset_id: str | None) -> dict:
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)  # one encoder, not one per call
+_CANONICAL = json.JSONEncoder(sort_keys=True)  # content_sha256 of a product (as json.dumps(sort_keys=True))
+_PRODUCT_REF = TASK_COLUMNS.index("product_ref")
+
+
+@dataclass
+class _Batch:
+    """One batch's rows, built without the database: products (PRODUCT_COLUMNS without `id`), each
+    product's task rows (TASK_COLUMNS order, `product_ref` set once the product has its id), the
+    input images to record as assets."""
+
+    products: list[tuple] = field(default_factory=list)
+    tasks: list[list[list]] = field(default_factory=list)
+    images: dict[str, ImageOutcome] = field(default_factory=dict)
+
+
+def _product_row(import_id: str, p: _Prepared, image_asset_id: str | None) -> tuple:
     r = p.record
     data = r.model_dump(mode="json")
-    return {
-        "import_id": import_id, "product_id": r.product_id, "title": r.title, "description": r.description,
-        "image_url": r.main_image, "image_asset_id": image_asset_id, "price": r.price, "currency": r.currency,
-        "category": r.category, "data": data,
-        "content_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest(),
-    }
+    return (
+        import_id, r.product_id, r.title, r.description, r.main_image, image_asset_id, r.price, r.currency,
+        r.category, _JSON.encode(data), hashlib.sha256(_CANONICAL.encode(data).encode()).hexdigest(),
+    )
 
 
-def _task_row(imp: CatalogImport, spec: TaskSpec, product_ref: int, image_asset_id: str | None,
-              image_sha: str, tenant: str) -> dict:
-    return {
-        "id": spec.id, "tenant_id": tenant, "identity": spec.identity, "import_id": imp.id, "plan_id": imp.plan_id,
-        "product_ref": product_ref, "product_id": spec.product_id, "template_id": spec.template_id,
+def _task_row(fixed: dict[str, str], spec: TaskSpec, image_asset_id: str | None, image_sha: str) -> list:
+    """`fixed`: tenant_id, import_id and plan_id, the same for every task of the import."""
+    values = {
+        **fixed, "id": spec.id, "identity": spec.identity_json, "product_ref": None, "product_id": spec.product_id,
+        "template_id": spec.template_id,
         "template_version": spec.template_version, "locale": spec.locale, "aspect_ratio": spec.aspect_ratio,
-        "variant": spec.variant, "prompt": spec.prompt, "overlay": spec.overlay, "prompt_sha256": spec.prompt_sha256,
-        "image_sha256": image_sha, "image_asset_id": image_asset_id, "duration_s": spec.duration_s,
-        "provider": spec.provider, "model": spec.model, "estimated_cost": spec.estimated_cost,
-        "status": TaskStatus.CREATED.value, "version": 0, "progress": 0, "current_attempt_no": 0,
-        "workflow_id": workflow_id(spec.id),
+        "variant": spec.variant, "prompt": spec.prompt, "overlay": _JSON.encode(spec.overlay),
+        "prompt_sha256": spec.prompt_sha256, "image_sha256": image_sha, "image_asset_id": image_asset_id,
+        "duration_s": spec.duration_s, "provider": spec.provider, "model": spec.model,
+        "estimated_cost": spec.estimated_cost, "status": TaskStatus.CREATED.value, "version": 0, "progress": 0,
+        "current_attempt_no": 0, "workflow_id": workflow_id(spec.id),
     }
-
-
-
+    return [values[c] for c in TASK_COLUMNS]
 
 
 def _ensure_tenant(session: Session, tenant: str, credit_limit: float) -> None:

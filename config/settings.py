@@ -127,6 +127,17 @@ class Settings(BaseSettings):
     # be streaming into a young one).
     gc_staging_min_age_s: float = Field(default=24 * 3600.0, ge=0)
 
+    # Worker tuning (docs/performance.md): activity slots (the thread pool has one thread per slot of
+    # either kind), local activity slots (record_transition), workflow tasks at once.
+    worker_max_activities: int = Field(default=8, ge=1)
+    worker_max_local_activities: int = Field(default=8, ge=1)
+    worker_max_workflow_tasks: int = Field(default=100, ge=1)
+
+    # The worker's Prometheus endpoint (http://host:port/metrics); port 0 turns it off. `dev up`
+    # picks a free port and writes it to stack.json; several workers on one host need one each.
+    worker_metrics_host: str = "127.0.0.1"
+    worker_metrics_port: int = Field(default=9464, ge=0)
+
     tenant: str = "default"
     tenant_credit_limit: float = 1_000_000.0
     worker_id: str = ""

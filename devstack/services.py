@@ -286,7 +286,11 @@ class Gateway(_PythonService):
 
 class Worker(Service):
     name = "worker"
+    port_keys = ("worker_metrics",)
     start_timeout = 60.0
+
+    def settings_for(self, ports: dict[str, int], settings: Settings) -> dict[str, Any]:
+        return {"worker_metrics_port": ports["worker_metrics"]}
 
     def url(self, settings: Settings) -> str:
         return f"temporal://{settings.temporal_address}/{settings.temporal_namespace}/{settings.task_queue}"

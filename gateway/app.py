@@ -1,5 +1,5 @@
 """The HTTP gateway (FastAPI): health, provider webhooks (gateway/webhooks.py), media behind
-signed links (gateway/media.py) and the review gallery (gateway/review.py).
+signed links (gateway/media.py), the review gallery (gateway/review.py) and /metrics.
 
 `create_app` is a small factory: tests hand it their dependencies; `app`, which uvicorn serves
 (`reelqueue dev up`, docker-compose), builds them from Settings on the first request that needs them.
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from gateway.deps import GatewayDeps, LazyDeps, deps_from_settings
 from gateway.media import router as media_router
@@ -46,7 +47,26 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
         """Liveness for `reelqueue dev up` and load balancers: answers without touching the DB."""
         return {"ok": True}
 
+    @application.get("/metrics")
+    def metrics() -> Response:
+        """Prometheus text: this process's counters plus the Postgres gauges (one query per scrape)."""
+        body = generate_latest(REGISTRY) + generate_latest(_database_registry(application))
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
     return application
+
+
+def _database_registry(application: FastAPI) -> CollectorRegistry:
+    """Built on the first scrape (the dependencies connect lazily), then reused."""
+    registry = getattr(application.state, "database_metrics", None)
+    if registry is None:
+        from metrics.collector import PostgresCollector
+
+        deps = application.state.deps.get()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(PostgresCollector(deps.db, deps.provider_limits, sorted(deps.providers)))
+        application.state.database_metrics = registry
+    return registry
 
 
 app = create_app()

@@ -7,13 +7,14 @@ connects on the first webhook, the Temporal client on the first signal.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from fastapi import Request
 
 from adapters.providers.base import VideoProvider
 from config.settings import Settings
+from schema.admission import ProviderLimits
 from schema.contracts import ProviderUpdate
 from schema.db import Database
 
@@ -31,6 +32,7 @@ class GatewayDeps:
     max_body_bytes: int = 256 * 1024
     orphan_ttl_s: float = 3600.0
     next_sweep: float = 0.0  # monotonic time of the next orphan expiry sweep
+    provider_limits: Mapping[str, ProviderLimits] = field(default_factory=dict)  # configured: /metrics shows them
 
 
 def deps_from_settings(settings: Settings) -> GatewayDeps:
@@ -45,6 +47,7 @@ def deps_from_settings(settings: Settings) -> GatewayDeps:
         signaler=TemporalSignaler(lambda: connect(settings.temporal_address, settings.temporal_namespace)),
         max_body_bytes=settings.webhook_max_body_bytes,
         orphan_ttl_s=settings.webhook_orphan_ttl_s,
+        provider_limits=settings.provider_limits,
     )
 
 

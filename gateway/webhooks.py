@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
@@ -22,6 +23,7 @@ from adapters.providers.base import WebhookEvent, WebhookReceiver, WebhookReject
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
 from gateway.signals import SignalUnavailable, signal_request_id
+from metrics import WEBHOOK_LAG, WEBHOOKS
 from schema import webhook_inbox as inbox
 
 log = logging.getLogger("gateway.webhooks")
@@ -40,12 +42,14 @@ async def receive_webhook(provider: str, request: Request, deps: GatewayDeps = D
         event = receiver.parse_webhook(request.headers, body)
     except WebhookRejected as exc:
         log.info("webhook for %s refused: %s", provider, exc.reason)
+        WEBHOOKS.labels(provider, "refused").inc()
         if exc.malformed:
             raise ProblemError(400, exc.reason, slug="malformed-webhook") from None
         raise ProblemError(401, exc.reason, slug="webhook-not-verified") from None
     receipt = await _store(deps, provider, event, body)
     log.info("webhook %s %s: %s%s", provider, event.event_id, receipt.state.value,
              " (duplicate)" if receipt.duplicate else "")
+    WEBHOOKS.labels(provider, "duplicate" if receipt.duplicate else receipt.state.value).inc()
     if receipt.workflow_id is not None:
         await _signal(deps, provider, event, receipt.row_id, receipt.workflow_id)
     await _sweep(deps)
@@ -76,6 +80,7 @@ async def _store(deps: GatewayDeps, provider: str, event: WebhookEvent, body: by
         return await run_in_threadpool(_record, deps, provider, event, body)
     except Exception as exc:  # the class only: a database error's text carries the row (the body)
         log.error("webhook %s %s not stored: %s", provider, event.event_id, type(exc).__name__)
+        WEBHOOKS.labels(provider, "unavailable").inc()
         raise ProblemError(503, "the event could not be stored; deliver it again later", slug="webhook-not-stored",
                            headers=RETRY_AFTER) from None
 
@@ -92,11 +97,15 @@ async def _signal(deps: GatewayDeps, provider: str, event: WebhookEvent, row_id:
                                                signal_request_id(provider, event.event_id))
     except SignalUnavailable as exc:
         log.warning("webhook %s %s stored, not signaled: %s", provider, event.event_id, exc)
+        WEBHOOKS.labels(provider, "unavailable").inc()
         raise ProblemError(503, "the event is stored; deliver it again later", slug="webhook-not-delivered",
                            headers=RETRY_AFTER) from None
     if not delivered:
         log.info("webhook %s %s: workflow %s is closed or unknown", provider, event.event_id, workflow_id)
         return
+    if event.observed_at is not None:  # the provider's clock; a naive time is taken as UTC
+        observed = event.observed_at if event.observed_at.tzinfo else event.observed_at.replace(tzinfo=UTC)
+        WEBHOOK_LAG.labels(provider).observe(max(0.0, (datetime.now(UTC) - observed).total_seconds()))
     try:
         await run_in_threadpool(_mark_signaled, deps, row_id)
     except Exception as exc:  # noqa: BLE001 - delivered: a redelivery would signal again, deduplicated

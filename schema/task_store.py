@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from schema import state_machine as sm
@@ -26,6 +26,8 @@ class TransitionOutcome(BaseModel):
     from_status: str
     status: str
     version: int
+    conflicts: int = 0  # compare-and-set losses to a concurrent writer before this outcome
+    left_after_s: float | None = None  # applied: how long the task had been in `from_status`
 
 
 class TaskNotFound(LookupError):
@@ -43,27 +45,28 @@ def transition(
     payload: dict[str, Any] | None = None,
     task_updates: dict[str, Any] | None = None,
 ) -> TransitionOutcome:
-    """Move `task_id` by `event` if the table allows it; always leave a state event behind."""
-    seen = session.scalar(
-        select(StateEvent).where(StateEvent.source == source, StateEvent.source_event_id == source_event_id)
-    )
-    if seen is not None:
-        current = _load(session, task_id)
+    """Move `task_id` by `event` if the table allows it; always leave a state event behind.
+
+    The task and whether this source event was recorded before come back in one query (the common
+    case, a new event, then costs that read, the compare-and-set update and the event's insert)."""
+    task, seen_applied, seen_from = _load_with_seen(session, task_id, source, source_event_id)
+    if seen_from is not None:
         return TransitionOutcome(
-            applied=seen.applied, duplicate=True, from_status=seen.from_status, status=current.status,
-            version=current.version,
+            applied=seen_applied, duplicate=True, from_status=seen_from, status=task.status, version=task.version,
         )
-    for _ in range(MAX_CAS_RETRIES):
-        task = _load(session, task_id)
+    for conflicts in range(MAX_CAS_RETRIES):
+        if conflicts:
+            task = _load(session, task_id)
         try:
             move = sm.apply(sm.TaskStatus(task.status), task.version, event)
         except sm.IllegalTransition:
             _append_event(session, task, event, task.status, task.status, task.version, source, source_event_id,
                           attempt_no, payload, applied=False)
             return TransitionOutcome(applied=False, from_status=task.status, status=task.status,
-                                     version=task.version)
+                                     version=task.version, conflicts=conflicts)
         now = datetime.now(UTC)
         from_status, version, to = task.status, task.version, move.to_status
+        entered = task.updated_at
         values: dict[str, Any] = {"status": to.value, "version": move.to_version, "updated_at": now}
         if to in sm.TERMINAL:
             values["finished_at"] = now
@@ -77,9 +80,26 @@ def transition(
         if result.rowcount == 1:
             _append_event(session, task, event, from_status, to.value, move.to_version, source, source_event_id,
                           attempt_no, payload, applied=True)
-            return TransitionOutcome(applied=True, from_status=from_status, status=to.value, version=move.to_version)
+            return TransitionOutcome(applied=True, from_status=from_status, status=to.value, version=move.to_version,
+                                     conflicts=conflicts,
+                                     left_after_s=(now - entered).total_seconds() if entered else None)
         session.expire_all()  # someone else moved the task: re-read and decide again
     raise RuntimeError(f"task {task_id}: version kept changing, gave up after {MAX_CAS_RETRIES} tries")
+
+
+def _load_with_seen(
+    session: Session, task_id: str, source: str, source_event_id: str
+) -> tuple[Task, bool, str | None]:
+    """The task, and (applied, from_status) of the state event with this source id if one exists."""
+    seen = (StateEvent.source == source, StateEvent.source_event_id == source_event_id)
+    row = session.execute(
+        select(Task, select(StateEvent.applied).where(*seen).scalar_subquery(),
+               select(StateEvent.from_status).where(*seen).scalar_subquery())
+        .where(Task.id == task_id).execution_options(populate_existing=True)
+    ).first()
+    if row is None:
+        raise TaskNotFound(task_id)
+    return row[0], bool(row[1]), row[2]
 
 
 def _load(session: Session, task_id: str) -> Task:
@@ -103,11 +123,10 @@ def _append_event(
     *,
     applied: bool,
 ) -> None:
-    session.add(
-        StateEvent(
+    session.execute(
+        insert(StateEvent).values(
             task_id=task.id, attempt_no=attempt_no, source=source, source_event_id=source_event_id,
             event=sm.TaskEvent(event).value, from_status=from_status, to_status=to_status, task_version=version,
             applied=applied, payload=payload or {},
         )
     )
-    session.flush()

@@ -1,0 +1,102 @@
+"""What the pipeline and capacity benchmarks share: CPU per process tree, /metrics reading, a stack.
+
+CPU: psutil `cpu_times` of each service's process. A process's own time is its own; the time of
+children it already reaped (ffmpeg, ffprobe under the worker and the emulator; backends under
+Postgres) is in its `children_*` times, and children still alive are read one by one. So ffmpeg
+is told apart from the Python processes that start it: `worker` and `emulator` are their own CPU,
+`ffmpeg` is what their children used.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import httpx
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+# Service name -> how its tree's CPU is reported: "tree" = everything under it as that service,
+# "split" = its own CPU as the service and its children's as ffmpeg.
+CPU_SERVICES = {"worker": "split", "emulator": "split", "temporal": "tree", "postgres": "tree", "s3": "tree",
+                "gateway": "tree"}
+
+
+def _own(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def _reaped(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.children_user + t.children_system
+
+
+def _descendants(proc: psutil.Process) -> float:
+    total = 0.0
+    for child in proc.children(recursive=True):
+        try:
+            total += _own(child)
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def cpu_by_process(pids: dict[str, int | None]) -> dict[str, float]:
+    """CPU seconds so far per service (and `ffmpeg`, `bench` for this process and its threads)."""
+    out = {name: 0.0 for name in CPU_SERVICES} | {"ffmpeg": 0.0}
+    for name, pid in pids.items():
+        if pid is None or name not in CPU_SERVICES:
+            continue
+        try:
+            proc = psutil.Process(pid)
+            children = _reaped(proc) + _descendants(proc)
+            if CPU_SERVICES[name] == "split":
+                out[name] += _own(proc)
+                out["ffmpeg"] += children
+            else:
+                out[name] += _own(proc) + children
+        except psutil.NoSuchProcess:
+            continue
+    out["bench"] = _own(psutil.Process(os.getpid()))
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {name: after[name] - before.get(name, 0.0) for name in after}
+
+
+def service_pids(settings) -> dict[str, int | None]:  # noqa: ANN001 - config.Settings
+    import devstack
+
+    return {name: devstack.running_pid(settings, name) for name in CPU_SERVICES}
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a /metrics page: (name, sorted labels) -> value."""
+    text = httpx.get(url, timeout=10).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def total(samples: dict, name: str, **labels: str) -> float:
+    """Sum of `name` over the samples whose labels include `labels`."""
+    return sum(v for (n, lab), v in samples.items() if n == name and set(labels.items()) <= set(lab))
+
+
+def worker_metrics_url(settings) -> str:  # noqa: ANN001
+    return f"http://{settings.worker_metrics_host}:{settings.worker_metrics_port}/metrics"
+
+
+def fresh_home(prefix: str) -> Path:
+    """A temporary REELQUEUE_HOME, set in the environment (children read the same stack.json)."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ["REELQUEUE_HOME"] = str(home)
+    return home
+
+
+def machine() -> dict:
+    """What the figures were measured on, and how busy it was."""
+    return {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)}

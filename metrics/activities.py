@@ -1,0 +1,54 @@
+"""A worker interceptor that times every activity and counts those in flight.
+
+Temporal runs interceptors on the event loop around each activity (sync ones included: they await
+the executor), so one place measures transcode and fetch time, errors and media utilisation
+without touching the activities themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from temporalio import activity
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+
+from metrics import ACTIVITIES_IN_FLIGHT, ACTIVITY_SECONDS, ACTIVITY_SLOTS, MEDIA_ACTIVITIES, MEDIA_UTILISATION
+
+
+class ActivityMetrics(Interceptor):
+    """Install with `Worker(interceptors=[ActivityMetrics(slots)])`; `slots` is the worker's
+    max_concurrent_activities, the denominator of media utilisation."""
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self.busy: Counter[str] = Counter()
+        ACTIVITY_SLOTS.set(slots)
+        MEDIA_UTILISATION.set_function(self.media_utilisation)
+
+    def media_utilisation(self) -> float:
+        return sum(self.busy[name] for name in MEDIA_ACTIVITIES) / self.slots if self.slots else 0.0
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:  # noqa: A002
+        return _Timed(next, self)
+
+
+class _Timed(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, owner: ActivityMetrics):  # noqa: A002
+        super().__init__(next)
+        self._owner = owner
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:  # noqa: A002
+        name = activity.info().activity_type
+        self._owner.busy[name] += 1
+        ACTIVITIES_IN_FLIGHT.labels(name).inc()
+        started, result = time.perf_counter(), "error"
+        try:
+            out = await super().execute_activity(input)
+            result = "ok"
+            return out
+        finally:
+            self._owner.busy[name] -= 1
+            ACTIVITIES_IN_FLIGHT.labels(name).dec()
+            ACTIVITY_SECONDS.labels(name, result).observe(time.perf_counter() - started)

@@ -1,0 +1,121 @@
+"""Gauges that are facts in Postgres, read with one query per scrape.
+
+The query touches only started, unfinished tasks (the partial index `ix_tasks_active`; imported
+tasks never run, CREATED, are left out), their reservations (credit_ledger by task id) and
+unclaimed webhooks (the partial index on orphans), so its cost follows the work in flight, not the
+size of the catalog.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import text
+
+from schema.admission import ProviderLimits
+from schema.db import Database
+from schema.state_machine import TERMINAL, TaskStatus
+
+log = logging.getLogger("gateway.metrics")
+_SKIPPED = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL | {TaskStatus.CREATED}))
+# Statuses in which a task holds (or is taking) a provider slot.
+PROVIDER_ACTIVE = (TaskStatus.DISPATCHING, TaskStatus.SUBMITTED, TaskStatus.SUBMIT_UNKNOWN, TaskStatus.RUNNING)
+
+SNAPSHOT_SQL = text(f"""
+WITH active AS (
+  SELECT id, tenant_id, provider, status, run_no, updated_at FROM tasks WHERE status NOT IN ({_SKIPPED})
+)
+SELECT 'task' AS kind, status AS a, provider AS b, count(*)::float8 AS value,
+       extract(epoch FROM now() - min(updated_at))::float8 AS age
+  FROM active GROUP BY status, provider
+UNION ALL
+SELECT 'reserved', a.tenant_id, '', coalesce(sum(c.amount), 0)::float8,
+       extract(epoch FROM now() - min(c.created_at))::float8
+  FROM active a JOIN credit_ledger c ON c.task_id = a.id AND c.run_no = a.run_no AND c.entry_type = 'RESERVE'
+ WHERE NOT EXISTS (SELECT 1 FROM credit_ledger s WHERE s.task_id = a.id AND s.run_no = a.run_no
+                     AND s.entry_type IN ('SETTLE', 'RELEASE'))
+ GROUP BY a.tenant_id
+UNION ALL
+SELECT 'orphan', provider, '', count(*)::float8, extract(epoch FROM now() - min(received_at))::float8
+  FROM provider_events WHERE state = 'orphan' GROUP BY provider
+""")
+
+
+class PostgresCollector(Collector):
+    """Registered once per process that serves /metrics with database access (the gateway)."""
+
+    def __init__(self, db: Database, limits: Mapping[str, ProviderLimits], providers: list[str]):
+        self.db = db
+        self.limits = limits
+        self.providers = providers  # always reported (0 when idle), so dashboards see them
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # collected at scrape time only: registering runs no query
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The snapshot's gauges; with Postgres unreachable only `reelqueue_database_up 0`, so the
+        scrape still carries the process's own counters."""
+        up = GaugeMetricFamily("reelqueue_database_up", "1 when the Postgres gauges could be read at this scrape")
+        try:
+            with self.db.engine.connect() as conn:
+                rows = conn.execute(SNAPSHOT_SQL).all()
+        except Exception as exc:  # noqa: BLE001 - any database failure: report it, never fail the scrape
+            log.warning("metrics snapshot query failed: %s", type(exc).__name__)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from snapshot_metrics(rows, self.limits, self.providers)
+
+
+def snapshot_metrics(rows, limits: Mapping[str, ProviderLimits], providers: list[str]) -> Iterator[GaugeMetricFamily]:  # noqa: ANN001
+    """The gauges from the snapshot query's rows (kind, a, b, value, age)."""
+    tasks = GaugeMetricFamily("reelqueue_tasks", "Started, unfinished tasks by status", labels=["status", "provider"])
+    depth = GaugeMetricFamily("reelqueue_queue_depth", "Tasks QUEUED for a provider slot", labels=["provider"])
+    oldest = GaugeMetricFamily("reelqueue_queue_oldest_age_seconds", "Age of the oldest QUEUED task's wait",
+                               labels=["provider"])
+    unknown = GaugeMetricFamily("reelqueue_submit_unknown", "Tasks whose submit outcome is unknown (reconciling)",
+                                labels=["provider"])
+    active = GaugeMetricFamily("reelqueue_provider_active", "Tasks holding a provider slot (dispatching, "
+                               "submitted, submit unknown, running)", labels=["provider"])
+    limit = GaugeMetricFamily("reelqueue_provider_limit", "Configured concurrent jobs per provider (plans may "
+                              "ask for less)", labels=["provider"])
+    backlog = GaugeMetricFamily("reelqueue_fetch_backlog", "Tasks whose output is being fetched (OUTPUT_FETCHING)",
+                                labels=["provider"])
+    backlog_age = GaugeMetricFamily("reelqueue_fetch_backlog_oldest_age_seconds",
+                                    "Age of the oldest OUTPUT_FETCHING task", labels=["provider"])
+    reserved = GaugeMetricFamily("reelqueue_reserved_credit", "Credit reserved by unfinished tasks, not yet "
+                                 "settled or released", labels=["tenant"])
+    reserved_age = GaugeMetricFamily("reelqueue_reserved_credit_oldest_age_seconds",
+                                     "Age of the oldest open reservation", labels=["tenant"])
+    orphans = GaugeMetricFamily("reelqueue_webhook_orphans", "Stored webhooks no attempt has claimed yet",
+                                labels=["provider"])
+    orphan_age = GaugeMetricFamily("reelqueue_webhook_orphan_oldest_age_seconds", "Age of the oldest orphan webhook",
+                                   labels=["provider"])
+    per_provider: dict[str, dict[str, tuple[float, float]]] = {p: {} for p in providers}
+    for kind, a, b, value, age in rows:
+        if kind == "task":
+            tasks.add_metric([a, b], value)
+            per_provider.setdefault(b, {})[a] = (value, age or 0.0)
+        elif kind == "reserved":
+            reserved.add_metric([a], value)
+            reserved_age.add_metric([a], age or 0.0)
+        elif kind == "orphan":
+            orphans.add_metric([a], value)
+            orphan_age.add_metric([a], age or 0.0)
+    for provider, by_status in sorted(per_provider.items()):
+        queued, age = by_status.get(TaskStatus.QUEUED.value, (0.0, 0.0))
+        depth.add_metric([provider], queued)
+        oldest.add_metric([provider], age)
+        unknown.add_metric([provider], by_status.get(TaskStatus.SUBMIT_UNKNOWN.value, (0.0, 0.0))[0])
+        active.add_metric([provider], sum(by_status.get(s.value, (0.0, 0.0))[0] for s in PROVIDER_ACTIVE))
+        limit.add_metric([provider], (limits.get(provider) or ProviderLimits()).max_concurrent)
+        fetching, fetch_age = by_status.get(TaskStatus.OUTPUT_FETCHING.value, (0.0, 0.0))
+        backlog.add_metric([provider], fetching)
+        backlog_age.add_metric([provider], fetch_age)
+    yield from (tasks, depth, oldest, unknown, active, limit, backlog, backlog_age, reserved, reserved_age,
+                orphans, orphan_age)

@@ -1,0 +1,50 @@
+"""reserve_credit and settle on real Postgres (Temporal's ActivityEnvironment): one row per business
+key however often a step runs, the tenant's credit checked, the balance as stored."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import select
+from stack_helpers import import_small
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.errors import INSUFFICIENT_CREDIT
+from activities.ledger import LedgerActivities
+from schema import queries
+from schema.contracts import SettleInput, TaskRef
+from schema.db import Database
+from schema.models import CreditEntry
+
+pytestmark = pytest.mark.integration
+
+
+def test_reserve_settle_once_per_key_within_the_tenant_credit(stack, tmp_path):
+    tenant = stack.model_copy(update={"tenant": f"ledger-{uuid.uuid4().hex[:8]}", "tenant_credit_limit": 5})
+    summary = import_small(tenant, tmp_path, [("L-1", "Lamp", "A lamp")], ratios=("9:16", "16:9"))
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        first, second = (t.id for t in queries.list_tasks(session, summary.import_id))  # 3 credits each
+    ledger, env = LedgerActivities(db), ActivityEnvironment()
+
+    for _ in range(2):  # a repeated reservation adds nothing
+        reserved = env.run(ledger.reserve_credit, TaskRef(task_id=first))
+        assert (reserved.reserved, reserved.settled, reserved.released) == (3.0, 0.0, 0.0)
+    with pytest.raises(ApplicationError) as refused:  # 5 - 3 = 2 left, the second needs 3
+        env.run(ledger.reserve_credit, TaskRef(task_id=second))
+    assert refused.value.type == INSUFFICIENT_CREDIT and refused.value.non_retryable
+
+    for _ in range(2):  # the provider charged 4: settle 3, adjustment 1, nothing released; once
+        settled = env.run(ledger.settle, SettleInput(task_id=first, attempt_no=1, cost=4.0))
+        assert (settled.reserved, settled.settled, settled.released, settled.adjusted) == (3.0, 3.0, 0.0, 1.0)
+    with db.transaction() as session:
+        rows = session.execute(select(CreditEntry.entry_type, CreditEntry.amount)
+                               .where(CreditEntry.task_id == first).order_by(CreditEntry.id)).all()
+    assert [(t, a) for t, a in rows] == [("RESERVE", Decimal(3)), ("SETTLE", Decimal(3)), ("ADJUSTMENT", Decimal(1))]
+    with pytest.raises(ApplicationError):  # spent 4 of 5: still no room for 3
+        env.run(ledger.reserve_credit, TaskRef(task_id=second))
+    nothing = env.run(ledger.settle, SettleInput(task_id=second, attempt_no=1, cost=0.0))
+    assert (nothing.reserved, nothing.settled, nothing.released) == (0.0, 0.0, 0.0)
