@@ -34,7 +34,7 @@ ACTIVITY_SECONDS = Histogram("reelqueue_activity_seconds", "Wall time of one act
 ACTIVITIES_IN_FLIGHT = Gauge("reelqueue_activities_in_flight", "Activity executions running now in this worker",
                              ["activity"])
 ACTIVITY_SLOTS = Gauge("reelqueue_activity_slots", "Activity executions this worker runs at once (its setting)")
-MEDIA_ACTIVITIES = ("fetch_output", "transcode")
+MEDIA_ACTIVITIES = ("fetch_output", "transcode", "transcode_proxy", "make_renditions", "check_output")
 
 # --- gateway: webhooks ----------------------------------------------------------------------------
 WEBHOOKS = Counter("reelqueue_webhooks", "Provider webhook deliveries by what became of them: matched, orphan, "
