@@ -1,6 +1,7 @@
-"""Capacity benchmark (on demand: `make bench-capacity`): seed 002's peak on one machine.
+"""Capacity benchmark (on demand: `make bench-capacity`): the design peak on one machine
+(docs/performance.md, "make bench-capacity").
 
-Defaults are seed 002's example: tasks arrive at 3/s for 5 minutes, each provider job takes
+Defaults are the design's peak example: tasks arrive at 3/s for 5 minutes, each provider job takes
 180 s +/- 20 % (about 540 jobs in flight), the provider allows 720 at once (admission and the
 emulator's running limit both set to it). Run once with webhooks on and once off (`--webhooks
 both`, the default: the worker restarts between the two on the same stack; about 9 minutes each
@@ -31,23 +32,20 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import cpu_by_process, cpu_delta, fresh_home, machine, scrape, service_pids, total, worker_metrics_url
+from bench.common import (
+    cpu_by_process,
+    cpu_delta,
+    fresh_home,
+    machine,
+    one_second_plan,
+    scrape,
+    service_pids,
+    total,
+    worker_metrics_url,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SERVICES = ["postgres", "s3", "temporal", "emulator", "gateway", "worker"]
-PLAN = """
-name = "bench-capacity"
-locales = ["en-US"]
-aspect_ratios = ["9:16"]
-
-[[templates]]
-id = "clip"
-version = "clip-v1"
-duration_s = 1
-cost_estimate = 2
-[templates.prompts]
-"en-US" = "Product shot of {title}, {price}."
-"""
 QUEUE_AGE_SQL = """
 SELECT extract(epoch FROM next_at - created_at) FROM (
   SELECT e.to_status, e.created_at, lead(e.created_at) OVER (PARTITION BY e.task_id ORDER BY e.id) AS next_at
@@ -78,7 +76,7 @@ def import_tasks(settings, home: Path, count: int, name: str) -> tuple[str, list
     lines = ["product_id,title,description,image_url,price,currency,category"]
     lines += [f"C-{i:06d},Capacity item,Generated product,images/lamp.png,19.99,USD,Home" for i in range(count)]
     (folder / "catalog.csv").write_text("\n".join(lines) + "\n")
-    (folder / "plan.toml").write_text(PLAN)
+    (folder / "plan.toml").write_text(one_second_plan("bench-capacity"))
     summary = run_import(settings, folder / "catalog.csv", load_plan(folder / "plan.toml"), catalog=name)
     with Database(settings.database_url).transaction() as session:
         return summary.import_id, queries.list_tasks(session, summary.import_id)

@@ -100,3 +100,20 @@ def machine() -> dict:
     """What the figures were measured on, and how busy it was."""
     return {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
             "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)}
+
+
+def one_second_plan(name: str) -> str:
+    """A plan of one template with 1-second clips in one locale and ratio: one task per product."""
+    return f"""
+name = "{name}"
+locales = ["en-US"]
+aspect_ratios = ["9:16"]
+
+[[templates]]
+id = "clip"
+version = "clip-v1"
+duration_s = 1
+cost_estimate = 2
+[templates.prompts]
+"en-US" = "Product shot of {{title}}, {{price}}."
+"""

@@ -29,22 +29,19 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import cpu_by_process, cpu_delta, fresh_home, machine, scrape, service_pids, total, worker_metrics_url
+from bench.common import (
+    cpu_by_process,
+    cpu_delta,
+    fresh_home,
+    machine,
+    one_second_plan,
+    scrape,
+    service_pids,
+    total,
+    worker_metrics_url,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-ONE_SECOND_PLAN = """
-name = "bench-pipeline"
-locales = ["en-US"]
-aspect_ratios = ["9:16"]
-
-[[templates]]
-id = "clip"
-version = "clip-v1"
-duration_s = 1
-cost_estimate = 2
-[templates.prompts]
-"en-US" = "Product shot of {title}, {price}."
-"""
 SERVICES = ["postgres", "s3", "temporal", "emulator", "gateway", "worker"]
 
 
@@ -93,7 +90,7 @@ def import_tasks(settings, home: Path, tasks: int) -> str:  # noqa: ANN001
     lines = ["product_id,title,description,image_url,price,currency,category"]
     lines += [f"P-{i:06d},Pipeline item {i},Generated product {i},images/lamp.png,19.99,USD,Home" for i in range(tasks)]
     (home / "catalog.csv").write_text("\n".join(lines) + "\n")
-    (home / "plan.toml").write_text(ONE_SECOND_PLAN)
+    (home / "plan.toml").write_text(one_second_plan("bench-pipeline"))
     return run_import(settings, home / "catalog.csv", load_plan(home / "plan.toml"), catalog="bench-pipeline").import_id
 
 

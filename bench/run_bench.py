@@ -26,23 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.common import one_second_plan
 from bench.import_bench import PLAN as EIGHT_COMBINATIONS
 from bench.import_bench import write_catalog
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-ONE_SECOND_PLAN = """
-name = "bench-complete"
-locales = ["en-US"]
-aspect_ratios = ["9:16"]
-
-[[templates]]
-id = "clip"
-version = "clip-v1"
-duration_s = 1
-cost_estimate = 2
-[templates.prompts]
-"en-US" = "Product shot of {title}, {price}."
-"""
 # The child reports its own peak RSS on the way out (ru_maxrss of a waited child would mix in
 # every other process this benchmark ever waited for).
 CLI_WITH_PEAK_RSS = (
@@ -125,7 +113,7 @@ def bench_complete(settings, home: Path, tasks: int, env: dict[str, str]) -> Non
     lines += [f"B-{i:05d},Bench item {i},Generated product {i},images/lamp.png,19.99,USD,Home" for i in range(tasks)]
     catalog, plan_path = home / "catalog.csv", home / "plan.toml"
     catalog.write_text("\n".join(lines) + "\n")
-    plan_path.write_text(ONE_SECOND_PLAN)
+    plan_path.write_text(one_second_plan("bench-complete"))
     summary = run_import(settings, catalog, load_plan(plan_path), catalog="bench")
     httpx.delete(f"{settings.emulator_url}/_sim/stats", timeout=10)
     out, wall, _ = run_cli("run", summary.import_id, "--wait", "--timeout", "3600", "--json", env=env)
