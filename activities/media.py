@@ -51,6 +51,7 @@ from schema.models import Asset, Task
 from schema.renditions import record_rendition
 
 PIPELINE_VERSION = "v1"
+_Maker = Callable[[Task, Asset, Path, MediaInfo, Path], AssetRef]
 PROFILES = ("proxy", "hls", "thumbnail")
 RENDITION_FAILED = "RenditionFailed"  # retryable: the renditions step runs again for what failed
 
@@ -144,7 +145,8 @@ class MediaActivities:
             try:
                 source = probe(src)
                 check_input_caps(source, max_pixels=self.max_input_pixels, max_duration_s=self.max_input_duration_s)
-                info = make_proxy(src, dst, task.aspect_ratio, options=self._options("proxy", _slowed(source)))
+                info = make_proxy(src, dst, task.aspect_ratio, options=self._options("proxy", _slowed(source)),
+                                  source=source)
             except MediaError as exc:
                 self._failed(task, raw, RenditionProfile.PROXY, exc)
                 raise _media_failure("raw output cannot be transcoded", exc) from exc
@@ -163,7 +165,8 @@ class MediaActivities:
 
     def _renditions(self, req: TranscodeInput) -> RenditionsResult:
         task, raw = self._load(req)
-        makers = {RenditionProfile.HLS: self._hls, RenditionProfile.THUMBNAIL: self._thumbnail}
+        makers: dict[RenditionProfile, _Maker] = {RenditionProfile.HLS: self._hls,
+                                                   RenditionProfile.THUMBNAIL: self._thumbnail}
         with self.db.transaction() as session:
             proxy = find_asset(session, rendition_key(raw.id, "proxy"))
             done = {p: find_asset(session, rendition_key(raw.id, p.value.lower())) for p in makers}
@@ -180,7 +183,7 @@ class MediaActivities:
                     continue
                 try:
                     local = local or self.storage.get_to_file(proxy.key, Path(tmp) / "main.mp4")
-                    asset = make(task, raw, local, Path(tmp))
+                    asset = make(task, raw, local, stored_media_info(proxy), Path(tmp))
                 except CancelledError:
                     raise
                 except Exception as exc:  # recorded on its row; the proxy and the task are unaffected
@@ -191,22 +194,22 @@ class MediaActivities:
                 out.append(RenditionOut(profile=profile, status=RenditionStatus.READY, asset=asset))
         return RenditionsResult(renditions=out)
 
-    def _hls(self, task: Task, raw: Asset, proxy: Path, work: Path) -> AssetRef:
+    def _hls(self, task: Task, raw: Asset, proxy: Path, info: MediaInfo, work: Path) -> AssetRef:
         failpoint("make_hls")
-        hls = make_hls(proxy, work / "hls", options=self._options("hls"))
+        hls = make_hls(proxy, work / "hls", options=self._options("hls"), info=info)
         prefix = rendition_prefix(task, raw, "hls")
         segments = [self.storage.put_file(f"{prefix}/{seg.name}", seg, "video/mp2t").key for seg in hls.segments]
         playlist = self.storage.put_file(f"{prefix}/{hls.playlist.name}", hls.playlist,
                                          "application/vnd.apple.mpegurl")
-        info = probe(proxy)
         return self._stored(task, raw, RenditionProfile.HLS, playlist, "application/vnd.apple.mpegurl", info,
                             meta={"segments": segments})
 
-    def _thumbnail(self, task: Task, raw: Asset, proxy: Path, work: Path) -> AssetRef:
-        path = make_thumbnail(proxy, work / "thumb.jpg", options=self._options("thumbnail"))
+    def _thumbnail(self, task: Task, raw: Asset, proxy: Path, info: MediaInfo, work: Path) -> AssetRef:
+        path = make_thumbnail(proxy, work / "thumb.jpg", options=self._options("thumbnail"), info=info)
         thumb = self.storage.put_file(f"{rendition_prefix(task, raw, 'thumbnail')}/thumb.jpg", path, "image/jpeg")
-        info = probe(path).model_copy(update={"duration_s": None})
-        return self._stored(task, raw, RenditionProfile.THUMBNAIL, thumb, "image/jpeg", info)
+        frame = MediaInfo(format_name="image2", width=info.width, height=info.height, video_codec="mjpeg",
+                          size=thumb.size)  # a frame of the proxy, at its size
+        return self._stored(task, raw, RenditionProfile.THUMBNAIL, thumb, "image/jpeg", frame)
 
     def _stored(self, task: Task, raw: Asset, profile: RenditionProfile, obj, mime: str,  # noqa: ANN001
                 info: MediaInfo, meta: dict | None = None) -> AssetRef:
@@ -232,6 +235,13 @@ class MediaActivities:
                 pipeline_version=PIPELINE_VERSION, error=str(exc)[:2000], error_class=type(exc).__name__,
                 verdict=exc.verdict if isinstance(exc, MediaUnreadable) else None,
             )
+
+
+def stored_media_info(asset: Asset) -> MediaInfo:
+    """What a stored rendition's row says about its media (probed when it was made): the next
+    steps need not start ffprobe again."""
+    return MediaInfo(format_name="mp4", duration_s=asset.duration_s, width=asset.width, height=asset.height,
+                     video_codec=asset.codec, audio_codec=(asset.meta or {}).get("audio_codec"), size=asset.size)
 
 
 def _owner(task: Task) -> dict[str, str]:

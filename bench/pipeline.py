@@ -114,6 +114,11 @@ async def pipeline(settings, import_id: str) -> dict:  # noqa: ANN001
             "by_status": by_status}
 
 
+def per_unit(cpu: dict[str, float], units: int, only: tuple[str, ...] | None = None) -> dict[str, float]:
+    """CPU seconds per workflow or task, by process (`only`: just these processes)."""
+    return {k: round(v / units, 4) for k, v in sorted(cpu.items()) if only is None or k in only}
+
+
 def worker_profile(before: dict, after: dict, tasks: int) -> dict:
     """Per task from the worker's /metrics: submits, status calls, seconds in each activity."""
     def moved(name: str, **labels: str) -> float:
@@ -144,9 +149,12 @@ def run(args: argparse.Namespace) -> dict:
     settings = devstack.effective_settings(Settings())
     try:
         httpx.post(f"{settings.emulator_url}/_sim/faults", json={"job_seconds": 0, "job_jitter": 0}, timeout=10)
-        engine = asyncio.run(engine_ceiling(settings, args.engine_workflows or args.tasks))
-        import_id = import_tasks(settings, home, args.tasks)
         pids = service_pids(settings)
+        cpu_before = cpu_by_process(pids)
+        engine = asyncio.run(engine_ceiling(settings, args.engine_workflows or args.tasks))
+        engine["cpu_s_per_wf"] = per_unit(cpu_delta(cpu_before, cpu_by_process(pids)), engine["workflows"],
+                                          only=("bench", "temporal", "postgres"))
+        import_id = import_tasks(settings, home, args.tasks)
         metrics_before, cpu_before = scrape(worker_metrics_url(settings)), cpu_by_process(pids)
         result = asyncio.run(pipeline(settings, import_id))
         cpu = cpu_delta(cpu_before, cpu_by_process(pids))
@@ -160,7 +168,7 @@ def run(args: argparse.Namespace) -> dict:
         "engine_wf_per_s": engine["wf_per_s"],
         "pipeline_tasks_per_s": result["tasks_per_s"],
         "ratio": round(result["tasks_per_s"] / engine["wf_per_s"], 3),
-        "cpu_s_per_task": {k: round(v / args.tasks, 4) for k, v in sorted(cpu.items())},
+        "cpu_s_per_task": per_unit(cpu, args.tasks),
         "cpu_s_per_task_total": round(sum(v for k, v in cpu.items() if k != "bench") / args.tasks, 4),
         "engine": engine,
         "pipeline": result,

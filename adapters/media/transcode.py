@@ -45,17 +45,15 @@ PROXY_FRAME: dict[str, tuple[int, int]] = {"9:16": (360, 640), "16:9": (640, 360
 HLS_SEGMENT_S = 2
 HLS_PLAYLIST = "index.m3u8"
 # Keyframes every HLS_SEGMENT_S so that the HLS step can cut the proxy by stream copy.
-_H264_AAC: dict[str, Any] = {
+_H264: dict[str, Any] = {
     "vcodec": "libx264",
     "preset": "veryfast",
     "crf": 26,
     "pix_fmt": "yuv420p",
     "force_key_frames": f"expr:gte(t,n_forced*{HLS_SEGMENT_S})",
-    "acodec": "aac",
-    "audio_bitrate": "96k",
-    "ac": 2,
-    "ar": 48000,
 }
+_AAC: dict[str, Any] = {"acodec": "aac", "audio_bitrate": "96k", "ac": 2, "ar": 48000}
+_H264_AAC = _H264 | _AAC
 
 PathLike = str | os.PathLike[str]
 
@@ -159,14 +157,17 @@ def frame_size(aspect_ratio: str, *, scale: float = 1.0) -> tuple[int, int]:
 
 
 def make_proxy(
-    src: PathLike, dst: PathLike, aspect_ratio: str, *, height: int | None = None, options: RunOptions | None = None
+    src: PathLike, dst: PathLike, aspect_ratio: str, *, height: int | None = None, options: RunOptions | None = None,
+    source: MediaInfo | None = None,
 ) -> MediaInfo:
     """H.264/AAC MP4 (+faststart) at exactly the ratio's frame size, letterboxed, always with audio.
 
     `height` overrides the table's height (width follows the ratio). A silent AAC track is added
-    when the source has none, so players and the HLS step can rely on one audio stream.
+    when the source has none, so players and the HLS step can rely on one audio stream; an AAC
+    source track is copied (re-encoding it would cost more CPU than the whole video of a short
+    clip and gain nothing). `source`: the caller's probe of `src`, so it is not probed twice.
     """
-    info = probe(src)
+    info = source or probe(src)
     width, out_height = frame_size(aspect_ratio)
     if height:
         width, out_height = frame_size(aspect_ratio, scale=height / out_height)
@@ -177,23 +178,30 @@ def make_proxy(
         .filter("pad", width, out_height, "(ow-iw)/2", "(oh-ih)/2")
         .filter("setsar", 1)
     )
-    if info.has_audio:
+    # ffmpeg's -shortest cuts a filtered video after its first frame when the audio is copied: the
+    # copied track already ends with the source, so it goes without.
+    audio_codec: dict[str, Any] = _AAC | {"shortest": None}
+    if info.audio_codec == "aac":
+        audio, audio_codec = source.audio, {"acodec": "copy"}
+    elif info.has_audio:
         audio = source.audio
     else:
         silence = {"t": info.duration_s} if info.duration_s else {}
         audio = ffmpeg.input("anullsrc=r=48000:cl=stereo", f="lavfi", **silence).audio
     with atomic_output(dst) as tmp:
         out = ffmpeg.output(
-            video, audio, os.fspath(tmp), f="mp4", movflags="+faststart", shortest=None, **_H264_AAC
+            video, audio, os.fspath(tmp), f="mp4", movflags="+faststart", **_H264, **audio_codec
         )
         options.run(out, f"proxy of {src}", info)
     return probe(dst)
 
 
-def make_hls(src: PathLike, out_dir: PathLike, *, options: RunOptions | None = None) -> HlsOutput:
-    """HLS VOD rendition (index.m3u8 + ~2 s .ts segments); stream copy for H.264/AAC sources."""
+def make_hls(src: PathLike, out_dir: PathLike, *, options: RunOptions | None = None,
+             info: MediaInfo | None = None) -> HlsOutput:
+    """HLS VOD rendition (index.m3u8 + ~2 s .ts segments); stream copy for H.264/AAC sources.
+    `info`: what is already known of `src` (a stored proxy's row), else it is probed."""
     options = options or RunOptions()
-    info = probe(src)
+    info = info or probe(src)
     copy = info.video_codec == "h264" and info.audio_codec in (None, "aac")
     codecs: dict[str, Any] = {"c": "copy"} if copy else _H264_AAC
     out_dir = Path(out_dir)
@@ -218,10 +226,12 @@ def make_hls(src: PathLike, out_dir: PathLike, *, options: RunOptions | None = N
     return HlsOutput(playlist=out_dir / HLS_PLAYLIST, segments=[out_dir / Path(n).name for n in names])
 
 
-def make_thumbnail(src: PathLike, dst: PathLike, *, options: RunOptions | None = None) -> Path:
-    """JPEG of the frame a third into the video (the first frame when it is under a second)."""
+def make_thumbnail(src: PathLike, dst: PathLike, *, options: RunOptions | None = None,
+                   info: MediaInfo | None = None) -> Path:
+    """JPEG of the frame a third into the video (the first frame when it is under a second), at
+    the video's frame size. `info`: what is already known of `src`, else it is probed."""
     options = options or RunOptions()
-    info = probe(src)
+    info = info or probe(src)
     duration = info.duration_s or 0.0
     at = duration / 3 if duration >= 1.0 else 0.0
     with atomic_output(dst) as tmp:

@@ -12,13 +12,17 @@ from adapters.media.ffmpeg_tools import MediaError, ffmpeg_path, ffprobe_path, f
 from adapters.media.transcode import PROXY_FRAME, frame_size, make_hls, make_proxy, make_thumbnail, probe
 
 
-def _testsrc(path: Path, *, size: str, seconds: float, audio: bool) -> Path:
+def _testsrc(path: Path, *, size: str, seconds: float, audio: bool, codecs: tuple[str, str] = ("mpeg4", "mp2")) -> Path:
     video = ffmpeg.input(f"testsrc2=s={size}:r=25:d={seconds}", f="lavfi").video
     streams = [video]
     if audio:
         streams.append(ffmpeg.input(f"sine=frequency=300:duration={seconds}", f="lavfi").audio)
-    run_ffmpeg(ffmpeg.output(*streams, str(path), vcodec="mpeg4", acodec="mp2"), "test input")
+    run_ffmpeg(ffmpeg.output(*streams, str(path), vcodec=codecs[0], acodec=codecs[1]), "test input")
     return path
+
+
+def _streams(path: Path) -> dict[str, dict]:
+    return {s["codec_type"]: s for s in ffmpeg.probe(str(path), cmd=ffprobe_path(), count_frames=None)["streams"]}
 
 
 def _top_level_boxes(path: Path) -> list[str]:
@@ -40,6 +44,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "silent_4x3": _testsrc(d / "silent.avi", size="160x120", seconds=3, audio=False),
         "sound_16x9": _testsrc(d / "sound.avi", size="192x108", seconds=3, audio=True),
+        "h264_aac": _testsrc(d / "provider.mp4", size="192x108", seconds=3, audio=True, codecs=("libx264", "aac")),
     }
 
 
@@ -84,6 +89,17 @@ def test_proxy_keeps_audio_and_honours_height(sources: dict[str, Path], tmp_path
     assert (info.width, info.height) == (320, 180)
     assert info.audio_codec == "aac"
     assert [p.name for p in tmp_path.iterdir()] == ["proxy.mp4"], "no temp files left behind"
+
+
+def test_proxy_copies_an_aac_track_and_keeps_every_frame(sources: dict[str, Path], tmp_path: Path) -> None:
+    """A provider's AAC track is copied, not re-encoded, and the video still has all 75 frames
+    (ffmpeg's -shortest with a copied track used to stop the video after its first frame)."""
+    src = sources["h264_aac"]
+    info = make_proxy(src, tmp_path / "proxy.mp4", "16:9", source=probe(src))
+    out, original = _streams(tmp_path / "proxy.mp4"), _streams(src)
+    assert int(out["video"]["nb_read_frames"]) == int(original["video"]["nb_read_frames"]) == 75
+    assert out["audio"]["codec_name"] == "aac" and out["audio"]["bit_rate"] == original["audio"]["bit_rate"]
+    assert info.duration_s == pytest.approx(3, abs=0.1)
 
 
 def test_unknown_ratio_is_a_media_error() -> None:
