@@ -26,9 +26,14 @@ _NO_TIME = datetime.min.replace(tzinfo=UTC)
 SEEN_EVENTS_KEPT = 256  # webhook ids remembered per workflow for dropping exact repeats
 
 # Polling with webhooks on is a safety net: the first status call after this long, then each
-# interval 1.5 times the last, up to the cap. A task whose webhooks are all lost still ends.
-SAFETY_NET_FIRST_S = 30.0
+# interval twice the last, up to the cap (calls at 60 s, 180 s, 420 s, then every 5 min). A task
+# whose webhooks are all lost still ends. Provider jobs take minutes: a first call after 30 s
+# growing by 1.5 made four status calls for a 3-minute job whose webhooks all arrived; this
+# makes two or three.
+SAFETY_NET_FIRST_S = 60.0
+SAFETY_NET_GROWTH = 2.0
 SAFETY_NET_MAX_S = 300.0
+POLL_GROWTH = 1.5  # without webhooks
 
 
 def rank(status: JobStatus | None) -> int:
@@ -81,15 +86,17 @@ class PollCadence:
         self.webhooks = webhooks
         self._floor = max(min_interval_s, 1.0)
         self._interval = SAFETY_NET_FIRST_S if webhooks else self._floor
+        self._growth = SAFETY_NET_GROWTH if webhooks else POLL_GROWTH
         self._max = SAFETY_NET_MAX_S if webhooks else max_s
 
     def first(self) -> float:
-        return self._interval if self.webhooks else 0.0
+        """The wait before the first status call: none without webhooks (then `next()` spaces them)."""
+        return self.next() if self.webhooks else 0.0
 
     def next(self) -> float:
         """The wait after a status call; each one longer than the last, up to the cap."""
         wait = self._interval
-        self._interval = min(self._interval * 1.5, self._max)
+        self._interval = min(self._interval * self._growth, self._max)
         return wait
 
     @property

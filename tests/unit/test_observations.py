@@ -53,4 +53,6 @@ def test_poll_cadence_with_and_without_webhooks():
     assert max(plain.next() for _ in range(20)) == 15.0
     net = PollCadence(webhooks=True, min_interval_s=5.0, max_s=15.0)
     assert net.first() == SAFETY_NET_FIRST_S and net.floor == 5.0
+    # calls at 60 s, 180 s, 420 s: a 3-minute job whose webhooks arrive costs 2-3 status calls
+    assert [net.next() for _ in range(2)] == [SAFETY_NET_FIRST_S * 2, SAFETY_NET_FIRST_S * 4]
     assert max(net.next() for _ in range(20)) == SAFETY_NET_MAX_S
