@@ -3,7 +3,8 @@
 Order of work, each step only if the previous passed: the provider must have a receiver (404),
 the body at most `max_body_bytes` (413), the adapter verifies the raw body (401 forged or stale,
 400 unusable), the event is stored once per delivery id (one short transaction), then, with the
-transaction closed, the task's workflow is signaled. Answers are quick: nothing is fetched here.
+transaction closed, the task's workflow is signaled (unless the event is a signed "still waiting",
+which moves nothing: `worth_a_signal`). Answers are quick: nothing is fetched here.
 
 A stored event whose signal could not go out (Temporal unavailable) answers 503, so the provider
 delivers it again; that delivery finds the row and sends the signal then, with the same request
@@ -25,6 +26,7 @@ from gateway.problems import ProblemError
 from gateway.signals import SignalUnavailable, signal_request_id
 from metrics import WEBHOOK_LAG, WEBHOOKS
 from schema import webhook_inbox as inbox
+from workflows.observations import worth_a_signal
 
 log = logging.getLogger("gateway.webhooks")
 router = APIRouter()
@@ -50,7 +52,7 @@ async def receive_webhook(provider: str, request: Request, deps: GatewayDeps = D
     log.info("webhook %s %s: %s%s", provider, event.event_id, receipt.state.value,
              " (duplicate)" if receipt.duplicate else "")
     WEBHOOKS.labels(provider, "duplicate" if receipt.duplicate else receipt.state.value).inc()
-    if receipt.workflow_id is not None:
+    if receipt.workflow_id is not None and worth_a_signal(inbox.to_update(event)):
         await _signal(deps, provider, event, receipt.row_id, receipt.workflow_id)
     await _sweep(deps)
     return {"ok": True}

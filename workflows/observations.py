@@ -51,6 +51,13 @@ def needs_status_call(update: ProviderUpdate) -> bool:
     return not update.verified or update.status is None or terminal(update.status)
 
 
+def worth_a_signal(update: ProviderUpdate) -> bool:
+    """Whether the workflow acts on this observation: one to confirm with a status call, or a job
+    now running. A signed "still waiting" moves nothing, so it is stored but not signaled: one
+    workflow step less per job (providers report a job queued as soon as it is accepted)."""
+    return needs_status_call(update) or rank(update.status) >= rank(JobStatus.RUNNING)
+
+
 def _newer(a: ProviderUpdate, b: ProviderUpdate) -> bool:
     return (rank(a.status), a.observed_at or _NO_TIME) > (rank(b.status), b.observed_at or _NO_TIME)
 

@@ -171,6 +171,13 @@ async def test_the_same_event_twice_is_one_row_and_one_signal(stack, client, par
     assert event_rows(stack, event_id=msg)[0].signaled_at is not None
     assert await signaled_event_ids(client, parked.task.workflow_id) == [msg]
 
+    # A signed "still queued" moves nothing: stored and matched, not signaled.
+    waiting = "msg_waiting_" + uuid.uuid4().hex
+    assert (await deliver(stack, job_json(parked.job_id, parked.key, "queued"), waiting)).status_code == 200
+    (row,) = event_rows(stack, event_id=waiting)
+    assert (row.state, row.task_id, row.signaled_at) == ("matched", parked.task.id, None)
+    assert await signaled_event_ids(client, parked.task.workflow_id) == [msg]
+
     # Another event of the same job, and one of another job of the same request key: both signaled.
     other = "msg_other_" + uuid.uuid4().hex
     stray = "msg_stray_" + uuid.uuid4().hex

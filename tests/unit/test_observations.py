@@ -11,6 +11,7 @@ from workflows.observations import (
     Inbox,
     PollCadence,
     needs_status_call,
+    worth_a_signal,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -45,6 +46,15 @@ def test_only_signed_progress_is_acted_on_without_asking():
     assert needs_status_call(update(JobStatus.RUNNING, "e", verified=False))  # unsigned: a hint
     assert needs_status_call(update(JobStatus.SUCCEEDED, "e"))  # an ending: confirm (outputs, cost)
     assert needs_status_call(update(None, "e"))
+
+
+def test_only_observations_the_workflow_acts_on_are_signaled():
+    assert not worth_a_signal(update(JobStatus.QUEUED, "e"))  # signed "still waiting": stored only
+    assert not worth_a_signal(update(JobStatus.THROTTLED, "e"))
+    assert worth_a_signal(update(JobStatus.QUEUED, "e", verified=False))  # a hint: confirm by a call
+    assert worth_a_signal(update(None, "e"))
+    assert worth_a_signal(update(JobStatus.RUNNING, "e"))
+    assert worth_a_signal(update(JobStatus.FAILED, "e"))
 
 
 def test_poll_cadence_with_and_without_webhooks():
