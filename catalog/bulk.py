@@ -4,9 +4,9 @@ Products are COPYed with ids taken from their sequence up front (one query per b
 can name their product without a RETURNING round trip. Tasks that already exist (a re-import of
 the catalog that makes some of the same tasks) are looked up by id, the others COPYed straight
 into `tasks` (COPY inserts in bulk; an INSERT .. SELECT .. ON CONFLICT from a staging table
-inserted row by row and wrote every row twice), and every task is linked to the import, `reused`
-when it existed. JSON columns arrive as JSON text (COPY's text format: the server parses them),
-encoded once by the caller.
+inserted row by row and wrote every row twice); a task that existed is linked to the import as
+reused (`import_tasks`), a new one names its import in `tasks.import_id`. Task rows arrive as COPY
+text lines formatted by the caller (JSON columns as JSON text, which the server parses).
 """
 
 from __future__ import annotations
@@ -70,17 +70,23 @@ def copy_text(value: object) -> str:
     return text
 
 
-def insert_tasks(session: Session, import_id: str, tasks: Sequence[tuple[str, str]]) -> int:
+def insert_tasks(session: Session, import_id: str, tasks: Sequence[tuple[str, str]], *, may_exist: bool) -> int:
     """COPY the tasks (id, line: the COPY text of its TASK_COLUMNS, newline included) that do not
-    exist yet, and link all of them to the import (`reused` for those that existed); returns how
-    many were new. Needs `lock_catalog` held: nobody else writes these ids between the look-up and
-    the COPY."""
+    exist yet (their `import_id` says this import created them), and link those that existed to the
+    import as reused (`import_tasks`, see schema.import_scope); returns how many were new.
+
+    Needs `lock_catalog` held: nobody else writes these ids between the look-up and the COPY.
+    `may_exist` False (no earlier import of this tenant's catalog) skips the look-up: task ids hash
+    the tenant and the catalog, so only an import of the same catalog can have made them."""
     with _raw(session).cursor() as cur:
-        cur.execute("SELECT id FROM tasks WHERE id = ANY(%s)", ([task_id for task_id, _ in tasks],))
-        existing = {task_id for (task_id,) in cur.fetchall()}
+        existing: set[str] = set()
+        if may_exist:
+            cur.execute("SELECT id FROM tasks WHERE id = ANY(%s)", ([task_id for task_id, _ in tasks],))
+            existing = {task_id for (task_id,) in cur.fetchall()}
         with cur.copy(f"COPY tasks ({_COLS}) FROM STDIN") as copy:
             copy.write("".join(line for task_id, line in tasks if task_id not in existing))
-        with cur.copy("COPY import_tasks (import_id, task_id, reused) FROM STDIN") as copy:
-            for task_id, _ in tasks:
-                copy.write_row((import_id, task_id, task_id in existing))
+        if existing:
+            with cur.copy("COPY import_tasks (import_id, task_id, reused) FROM STDIN") as copy:
+                for task_id in existing:
+                    copy.write_row((import_id, task_id, True))
     return len(tasks) - len(existing)

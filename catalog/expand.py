@@ -36,6 +36,10 @@ def sha256_text(text: str) -> str:
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+_STR = json.encoder.encode_basestring  # a str as the canonical encoder writes it (ensure_ascii=False)
+_FONT_JSON = _STR(OVERLAY_FONT)
+
+
 def canonical_json(obj: object) -> str:
     """Sorted keys, no spaces, UTF-8 as is: the bytes task ids are hashed from (one shared encoder:
     json.dumps with options builds a new one per call, which showed in the import's profile)."""
@@ -106,9 +110,16 @@ def format_price(product: ProductRecord) -> str:
 
 
 def overlay_sha256(overlay: dict[str, str], template_version: str) -> str:
-    """Hash of everything drawn over the video: its lines in order, the template version, the font."""
-    lines = [overlay.get(field, "") for field in OVERLAY_FIELDS]
-    return sha256_text(canonical_json({"lines": lines, "template_version": template_version, "font": OVERLAY_FONT}))
+    """Hash of everything drawn over the video: its lines in order, the template version, the font.
+    The text hashed is canonical_json({"lines": [...], "template_version": ..., "font": ...}),
+    written from its parts (the encoder's call costs more than the hash; a test compares)."""
+    lines = ",".join(_STR(overlay.get(field, "")) for field in OVERLAY_FIELDS)
+    return sha256_text(f'{{"font":{_FONT_JSON},"lines":[{lines}],"template_version":{_STR(template_version)}}}')
+
+
+def overlay_json(overlay: dict[str, str]) -> str:
+    """The overlay as compact JSON in its order (what json.dumps(ensure_ascii=False) writes)."""
+    return "{" + ",".join(f"{_STR(key)}:{_STR(value)}" for key, value in overlay.items()) + "}"
 
 
 def _fields(product: ProductRecord, hook: str) -> dict[str, str]:
@@ -192,9 +203,6 @@ class Expanded:
     prompt_sha256: str
     overlay: dict[str, str]  # shared by the tasks of the same template, locale and hook
     overlay_sha256: str
-
-
-_STR = json.encoder.encode_basestring  # a str as the canonical encoder writes it (ensure_ascii=False)
 
 
 def combinations(plan: Plan) -> list[Combination]:

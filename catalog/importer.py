@@ -26,7 +26,15 @@ from sqlalchemy.orm import Session
 
 from adapters.storage import ObjectStorage, file_sha256
 from catalog.bulk import copy_text, insert_products, insert_tasks, lock_catalog
-from catalog.expand import Combination, Expanded, check_plan_locales, combinations, copy_issues, expand_product
+from catalog.expand import (
+    Combination,
+    Expanded,
+    check_plan_locales,
+    combinations,
+    copy_issues,
+    expand_product,
+    overlay_json,
+)
 from catalog.images import (
     ImageOutcome,
     ImageResolver,
@@ -261,7 +269,7 @@ class CatalogImporter:
                 for task_id, line in tasks]
         if not rows:
             return
-        new = insert_tasks(session, imp.id, rows)
+        new = insert_tasks(session, imp.id, rows, may_exist=imp.previous_id is not None)
         summary.tasks += len(rows)
         summary.tasks_new += new
         summary.tasks_reused += len(rows) - new
@@ -332,7 +340,7 @@ class _TaskLines:
         for t in tasks:
             text = texts.get(id(t.overlay))
             if text is None or text[0] is not t.prompt:
-                text = texts[id(t.overlay)] = (t.prompt, copy_text(t.prompt), copy_text(_JSON.encode(t.overlay)))
+                text = texts[id(t.overlay)] = (t.prompt, copy_text(t.prompt), copy_text(overlay_json(t.overlay)))
             out.append((t.id, f"{t.id}\t{copy_text(t.identity_json)}\t{workflow_id(t.id)}\t{text[1]}\t"
                               f"{t.prompt_sha256}\t{text[2]}\t{product}\t{self._tails[id(t.combination)]}"))
         return out

@@ -15,6 +15,7 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     Numeric,
@@ -59,7 +60,10 @@ class CatalogImport(Base):
     """An immutable, versioned import: the same file with the same plan is the same import."""
 
     __tablename__ = "catalog_imports"
-    __table_args__ = (UniqueConstraint("tenant_id", "catalog", "file_sha256", "plan_id"),)
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "catalog", "file_sha256", "plan_id"),
+        UniqueConstraint("id", "tenant_id", "plan_id", name="uq_catalog_imports_id_tenant_plan"),  # tasks' key
+    )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
     catalog: Mapped[str] = mapped_column(String(200))
@@ -114,20 +118,27 @@ class ValidationIssue(Base):
 
 
 class Task(Base):
-    """One video to make. `id` is the hash of its canonical identity (catalog.identity)."""
+    """One video to make. `id` is the hash of its canonical identity (catalog.identity).
+
+    Tenant, plan and import are checked by one composite foreign key to the import row (which
+    references its tenant and plan): the import writes 800,000 tasks at a time, one check per row
+    instead of three (migration 0007)."""
 
     __tablename__ = "tasks"
     __table_args__ = (
-        UniqueConstraint("tenant_id", "id"),
+        ForeignKeyConstraint(["import_id", "tenant_id", "plan_id"],
+                             ["catalog_imports.id", "catalog_imports.tenant_id", "catalog_imports.plan_id"],
+                             name="fk_tasks_import_tenant_plan"),
+        Index("ix_tasks_import_id", "import_id"),  # the tasks an import created (schema.import_scope)
         CheckConstraint("version >= 0"),
         Index("ix_tasks_active", "status", postgresql_where=text("status NOT IN "
               "('SUCCEEDED','CANCELED','REJECTED','FAILED_FINAL','EXPIRED')")),
     )
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    tenant_id: Mapped[str] = mapped_column(String(64))
     identity: Mapped[dict[str, Any]]
-    import_id: Mapped[str] = mapped_column(ForeignKey("catalog_imports.id"))  # the import that created it
-    plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id"))
+    import_id: Mapped[str] = mapped_column(String(40))  # the import that created it
+    plan_id: Mapped[str] = mapped_column(String(64))
     product_ref: Mapped[int] = mapped_column(ForeignKey("products.id"))
     product_id: Mapped[str] = mapped_column(String(300))
     template_id: Mapped[str] = mapped_column(String(100))
@@ -165,7 +176,8 @@ class Task(Base):
 
 
 class ImportTask(Base):
-    """Which tasks an import version covers (new ones and reused ones)."""
+    """The tasks an import version reused (they existed before it); the tasks it created are those
+    with `tasks.import_id` = the import. schema.import_scope reads both."""
 
     __tablename__ = "import_tasks"
     import_id: Mapped[str] = mapped_column(ForeignKey("catalog_imports.id"), primary_key=True)

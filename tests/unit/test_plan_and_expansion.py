@@ -1,6 +1,7 @@
 """Plan parsing, deterministic task identity, expansion counts."""
 
 import hashlib
+import json
 from decimal import Decimal
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from catalog.expand import (
     check_plan_locales,
     copy_issues,
     expand,
+    overlay_json,
+    sha256_text,
     task_id_for,
     task_identity,
 )
@@ -120,6 +123,10 @@ def test_identity_text_is_the_canonical_json_of_the_identity(awkward):
         assert s.identity_json == canonical_json(s.identity)
         assert s.id == task_id_for(s.identity)
         assert s.identity["product_id"] == s.identity["tenant"] == s.identity["catalog"] == awkward
+        lines = [s.overlay[f] for f in ("title", "price", "hook")]
+        assert s.identity["overlay_sha256"] == sha256_text(canonical_json(
+            {"lines": lines, "template_version": s.template_version, "font": OVERLAY_FONT}))
+        assert overlay_json(s.overlay) == json.dumps(s.overlay, ensure_ascii=False, separators=(",", ":"))
 
 
 def test_copy_text_escapes_what_copy_would_misread():
