@@ -27,8 +27,8 @@ TASK_COLUMNS = (
     "tenant_id", "import_id", "plan_id", "status", "version", "progress", "current_attempt_no",
 )
 PRODUCT_COLUMNS = (
-    "id", "import_id", "product_id", "title", "description", "image_url", "image_asset_id", "price", "currency",
-    "category", "data", "content_sha256",
+    "id", "import_id", "tenant_id", "plan_id", "product_id", "title", "description", "image_url", "image_asset_id",
+    "price", "currency", "category", "data", "content_sha256",
 )
 _COLS = ", ".join(TASK_COLUMNS)
 

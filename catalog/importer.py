@@ -256,7 +256,7 @@ class CatalogImporter:
                 business_key = image_business_key(tenant, p.image.sha256)
                 asset_id = asset_id_for(business_key)
                 batch.images[business_key] = p.image
-            batch.products.append(_product_row(imp.id, p, asset_id))
+            batch.products.append(_product_row(imp, p, asset_id))
             tasks = _expand(p, lines.combinations, tenant, imp.catalog) if p.makes_tasks else []
             batch.tasks.append(lines.of_product(p, asset_id, tasks))
         return batch
@@ -308,12 +308,13 @@ class _Batch:
     images: dict[str, ImageOutcome] = field(default_factory=dict)
 
 
-def _product_row(import_id: str, p: _Prepared, image_asset_id: str | None) -> tuple:
+def _product_row(imp: CatalogImport, p: _Prepared, image_asset_id: str | None) -> tuple:
     r = p.record
     data = r.model_dump(mode="json")
     return (
-        import_id, r.product_id, r.title, r.description, r.main_image, image_asset_id, r.price, r.currency,
-        r.category, _JSON.encode(data), hashlib.sha256(_CANONICAL.encode(data).encode()).hexdigest(),
+        imp.id, imp.tenant_id, imp.plan_id, r.product_id, r.title, r.description, r.main_image, image_asset_id,
+        r.price, r.currency, r.category, _JSON.encode(data),
+        hashlib.sha256(_CANONICAL.encode(data).encode()).hexdigest(),
     )
 
 
