@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import Text, cast, func, select, update
 from sqlalchemy.exc import IntegrityError
 from stack_helpers import make_catalog, make_plan
 
@@ -55,6 +56,10 @@ def test_new_version_reuses_unchanged_tasks(stack, tmp_path):
         assert {t.import_id for t in reused} == {first.import_id}
         listed = {t.id for t in list_tasks(session, second.import_id)}
         assert len(listed) == 8 and {created.id, *(t.id for t in reused)} <= listed
+        # the identity is stored as the canonical text its id was hashed from
+        text = session.scalar(select(cast(Task.identity, Text)).where(Task.id == created.id))
+        assert hashlib.sha256(text.encode()).hexdigest()[:32] == created.id
+        assert created.identity["catalog"] == "versions"
         # one foreign key ties a task to its product, and through it to the import's tenant and plan
         with pytest.raises(IntegrityError), session.begin_nested():
             session.execute(update(Task).where(Task.id == created.id).values(tenant_id="another-tenant"))

@@ -10,7 +10,9 @@
 - the unique (tenant_id, id) on tasks goes: `id` alone is the primary key, so the pair was unique
   anyway, and no foreign key or query uses it;
 - `import_tasks` keeps the links of reused tasks only: the import that created a task is
-  `tasks.import_id` (indexed now); the creator links already stored are deleted.
+  `tasks.import_id` (indexed now); the creator links already stored are deleted;
+- `tasks.identity` is `json`: the canonical text the id was hashed from, stored as is (jsonb
+  parsed and re-sorted it on every insert; it is only read back whole).
 
 Revision ID: 0007
 Revises: 0006
@@ -48,9 +50,11 @@ def upgrade() -> None:
                           ["product_ref", "import_id", "tenant_id", "plan_id"], _PRODUCT_KEY)
     op.create_index("ix_tasks_import_id", "tasks", ["import_id"])
     op.execute("DELETE FROM import_tasks l USING tasks t WHERE l.task_id = t.id AND l.import_id = t.import_id")
+    op.execute("ALTER TABLE tasks ALTER COLUMN identity TYPE json USING identity::json")
 
 
 def downgrade() -> None:
+    op.execute("ALTER TABLE tasks ALTER COLUMN identity TYPE jsonb USING identity::jsonb")
     op.execute("INSERT INTO import_tasks (import_id, task_id, reused) SELECT import_id, id, false FROM tasks "
                "ON CONFLICT DO NOTHING")
     op.drop_index("ix_tasks_import_id", "tasks")
