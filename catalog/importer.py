@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -55,6 +57,7 @@ from schema.state_machine import TaskStatus
 from workflows.api import workflow_id
 
 BATCH = 500
+WRITER_SWITCH_INTERVAL_S = 0.0002
 IMAGE_WORKERS = 32
 
 
@@ -237,7 +240,7 @@ class CatalogImporter:
         Python work and writing the previous one is mostly the server's, so they overlap: one writer
         thread uses the session (never two at once), this thread builds the next batch meanwhile."""
         lines = _TaskLines(imp, combinations(plan))
-        with ThreadPoolExecutor(1, thread_name_prefix="import-writer") as writer:
+        with _prompt_handoffs(), ThreadPoolExecutor(1, thread_name_prefix="import-writer") as writer:
             pending = None
             for chunk in _chunks(_read_spool(spool), BATCH):
                 batch = self._build_batch(imp, chunk, lines, tenant)
@@ -345,6 +348,20 @@ class _TaskLines:
             out.append((t.id, f"{t.id}\t{copy_text(t.identity_json)}\t{workflow_id(t.id)}\t{text[1]}\t"
                               f"{t.prompt_sha256}\t{text[2]}\t{product}\t{self._tails[id(t.combination)]}"))
         return out
+
+
+@contextmanager
+def _prompt_handoffs() -> Iterator[None]:
+    """A shorter GIL switch interval while the writer runs (0.2 ms instead of 5). The writer blocks
+    on the server at every round trip and COPY chunk and then needs the GIL back from the busy
+    building thread; at 5 ms per handoff the server sat idle a quarter of the time, waiting for
+    the client (pg_stat_activity sampled during the import). Restored afterwards."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(WRITER_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def _expand(p: _Prepared, combos: list[Combination], tenant: str, catalog: str) -> list[Expanded]:
