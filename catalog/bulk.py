@@ -4,9 +4,9 @@ Products are COPYed with ids taken from their sequence up front (one query per b
 can name their product without a RETURNING round trip. Tasks that already exist (a re-import of
 the catalog that makes some of the same tasks) are looked up by id, the others COPYed straight
 into `tasks` (COPY inserts in bulk; an INSERT .. SELECT .. ON CONFLICT from a staging table
-inserted row by row and wrote every row twice), and every task is linked to the import, `reused`
-when it existed. JSON columns arrive as JSON text (COPY's text format: the server parses them),
-encoded once by the caller.
+inserted row by row and wrote every row twice); a task that existed is linked to the import as
+reused (`import_tasks`), a new one names its import in `tasks.import_id`. Task rows arrive as COPY
+text lines formatted by the caller (JSON columns as JSON text, which the server parses).
 """
 
 from __future__ import annotations
@@ -16,15 +16,19 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+# COPY's column order for tasks: the product's id first (known only when the writer has taken it
+# from the sequence), then what differs per task, per product, per combination, per import; the
+# caller formats each task's line after `product_ref` (`copy_text` for every text value).
 TASK_COLUMNS = (
-    "id", "tenant_id", "identity", "import_id", "plan_id", "product_ref", "product_id", "template_id",
-    "template_version", "locale", "aspect_ratio", "variant", "prompt", "overlay", "prompt_sha256",
-    "image_sha256", "image_asset_id", "duration_s", "provider", "model", "estimated_cost", "status", "version",
-    "progress", "current_attempt_no", "workflow_id",
+    "product_ref", "id", "identity", "workflow_id", "prompt", "prompt_sha256", "overlay",
+    "product_id", "image_sha256", "image_asset_id",
+    "template_id", "template_version", "locale", "aspect_ratio", "variant", "duration_s", "provider", "model",
+    "estimated_cost",
+    "tenant_id", "import_id", "plan_id", "status", "version", "progress", "current_attempt_no",
 )
 PRODUCT_COLUMNS = (
-    "id", "import_id", "product_id", "title", "description", "image_url", "image_asset_id", "price", "currency",
-    "category", "data", "content_sha256",
+    "id", "import_id", "tenant_id", "plan_id", "product_id", "title", "description", "image_url", "image_asset_id",
+    "price", "currency", "category", "data", "content_sha256",
 )
 _COLS = ", ".join(TASK_COLUMNS)
 
@@ -53,18 +57,36 @@ def insert_products(session: Session, rows: Sequence[Sequence[Any]]) -> list[int
     return ids
 
 
-def insert_tasks(session: Session, import_id: str, rows: Sequence[Sequence[Any]]) -> int:
-    """COPY the task rows (values in TASK_COLUMNS order) that do not exist yet, and link all of them
-    to the import (`reused` for those that existed); returns how many were new. Needs
-    `lock_catalog` held: nobody else writes these ids between the look-up and the COPY."""
+_ESCAPES = {ord("\\"): "\\\\", ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"}
+
+
+def copy_text(value: object) -> str:
+    """One value in COPY's text format: NULL as \\N, backslash, tab, newline and CR escaped."""
+    if value is None:
+        return "\\N"
+    text = str(value)
+    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
+        return text.translate(_ESCAPES)
+    return text
+
+
+def insert_tasks(session: Session, import_id: str, tasks: Sequence[tuple[str, str]], *, may_exist: bool) -> int:
+    """COPY the tasks (id, line: the COPY text of its TASK_COLUMNS, newline included) that do not
+    exist yet (their `import_id` says this import created them), and link those that existed to the
+    import as reused (`import_tasks`, see schema.import_scope); returns how many were new.
+
+    Needs `lock_catalog` held: nobody else writes these ids between the look-up and the COPY.
+    `may_exist` False (no earlier import of this tenant's catalog) skips the look-up: task ids hash
+    the tenant and the catalog, so only an import of the same catalog can have made them."""
     with _raw(session).cursor() as cur:
-        cur.execute("SELECT id FROM tasks WHERE id = ANY(%s)", ([row[0] for row in rows],))
-        existing = {task_id for (task_id,) in cur.fetchall()}
+        existing: set[str] = set()
+        if may_exist:
+            cur.execute("SELECT id FROM tasks WHERE id = ANY(%s)", ([task_id for task_id, _ in tasks],))
+            existing = {task_id for (task_id,) in cur.fetchall()}
         with cur.copy(f"COPY tasks ({_COLS}) FROM STDIN") as copy:
-            for row in rows:
-                if row[0] not in existing:
-                    copy.write_row(row)
-        with cur.copy("COPY import_tasks (import_id, task_id, reused) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row((import_id, row[0], row[0] in existing))
-    return len(rows) - len(existing)
+            copy.write("".join(line for task_id, line in tasks if task_id not in existing))
+        if existing:
+            with cur.copy("COPY import_tasks (import_id, task_id, reused) FROM STDIN") as copy:
+                for task_id in existing:
+                    copy.write_row((import_id, task_id, True))
+    return len(tasks) - len(existing)

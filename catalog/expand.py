@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from decimal import Decimal
 
 from pydantic import BaseModel
@@ -32,6 +34,10 @@ def sha256_text(text: str) -> str:
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+_STR = json.encoder.encode_basestring  # a str as the canonical encoder writes it (ensure_ascii=False)
+_FONT_JSON = _STR(OVERLAY_FONT)
 
 
 def canonical_json(obj: object) -> str:
@@ -104,9 +110,16 @@ def format_price(product: ProductRecord) -> str:
 
 
 def overlay_sha256(overlay: dict[str, str], template_version: str) -> str:
-    """Hash of everything drawn over the video: its lines in order, the template version, the font."""
-    lines = [overlay.get(field, "") for field in OVERLAY_FIELDS]
-    return sha256_text(canonical_json({"lines": lines, "template_version": template_version, "font": OVERLAY_FONT}))
+    """Hash of everything drawn over the video: its lines in order, the template version, the font.
+    The text hashed is canonical_json({"lines": [...], "template_version": ..., "font": ...}),
+    written from its parts (the encoder's call costs more than the hash; a test compares)."""
+    lines = ",".join(_STR(overlay.get(field, "")) for field in OVERLAY_FIELDS)
+    return sha256_text(f'{{"font":{_FONT_JSON},"lines":[{lines}],"template_version":{_STR(template_version)}}}')
+
+
+def overlay_json(overlay: dict[str, str]) -> str:
+    """The overlay as compact JSON in its order (what json.dumps(ensure_ascii=False) writes)."""
+    return "{" + ",".join(f"{_STR(key)}:{_STR(value)}" for key, value in overlay.items()) + "}"
 
 
 def _fields(product: ProductRecord, hook: str) -> dict[str, str]:
@@ -161,10 +174,40 @@ def copy_issues(product: ProductRecord, plan: Plan) -> list[Issue]:
     return issues
 
 
-def expand(
-    product: ProductRecord, plan: Plan, *, tenant: str, catalog: str, image_sha256: str
-) -> Iterator[TaskSpec]:
-    """All task specs for one (valid) product; locales a template cannot serve are skipped."""
+@dataclass(frozen=True, slots=True, eq=False)
+class Combination:
+    """One template x locale x ratio x variant of a plan, with what all its tasks share: computed
+    once per import, not once per task (the import expands 800,000 tasks from 8 of these)."""
+
+    template: Template
+    locale: str
+    aspect_ratio: str
+    variant: Variant
+    hook: str
+    render_sha256: str
+    identity_parts: tuple[str, str, str, str] = dataclass_field(init=False)  # ratio, locale, version, variant as JSON
+
+    def __post_init__(self) -> None:
+        parts = (_STR(self.aspect_ratio), _STR(self.locale), _STR(self.template.version), _STR(self.variant.id))
+        object.__setattr__(self, "identity_parts", parts)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Expanded:
+    """One task of one product: what differs from task to task (the rest is its combination's)."""
+
+    combination: Combination
+    id: str
+    identity_json: str
+    prompt: str
+    prompt_sha256: str
+    overlay: dict[str, str]  # shared by the tasks of the same template, locale and hook
+    overlay_sha256: str
+
+
+def combinations(plan: Plan) -> list[Combination]:
+    """Every combination of the plan, in expansion order; locales a template cannot serve are skipped."""
+    out: list[Combination] = []
     for template in plan.templates:
         render_sha = sha256_text(canonical_json([template.provider, template.model, str(template.duration_s)]))
         for locale in plan.locales:
@@ -172,38 +215,55 @@ def expand(
                 continue
             for ratio in plan.aspect_ratios:
                 for variant in plan.variants:
-                    yield _spec(product, plan, template, locale, ratio, variant, tenant, catalog,
-                                image_sha256, render_sha)
+                    out.append(Combination(template, locale, ratio, variant, variant.hook.get(locale, ""), render_sha))
+    return out
 
 
-def _spec(
-    product: ProductRecord,
-    plan: Plan,
-    template: Template,
-    locale: str,
-    ratio: str,
-    variant: Variant,
-    tenant: str,
-    catalog: str,
-    image_sha256: str,
-    render_sha: str,
-) -> TaskSpec:
-    hook = variant.hook.get(locale, "")
-    fields = _fields(product, hook)
-    prompt = template.prompts[locale].format(**fields)
-    prompt_sha = sha256_text(prompt)
-    overlay = {field: fields[field] for field in OVERLAY_FIELDS}
-    identity = task_identity(
-        tenant=tenant, catalog=catalog, product_id=product.product_id, template_version=template.version,
-        locale=locale, aspect_ratio=ratio, variant=variant.id, prompt_sha256=prompt_sha,
-        image_sha256=image_sha256, render_sha256=render_sha,
-        overlay_sha256=overlay_sha256(overlay, template.version),
-    )
-    identity_json = canonical_json(identity)
-    return TaskSpec(
-        id=task_id_of_json(identity_json), identity_json=identity_json, identity=identity,
-        product_id=product.product_id, template_id=template.id,
-        template_version=template.version, locale=locale, aspect_ratio=ratio, variant=variant.id,
-        prompt=prompt, prompt_sha256=prompt_sha, overlay=overlay, duration_s=template.duration_s,
-        provider=template.provider, model=template.model, estimated_cost=template.cost_estimate,
-    )
+def expand_product(
+    product: ProductRecord, combos: list[Combination], *, tenant: str, catalog: str, image_sha256: str
+) -> list[Expanded]:
+    """All tasks of one (valid) product. Prompt and overlay depend on template, locale and hook only,
+    so they are made once per product for all ratios; the identity's canonical JSON is written from
+    pre-encoded parts (the same text as canonical_json(task_identity(...)), which a test checks)."""
+    base = _fields(product, "")
+    shared = f'"catalog":{_STR(catalog)},"image_sha256":{_STR(image_sha256)},'
+    product_json, tenant_json = _STR(product.product_id), _STR(tenant)
+    texts: dict[tuple[str, str, str], tuple[str, str, dict[str, str], str]] = {}
+    out: list[Expanded] = []
+    for c in combos:
+        key = (c.template.id, c.locale, c.hook)
+        text = texts.get(key)
+        if text is None:
+            fields = {**base, "hook": c.hook}
+            prompt = c.template.prompts[c.locale].format(**fields)
+            overlay = {field: fields[field] for field in OVERLAY_FIELDS}
+            text = texts[key] = (prompt, sha256_text(prompt), overlay, overlay_sha256(overlay, c.template.version))
+        prompt, prompt_sha, overlay, overlay_sha = text
+        ratio, locale, template_version, variant = c.identity_parts
+        identity_json = (
+            f'{{"aspect_ratio":{ratio},{shared}"locale":{locale},"overlay_sha256":"{overlay_sha}",'
+            f'"product_id":{product_json},"prompt_sha256":"{prompt_sha}","render_sha256":"{c.render_sha256}",'
+            f'"template_version":{template_version},"tenant":{tenant_json},"variant":{variant}}}'
+        )
+        out.append(Expanded(c, task_id_of_json(identity_json), identity_json, prompt, prompt_sha, overlay, overlay_sha))
+    return out
+
+
+def expand(
+    product: ProductRecord, plan: Plan, *, tenant: str, catalog: str, image_sha256: str
+) -> Iterator[TaskSpec]:
+    """All task specs for one (valid) product; locales a template cannot serve are skipped."""
+    for e in expand_product(product, combinations(plan), tenant=tenant, catalog=catalog, image_sha256=image_sha256):
+        c, template = e.combination, e.combination.template
+        identity = task_identity(
+            tenant=tenant, catalog=catalog, product_id=product.product_id, template_version=template.version,
+            locale=c.locale, aspect_ratio=c.aspect_ratio, variant=c.variant.id, prompt_sha256=e.prompt_sha256,
+            image_sha256=image_sha256, render_sha256=c.render_sha256, overlay_sha256=e.overlay_sha256,
+        )
+        yield TaskSpec(
+            id=e.id, identity_json=e.identity_json, identity=identity, product_id=product.product_id,
+            template_id=template.id, template_version=template.version, locale=c.locale, aspect_ratio=c.aspect_ratio,
+            variant=c.variant.id, prompt=e.prompt, prompt_sha256=e.prompt_sha256, overlay=dict(e.overlay),
+            duration_s=template.duration_s, provider=template.provider, model=template.model,
+            estimated_cost=template.cost_estimate,
+        )

@@ -19,7 +19,8 @@ from temporalio.client import Client
 from control.resolve import ResolveNotDelivered, ResolveRefused, UnknownTask, send_update
 from schema.contracts import CheckOutcome, ReviewRequest, ReviewResult
 from schema.db import Database
-from schema.models import Asset, Attempt, CreditEntry, ImportTask, Product, ReviewCheck, Task, ValidationIssue
+from schema.import_scope import in_import
+from schema.models import Asset, Attempt, CreditEntry, Product, ReviewCheck, Task, ValidationIssue
 from schema.state_machine import TaskStatus
 from workflows import api
 
@@ -70,10 +71,6 @@ class DecisionOutcome(BaseModel):
     message: str
 
 
-def _in_import(import_id: str):  # noqa: ANN202 - a scalar subquery
-    return select(ImportTask.task_id).where(ImportTask.import_id == import_id)
-
-
 def review_items(session: Session, import_id: str, filters: Filters | None = None) -> list[ReviewItem]:
     """The import's tasks that match `filters` (default: those waiting in REVIEW), with what a
     reviewer needs to judge each; those whose automatic checks failed come first."""
@@ -81,7 +78,7 @@ def review_items(session: Session, import_id: str, filters: Filters | None = Non
     stmt = (select(Task, Product, Asset.key)
             .join(Product, Product.id == Task.product_ref)
             .outerjoin(Asset, Asset.id == Task.output_asset_id)
-            .where(Task.id.in_(_in_import(import_id))))
+            .where(in_import(import_id)))
     for column, value in ((Task.status, f.status), (Task.locale, f.locale), (Task.aspect_ratio, f.aspect_ratio),
                           (Task.template_id, f.template_id)):
         if value:
@@ -128,7 +125,7 @@ def _checks(session: Session, ids: Sequence[str]) -> dict[str, ReviewCheck]:
 
 
 def status_counts(session: Session, import_id: str) -> dict[str, int]:
-    stmt = (select(Task.status, func.count()).where(Task.id.in_(_in_import(import_id))).group_by(Task.status))
+    stmt = (select(Task.status, func.count()).where(in_import(import_id)).group_by(Task.status))
     return dict(session.execute(stmt).all())
 
 
@@ -137,7 +134,7 @@ def facets(session: Session, import_id: str) -> dict[str, list[str]]:
     out = {}
     for name, column in (("locale", Task.locale), ("aspect_ratio", Task.aspect_ratio),
                          ("template_id", Task.template_id)):
-        stmt = select(column).where(Task.id.in_(_in_import(import_id))).distinct().order_by(column)
+        stmt = select(column).where(in_import(import_id)).distinct().order_by(column)
         out[name] = list(session.scalars(stmt))
     return out
 
@@ -152,7 +149,7 @@ def import_issues(session: Session, import_id: str) -> list[IssueItem]:
 
 def tasks_of_import(session: Session, import_id: str, task_ids: Sequence[str]) -> set[str]:
     """Which of `task_ids` belong to the import (a reviewer's token covers one import only)."""
-    stmt = select(ImportTask.task_id).where(ImportTask.import_id == import_id, ImportTask.task_id.in_(task_ids))
+    stmt = select(Task.id).where(in_import(import_id), Task.id.in_(task_ids))
     return set(session.scalars(stmt))
 
 

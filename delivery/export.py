@@ -22,7 +22,8 @@ from sqlalchemy import select
 
 from delivery.links import LinkSigner
 from schema.db import Database
-from schema.models import Asset, ImportTask, Task
+from schema.import_scope import in_import
+from schema.models import Asset, Task
 from schema.state_machine import TaskStatus
 
 PAGE = 500
@@ -58,8 +59,8 @@ def _finished_tasks(db: Database, import_id: str) -> Iterator[list[Task]]:
     while True:
         with db.transaction() as session:
             page = list(session.scalars(
-                select(Task).join(ImportTask, ImportTask.task_id == Task.id)
-                .where(ImportTask.import_id == import_id, Task.status == TaskStatus.SUCCEEDED.value,
+                select(Task)
+                .where(in_import(import_id), Task.status == TaskStatus.SUCCEEDED.value,
                        Task.id > after)
                 .order_by(Task.id).limit(PAGE)
             ))

@@ -127,6 +127,13 @@ def command(bindir: Path, pgdata: Path, port: int) -> list[str]:
         "-c", "listen_addresses=127.0.0.1",
         "-c", f"unix_socket_directories={socket_dir(pgdata)}",
         "-c", "max_connections=200",
+        # bulk loads (the catalog import writes ~2 GB of heap, index and WAL for 800,000 tasks): room
+        # for the tasks' indexes in shared buffers, and no checkpoint in the middle of a load (every
+        # index page touched after a checkpoint is logged whole again); docs/performance.md
+        "-c", "shared_buffers=256MB",
+        "-c", "wal_buffers=16MB",
+        "-c", "max_wal_size=4GB",
+        "-c", "checkpoint_timeout=15min",
     ]  # fmt: skip
 
 

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from schema.models import Attempt, CreditEntry, ImportTask, StateEvent, Task
+from schema.import_scope import in_import
+from schema.models import Attempt, CreditEntry, StateEvent, Task
 from schema.state_machine import TaskEvent, TaskStatus
 
 
@@ -48,7 +49,7 @@ def needs_attention(session: Session, import_id: str | None = None) -> list[Atte
     """Every NEEDS_ATTENTION task (of `import_id`, if given), oldest decision first."""
     stmt = select(Task).where(Task.status == TaskStatus.NEEDS_ATTENTION.value)
     if import_id is not None:
-        stmt = stmt.join(ImportTask, ImportTask.task_id == Task.id).where(ImportTask.import_id == import_id)
+        stmt = stmt.where(in_import(import_id))
     tasks = session.scalars(stmt).all()
     if not tasks:
         return []

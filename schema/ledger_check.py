@@ -16,7 +16,8 @@ from pydantic import BaseModel
 from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.orm import Session
 
-from schema.models import Attempt, CreditEntry, ImportTask, StrayJob, Task
+from schema.import_scope import in_import
+from schema.models import Attempt, CreditEntry, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, TERMINAL, TaskStatus
 
 # INVALID can be revalidated, but it holds no reservation and runs no job: for money it is an end.
@@ -78,7 +79,7 @@ def open_holds(session: Session, task_ids: Sequence[str]) -> list[OpenHold]:
 def _scoped(stmt: Select, import_id: str | None) -> Select:
     if import_id is None:
         return stmt
-    return stmt.join(ImportTask, and_(ImportTask.task_id == Task.id, ImportTask.import_id == import_id))
+    return stmt.where(in_import(import_id))
 
 
 def _sum(kind: str):  # noqa: ANN202 - a SQL expression

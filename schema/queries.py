@@ -13,12 +13,12 @@ from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from schema.db import Database
+from schema.import_scope import in_import
 from schema.models import (
     Asset,
     Attempt,
     CatalogImport,
     CreditEntry,
-    ImportTask,
     Rendition,
     ReviewCheck,
     StateEvent,
@@ -28,7 +28,7 @@ from schema.models import (
 
 def _scoped(stmt, import_id: str | None):  # noqa: ANN001, ANN202 - a Select
     if import_id:
-        return stmt.join(ImportTask, ImportTask.task_id == Task.id).where(ImportTask.import_id == import_id)
+        return stmt.where(in_import(import_id))
     return stmt
 
 

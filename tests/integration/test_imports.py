@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Text, cast, func, select, update
+from sqlalchemy.exc import IntegrityError
 from stack_helpers import make_catalog, make_plan
 
 from adapters.storage import ObjectStorage
@@ -15,6 +17,7 @@ from catalog.plan import load_plan
 from catalog.service import UnknownImport, run_import
 from schema.db import Database
 from schema.models import CatalogImport, ImportTask, Task, ValidationIssue
+from schema.queries import count_tasks, list_tasks
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +45,24 @@ def test_new_version_reuses_unchanged_tasks(stack, tmp_path):
     # V-1 and V-2 unchanged -> reused; V-3 changed title (prompt) -> new; V-4 new.
     assert (second.tasks, second.tasks_new, second.tasks_reused) == (8, 4, 4)
     assert _count(stack, ImportTask, import_id=second.import_id, reused=True) == 4
+    assert _count(stack, ImportTask) == _count(stack, ImportTask, reused=True)  # links for reused tasks only
     assert _count(stack, Task, import_id=first.import_id) == 6
+    with Database(stack.database_url).transaction() as session:
+        # an import's tasks: those it created (tasks.import_id) and those it reused (import_tasks)
+        assert count_tasks(session, first.import_id) == 6 and count_tasks(session, second.import_id) == 8
+        created = session.scalars(select(Task).where(Task.import_id == second.import_id).limit(1)).one()
+        reused = session.scalars(select(Task).join(ImportTask, ImportTask.task_id == Task.id)
+                                 .where(ImportTask.import_id == second.import_id)).all()
+        assert {t.import_id for t in reused} == {first.import_id}
+        listed = {t.id for t in list_tasks(session, second.import_id)}
+        assert len(listed) == 8 and {created.id, *(t.id for t in reused)} <= listed
+        # the identity is stored as the canonical text its id was hashed from
+        text = session.scalar(select(cast(Task.identity, Text)).where(Task.id == created.id))
+        assert hashlib.sha256(text.encode()).hexdigest()[:32] == created.id
+        assert created.identity["catalog"] == "versions"
+        # one foreign key ties a task to its product, and through it to the import's tenant and plan
+        with pytest.raises(IntegrityError), session.begin_nested():
+            session.execute(update(Task).where(Task.id == created.id).values(tenant_id="another-tenant"))
 
     with Database(stack.database_url).transaction() as session:
         row = session.get(CatalogImport, second.import_id)

@@ -1,13 +1,25 @@
 """Plan parsing, deterministic task identity, expansion counts."""
 
 import hashlib
+import json
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from adapters.media.ffmpeg_tools import font_path
-from catalog.expand import OVERLAY_FONT, check_plan_locales, copy_issues, expand, task_id_for, task_identity
+from catalog.bulk import copy_text
+from catalog.expand import (
+    OVERLAY_FONT,
+    canonical_json,
+    check_plan_locales,
+    copy_issues,
+    expand,
+    overlay_json,
+    sha256_text,
+    task_id_for,
+    task_identity,
+)
 from catalog.plan import PlanError, load_plan
 from catalog.records import IssueAction, ProductRecord
 from schema.admission import PlanLimits, ProviderLimits, effective_limits
@@ -96,6 +108,32 @@ def test_identity_hash_ignores_key_order():
     reordered = dict(reversed(list(ident.items())))
     assert task_id_for(ident) == task_id_for(reordered)
     assert len(task_id_for(ident)) == 32
+
+
+@pytest.mark.parametrize("awkward", ['quote " and \\ backslash', "tab\tnew\nline\r",
+                                     "Frühling \u65e5\u672c \U0001f600", "\x01ctl"])
+def test_identity_text_is_the_canonical_json_of_the_identity(awkward):
+    """The expansion writes the identity's JSON from pre-encoded parts: it must be exactly the
+    canonical JSON task ids were always hashed from, whatever the text holds."""
+    plan = load_plan(EXAMPLES / "plan.toml")
+    specs = list(expand(product(product_id=awkward, title=awkward), plan, tenant=awkward, catalog=awkward,
+                        image_sha256=awkward))
+    assert len(specs) == 8
+    for s in specs:
+        assert s.identity_json == canonical_json(s.identity)
+        assert s.id == task_id_for(s.identity)
+        assert s.identity["product_id"] == s.identity["tenant"] == s.identity["catalog"] == awkward
+        lines = [s.overlay[f] for f in ("title", "price", "hook")]
+        assert s.identity["overlay_sha256"] == sha256_text(canonical_json(
+            {"lines": lines, "template_version": s.template_version, "font": OVERLAY_FONT}))
+        assert overlay_json(s.overlay) == json.dumps(s.overlay, ensure_ascii=False, separators=(",", ":"))
+
+
+def test_copy_text_escapes_what_copy_would_misread():
+    assert copy_text(None) == "\\N"
+    assert copy_text(Decimal("3")) == "3"
+    assert copy_text("plain") == "plain"
+    assert copy_text('a\\b\tc\nd\re"') == 'a\\\\b\\tc\\nd\\re"'
 
 
 def test_unsupported_locale_marks_the_expansion_invalid(tmp_path):

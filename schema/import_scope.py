@@ -1,0 +1,20 @@
+"""Which tasks an import covers: those it created (`tasks.import_id`, indexed) and those it reused
+(`import_tasks`, which holds links for reused tasks only: a link row per new task cost the import
+a row, an index entry and two foreign-key checks per task, see docs/performance.md)."""
+
+from __future__ import annotations
+
+from sqlalchemy import ColumnElement, CompoundSelect, select, union_all
+
+from schema.models import ImportTask, Task
+
+
+def import_task_ids(import_id: str) -> CompoundSelect:
+    """The ids of the import's tasks, created or reused (a task is one or the other for an import)."""
+    return union_all(select(Task.id).where(Task.import_id == import_id),
+                     select(ImportTask.task_id).where(ImportTask.import_id == import_id))
+
+
+def in_import(import_id: str) -> ColumnElement[bool]:
+    """WHERE clause on `Task`: the task belongs to the import."""
+    return Task.id.in_(import_task_ids(import_id))
