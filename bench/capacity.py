@@ -33,6 +33,8 @@ from pathlib import Path
 import psutil
 
 from bench.common import (
+    EXAMPLES,
+    SERVICES,
     cpu_by_process,
     cpu_delta,
     fresh_home,
@@ -44,8 +46,6 @@ from bench.common import (
     worker_metrics_url,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SERVICES = ["postgres", "s3", "temporal", "emulator", "gateway", "worker"]
 QUEUE_AGE_SQL = """
 SELECT extract(epoch FROM next_at - created_at) FROM (
   SELECT e.to_status, e.created_at, lead(e.created_at) OVER (PARTITION BY e.task_id ORDER BY e.id) AS next_at

@@ -17,6 +17,9 @@ import httpx
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SERVICES = ["postgres", "s3", "temporal", "emulator", "gateway", "worker"]  # the stack a benchmark starts
+
 # Service name -> how its tree's CPU is reported: "tree" = everything under it as that service,
 # "split" = its own CPU as the service and its children's as ffmpeg.
 CPU_SERVICES = {"worker": "split", "emulator": "split", "temporal": "tree", "postgres": "tree", "s3": "tree",

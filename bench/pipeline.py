@@ -30,6 +30,8 @@ import uuid
 from pathlib import Path
 
 from bench.common import (
+    EXAMPLES,
+    SERVICES,
     cpu_by_process,
     cpu_delta,
     fresh_home,
@@ -40,9 +42,6 @@ from bench.common import (
     total,
     worker_metrics_url,
 )
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SERVICES = ["postgres", "s3", "temporal", "emulator", "gateway", "worker"]
 
 
 def stack_env(tasks: int) -> None:

@@ -26,6 +26,7 @@ from gateway.problems import ProblemError
 from gateway.signals import SignalUnavailable, signal_request_id
 from metrics import WEBHOOK_LAG, WEBHOOKS
 from schema import webhook_inbox as inbox
+from schema.contracts import ProviderUpdate
 from workflows.observations import worth_a_signal
 
 log = logging.getLogger("gateway.webhooks")
@@ -52,8 +53,9 @@ async def receive_webhook(provider: str, request: Request, deps: GatewayDeps = D
     log.info("webhook %s %s: %s%s", provider, event.event_id, receipt.state.value,
              " (duplicate)" if receipt.duplicate else "")
     WEBHOOKS.labels(provider, "duplicate" if receipt.duplicate else receipt.state.value).inc()
-    if receipt.workflow_id is not None and worth_a_signal(inbox.to_update(event)):
-        await _signal(deps, provider, event, receipt.row_id, receipt.workflow_id)
+    update = inbox.to_update(event)
+    if receipt.workflow_id is not None and worth_a_signal(update):
+        await _signal(deps, provider, event, update, receipt.row_id, receipt.workflow_id)
     await _sweep(deps)
     return {"ok": True}
 
@@ -92,10 +94,11 @@ def _mark_signaled(deps: GatewayDeps, row_id: int) -> None:
         inbox.mark_signaled(session, row_id)
 
 
-async def _signal(deps: GatewayDeps, provider: str, event: WebhookEvent, row_id: int, workflow_id: str) -> None:
+async def _signal(deps: GatewayDeps, provider: str, event: WebhookEvent, update: ProviderUpdate, row_id: int,
+                  workflow_id: str) -> None:
     """Signal the task's workflow (outside any transaction); a closed or missing one is a no-op."""
     try:
-        delivered = await deps.signaler.signal(workflow_id, inbox.to_update(event),
+        delivered = await deps.signaler.signal(workflow_id, update,
                                                signal_request_id(provider, event.event_id))
     except SignalUnavailable as exc:
         log.warning("webhook %s %s stored, not signaled: %s", provider, event.event_id, exc)

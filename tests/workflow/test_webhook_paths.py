@@ -17,6 +17,7 @@ from schema.contracts import JobStatus
 from workflows import api
 from workflows.observations import SAFETY_NET_FIRST_S
 
+HISTORY_FOLDER = "safety-net-60s"  # the safety net's 60-s first wait (earlier folders hold the 30-s one)
 MAIN_LINE = ["VALIDATING", "QUOTA_RESERVED", "QUEUED", "DISPATCHING", "SUBMITTED", "RUNNING",
              "OUTPUT_FETCHING", "POST_PROCESSING", "SUCCEEDED"]
 
