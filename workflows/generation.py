@@ -720,7 +720,8 @@ class GenerationWorkflow:
                               requested_at=self._asked_at)
         await self._request_slot(request)
         while True:
-            wait = None if not reask else REASK_EVERY if until is None else min(REASK_EVERY, until - workflow.now())
+            every = REASK_EVERY * workflow.random().uniform(0.8, 1.2)  # spread: tasks queued together re-ask apart
+            wait = None if not reask else every if until is None else min(every, until - workflow.now())
             try:
                 await workflow.wait_condition(lambda: self._granted is not None or self._cancel_pending(),
                                               timeout=wait if wait is None else max(wait, timedelta(seconds=1)))
