@@ -18,14 +18,14 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.client import WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from workflow_fakes import ask_gate
 
 from schema import state_machine as sm
-from schema.admission import AdmissionInput, GateInput
+from schema.admission import AdmissionInput
 from schema.contracts import (
     AssetRef,
     AttemptRef,
@@ -133,13 +133,7 @@ class Fleet:
         @activity.defn(name="request_slot")
         async def request_slot(inp: AdmissionInput) -> None:
             fleet.requests[inp.request.task_id] += 1
-            queue = activity.info().task_queue
-            # The time-skipping test server drops signal-with-start's signal: start, then signal.
-            gate = await fleet.client.start_workflow(
-                api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=fleet.limit),
-                id=api.gate_id(inp.provider, queue), task_queue=queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-            await gate.signal(api.SIGNAL_GATE_REQUEST, inp.request)
+            await ask_gate(fleet.client, inp, fleet.limit)
 
         @activity.defn(name="submit")
         async def submit(ref: AttemptRef) -> SubmitActivityResult:
