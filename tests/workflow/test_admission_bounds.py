@@ -52,11 +52,10 @@ async def test_200_tasks_behind_a_limit_of_5_all_succeed_within_their_deadlines(
     fleet = Fleet(limit=5, job_s=180.0)
     async with running_fleet(own_env, fleet) as run:
         tasks = [f"t{i:03d}" for i in range(200)]
-        for task_id in tasks:
-            await run.start(task_id)
+        await asyncio.gather(*(run.start(task_id) for task_id in tasks))
         await finish(own_env, fleet, run, step_s=300)
         last = await snapshot(run.gate)
-        await record(run.handles[-1], "two_hundred_tasks_last_in_line")
+        await record(next(h for h in run.handles if h.id.startswith("gen-t199-")), "two_hundred_tasks_last_in_line")
     assert {fleet.status[t] for t in tasks} == {S.SUCCEEDED}
     assert fleet.cancelled() == [] and {fleet.jobs_of(t) for t in tasks} == {1}
     assert all(fleet.balanced(t) for t in tasks)
