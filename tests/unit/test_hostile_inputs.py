@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_images import png_bomb
 from typer.testing import CliRunner
 
 from config.settings import get_settings
@@ -54,7 +53,7 @@ def test_a_128_kib_header_line_exits_2_with_a_message(reelqueue, tmp_path) -> No
     assert "line 1 is longer than 65536 characters" in json.loads(result.stdout)["error"]
 
 
-def test_images_that_are_not_images_make_their_rows_invalid(reelqueue, tmp_path) -> None:
+def test_images_that_are_not_images_make_their_rows_invalid(reelqueue, tmp_path, png_bomb) -> None:
     folder = tmp_path / "shop"
     (folder / "images").mkdir(parents=True)
     shutil.copy(EXAMPLES / "images" / "aurora-lamp.png", folder / "images" / "good.png")
