@@ -4,68 +4,33 @@ that cannot be read, an invalid row with its reason for each image that is not o
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from config.settings import get_settings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 HEADER = "product_id,title,description,image_url,price,currency,category\n"
 
 
-@pytest.fixture
-def reelqueue(tmp_path, monkeypatch):
-    """`reelqueue ARGS` in-process with an empty home and no REELQUEUE_* variables from outside."""
-    from starter import app
-
-    for key in [k for k in os.environ if k.startswith("REELQUEUE_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("REELQUEUE_HOME", str(tmp_path / "home"))
-
-    def run(*args: str):  # noqa: ANN202 - a click Result
-        get_settings.cache_clear()
-        try:
-            return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
-        finally:
-            get_settings.cache_clear()
-
-    return run
-
-
 @pytest.mark.parametrize("nested", ["[" * 5000 + "]" * 5000, "{b = " * 5000 + "1" + "}" * 5000])
-def test_a_deeply_nested_plan_exits_2_with_a_message(reelqueue, tmp_path, nested: str) -> None:
+def test_a_deeply_nested_plan_exits_2_with_a_message(cli, tmp_path, nested: str) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text((EXAMPLES / "plan.toml").read_text() + f"\nx = {nested}\n")
-    result = reelqueue("import", str(EXAMPLES / "catalog.csv"), "--plan", str(plan), "--dry-run")
+    result = cli("import", str(EXAMPLES / "catalog.csv"), "--plan", str(plan), "--dry-run")
     assert result.exit_code == 2, result.output
     assert "nests arrays or tables too deeply" in result.output and not isinstance(result.exception, RecursionError)
 
 
-def test_a_128_kib_header_line_exits_2_with_a_message(reelqueue, tmp_path) -> None:
+def test_a_128_kib_header_line_exits_2_with_a_message(cli, tmp_path) -> None:
     catalog = tmp_path / "catalog.csv"
     catalog.write_text(HEADER.rstrip("\n") + "," + "x" * (128 * 1024) + "\nP-1,t,d,a.png,1.00,USD,Home\n")
-    result = reelqueue("import", str(catalog), "--plan", str(EXAMPLES / "plan.toml"), "--dry-run", "--json")
+    result = cli("import", str(catalog), "--plan", str(EXAMPLES / "plan.toml"), "--dry-run", "--json")
     assert result.exit_code == 2, result.output
     assert "line 1 is longer than 65536 characters" in json.loads(result.stdout)["error"]
 
 
-def test_images_that_are_not_images_make_their_rows_invalid(reelqueue, tmp_path, png_bomb) -> None:
-    folder = tmp_path / "shop"
-    (folder / "images").mkdir(parents=True)
-    shutil.copy(EXAMPLES / "images" / "aurora-lamp.png", folder / "images" / "good.png")
-    (folder / "images" / "page.png").write_text("<html><script>alert(document.cookie)</script></html>")
-    (folder / "images" / "bomb.png").write_bytes(png_bomb())
-    (tmp_path / ".secret").write_text("s3cr3t")
-    (folder / "catalog.csv").write_text(HEADER + "".join(
-        f"{pid},{pid} title,d,{image},1.00,USD,Home\n"
-        for pid, image in (("OK-1", "images/good.png"), ("HTML-1", "images/page.png"),
-                           ("BOMB-1", "images/bomb.png"), ("DOT-1", "../.secret"))))
-    result = reelqueue("import", str(folder / "catalog.csv"), "--plan", str(EXAMPLES / "plan.toml"),
-                       "--dry-run", "--json")
+def test_images_that_are_not_images_make_their_rows_invalid(cli, hostile_image_catalog) -> None:
+    result = cli("import", str(hostile_image_catalog), "--plan", str(EXAMPLES / "plan.toml"), "--dry-run", "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     issues = {i["product_id"]: i for i in json.loads(Path(summary["report"]).read_text())["issues"]}
