@@ -169,9 +169,12 @@ class ImageResolver:
         relative = PurePosixPath(source)
         if relative.is_absolute() or any(part.startswith(".") for part in relative.parts):
             raise ImageRejected("relative image path must stay inside the catalog's folder and name no hidden file")
-        path = (self.base_dir / relative).resolve()  # follows symlinks: one leading out is caught here
-        if not path.is_relative_to(self.base_dir.resolve()):
+        base = self.base_dir.resolve()
+        path = (base / relative).resolve()  # follows symlinks: one leading out is caught here
+        if not path.is_relative_to(base):
             raise ImageRejected("relative image path leaves the catalog's folder")
+        if any(part.startswith(".") for part in path.relative_to(base).parts):
+            raise ImageRejected("relative image path leads to a hidden file through a symlink")
         if not path.is_file():
             return None, f"image file not found next to the catalog: {source}"
         if path.stat().st_size > MAX_IMAGE_BYTES:

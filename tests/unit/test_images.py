@@ -110,6 +110,17 @@ def test_a_symlink_out_of_the_folder_is_refused(tmp_path: Path):
     assert out.invalid and "leaves the catalog's folder" in out.error
 
 
+def test_a_symlink_to_a_hidden_file_inside_the_folder_is_refused(tmp_path: Path):
+    (tmp_path / ".private").mkdir()
+    (tmp_path / ".private" / "a.png").write_bytes(PNG)
+    os.symlink(tmp_path / ".private" / "a.png", tmp_path / "link.png")
+    os.symlink(tmp_path / "link.png", tmp_path / "fine.png")  # a chain ending at a hidden file
+    resolver = ImageResolver(CountingFetcher(dns_down), None, "t", tmp_path)
+    for source in ("link.png", "fine.png"):
+        out = resolver.resolve(source)
+        assert out.invalid and "hidden file through a symlink" in out.error
+
+
 @pytest.mark.parametrize(("data", "reason"), [
     (b"<html><script>alert(1)</script></html>", "not an image"),
     (b"GIF89a" + b"\0" * 40, "not an image"),
