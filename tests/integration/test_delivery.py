@@ -117,6 +117,9 @@ async def test_hls_plays_from_the_delivered_link(stack, demo, tmp_path):
         assert proxy.status_code == 206 and len(proxy.content) == 100 and proxy.content[4:8] == b"ftyp"
         thumb = await http.get(video["thumbnail_url"])
         assert thumb.status_code == 200 and thumb.content[:3] == b"\xff\xd8\xff"
+        for answer in (playlist, proxy, thumb):  # stored objects never run as a page on our origin
+            assert answer.headers["x-content-type-options"] == "nosniff"
+            assert answer.headers["content-security-policy"] == "default-src 'none'; sandbox"
 
         token = video["hls_url"].split("/media/")[1].split("/")[0]
         forged = video["hls_url"].replace(token, token[:-3] + ("AAA" if token[-3:] != "AAA" else "BBB"))
