@@ -12,6 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from cli.output import EXIT_BAD_INPUT, EXIT_FAILURE, console, emit_json, err_console, fail
@@ -64,7 +65,9 @@ def export(
                           f"({summary.resumed} resumed, {summary.bytes_copied} bytes), {summary.present} already "
                           f"there; manifest {summary.manifest}")
         if summary.failed:
-            err_console.print(f"[bold red]sha256 mismatch, not kept:[/] {', '.join(summary.failed)}")
+            for name in summary.failed:
+                why = summary.errors.get(name, "sha256 mismatch, not kept")
+                err_console.print(f"[bold red]not copied:[/] {escape(name)}: {escape(why)}", soft_wrap=True)
             raise typer.Exit(EXIT_FAILURE)
         return
     writer = write_csv if fmt is ExportFormat.csv else (lambda r, o: write_json(r, o, import_id))
