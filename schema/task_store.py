@@ -113,7 +113,7 @@ def _past(session: Session, task_id: str) -> sm.Past:
         select(StateEvent.event, StateEvent.from_status, StateEvent.to_status)
         .where(StateEvent.task_id == task_id, StateEvent.applied).order_by(StateEvent.id)
     )
-    past = sm.Past.replay(moves.tuples())
+    past = sm.Past.replay(moves)
     unresolved = session.scalar(select(exists().where(
         Attempt.task_id == task_id, Attempt.submit_state.in_([s.value for s in sm.ATTEMPT_UNRESOLVED]))))
     return replace(past, unknown_submit=True) if unresolved else past
