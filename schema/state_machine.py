@@ -8,7 +8,7 @@ overwrite SUCCEEDED or CANCELED.
 A status alone cannot say what money a task has spent: a CANCEL_REQUESTED task may be stopping a
 job or holding a paid video in review. So a few rows (`GUARDED`) also ask the task's `Past`, folded
 from its applied state events: no new submit while an earlier one's outcome is unknown, and no way
-back to generating once the video is paid for (a reviewer's regenerate excepted).
+back to generating once the video is paid for (a reviewer's regenerate or a redrive starts a new round).
 """
 
 from __future__ import annotations
