@@ -114,3 +114,12 @@ async def start_one_at_provider(settings, client, queue: str, folder: Path, prod
     await start_workflows(client, [task], summary.import_id, queue)
     await wait_for_status(settings, task.id, {"SUBMITTED", "RUNNING"})
     return task
+
+
+async def stop_gates_of(client, queue: str) -> None:
+    """After the last worker of `queue` stopped: end every provider's gate there (control/gates.py),
+    so none is left waiting on a queue nothing serves (a later `status` would find it mute)."""
+    from adapters.providers import HOSTED
+    from control.gates import stop_gates
+
+    await stop_gates(client, queue, ["emulator", *HOSTED])
