@@ -21,7 +21,7 @@ from config.settings import Settings
 from schema.admission import GateSnapshot
 from workflows import api
 
-GATE_READ_S = 0.8  # connecting and every gate's query together; `status` must answer within 2 s
+GATE_READ_S = 0.5  # connecting and every gate's query together; `status` must answer within 2 s
 
 
 class GateReading(BaseModel):
