@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -123,3 +125,13 @@ async def stop_gates_of(client, queue: str) -> None:
     from control.gates import stop_gates
 
     await stop_gates(client, queue, ["emulator", *HOSTED])
+
+
+@contextlib.asynccontextmanager
+async def serving(client, settings, queue: str) -> AsyncIterator[None]:
+    """An in-process worker on `queue` for the block; afterwards no gate is left waiting there."""
+    from worker import build_worker
+
+    async with build_worker(client, settings, task_queue=queue):
+        yield
+    await stop_gates_of(client, queue)
