@@ -51,15 +51,18 @@ def small_import(stack, tmp_path) -> str:
 
 
 async def test_run_and_status_exit_zero_every_time(stack, task_queue, small_import):
-    failures = []
+    failures, took = [], {"run": [], "status": []}
     for i in range(max(1, REPEATS // 2)):
-        done, _ = await reelqueue("run", small_import, "--json", REELQUEUE_TASK_QUEUE=task_queue)
+        done, seconds = await reelqueue("run", small_import, "--json", REELQUEUE_TASK_QUEUE=task_queue)
+        took["run"].append(seconds)
         if done.returncode != 0 or json.loads(done.stdout or "{}").get("tasks") != 2:
             failures.append(f"run #{i + 1}: {outcome(done)}")
     for i in range(REPEATS):
-        done, _ = await reelqueue("status", small_import, "--json", REELQUEUE_TASK_QUEUE=task_queue)
+        done, seconds = await reelqueue("status", small_import, "--json", REELQUEUE_TASK_QUEUE=task_queue)
+        took["status"].append(seconds)
         if done.returncode != 0 or set(json.loads(done.stdout or "{}")) != STATUS_KEYS:
             failures.append(f"status #{i + 1}: {outcome(done)}")
+    print("".join(f"\n{len(t)} x {cmd}: {min(t):.2f}-{max(t):.2f} s" for cmd, t in took.items()))
     assert not failures, "\n".join(failures)
 
 
@@ -73,6 +76,7 @@ async def test_status_answers_within_2s_when_no_worker_serves_the_gate(stack, cl
     finally:
         await gate.terminate("test over")
     assert done.returncode == 0, outcome(done)
+    print(f"\nstatus with its gate's worker stopped: {took:.2f} s")
     assert took < STATUS_WITHIN_S, f"status took {took:.1f} s"
     shown = json.loads(done.stdout)
     assert set(shown) == STATUS_KEYS and shown["total"] == 2, shown
