@@ -41,7 +41,14 @@ logging.basicConfig(level=os.environ.get("REELQUEUE_LOG_LEVEL", "ERROR"), format
 
 
 def main() -> None:
-    """`reelqueue`: the app, with unreachable services reported in one line instead of a traceback."""
+    """`reelqueue`: the app, ended with the command's own exit status (cli/exiting.py)."""
+    from cli.exiting import run_and_exit
+
+    run_and_exit(_run)
+
+
+def _run() -> None:
+    """The app, with unreachable services reported in one line instead of a traceback."""
     from sqlalchemy.exc import OperationalError
     from urllib3.exceptions import MaxRetryError
 

@@ -16,7 +16,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.output import EXIT_BAD_INPUT, EXIT_FAILURE, console, emit_json, err_console, fail
-from cli.starting import progress_bars
 from config.settings import get_settings
 from schema import queries
 from schema.db import Database
@@ -37,6 +36,7 @@ def export(
 ) -> None:
     """One row per finished video (SUCCEEDED) of an import, or with --download the videos themselves."""
     from adapters.storage import ObjectStorage
+    from cli.starting import progress_bars  # here: it loads the workflows, which other commands need not
     from delivery.download import download as copy_videos
     from delivery.export import export_rows, write_csv, write_json
     from delivery.links import LinkSigner
@@ -90,6 +90,7 @@ def gc(
 ) -> None:
     """Remove staging objects older than the safety window; report objects no row refers to."""
     from adapters.storage import ObjectStorage
+    from cli.starting import progress_bars
     from control.storage_gc import collect_garbage
 
     settings = get_settings()

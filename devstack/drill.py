@@ -215,6 +215,7 @@ class _Drill:
         self.recovery_timeout_s = recovery_timeout_s
         self.procs: list[subprocess.Popen[bytes]] = []
         self.import_id: str | None = None
+        self.provider: str | None = None
         self.result = DrillResult(point=point, task_queue=self.queue, logs=str(folder))
 
     async def run(self) -> DrillResult:
@@ -226,6 +227,7 @@ class _Drill:
             r.error = r.error or f"{type(exc).__name__}: {exc}"
         finally:
             await _stop_all(self.procs)
+            await self._stop_gate()
             r.seconds["total"] = round(time.monotonic() - started, 1)
             r.ok = (r.error is None and r.reached and r.outcome == OK_OUTCOME and r.provider_jobs == 1
                     and r.ledger_balanced)
@@ -237,6 +239,7 @@ class _Drill:
         task, import_id = await asyncio.to_thread(self._import)
         self.import_id = import_id
         r.task_id, r.workflow_id = task.id, task.workflow_id
+        self.provider = task.provider
 
         armed = self._start_worker("crash", {FAILPOINTS_ENV: f"{self.point}=crash"})
         await self._wait_ready(armed, "crash")
@@ -269,6 +272,14 @@ class _Drill:
             r.error = f"workflow closed with {type(exc).__name__}: {getattr(exc, 'cause', None) or exc}"
         r.seconds["recovery"] = round(time.monotonic() - t1, 1)
         await asyncio.to_thread(self._check, r, task.id)
+
+    async def _stop_gate(self) -> None:
+        """The drill's queue is served no more: its provider's gate must not wait there for ever."""
+        from control.gates import stop_gates
+
+        if self.provider is not None:
+            with contextlib.suppress(Exception):  # cleanup: the drill's row already says what happened
+                await stop_gates(self.client, self.queue, [self.provider])
 
     # -- steps -------------------------------------------------------------------------------
 

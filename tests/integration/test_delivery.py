@@ -22,7 +22,7 @@ import httpx
 import pytest
 from cli_helpers import run_cli_async
 from sqlalchemy import select
-from stack_helpers import EXAMPLES, import_small, make_plan, run_all
+from stack_helpers import EXAMPLES, import_small, make_plan, run_all, serving
 
 from adapters.media.ffmpeg_tools import ffprobe_path
 from adapters.storage import ObjectStorage, conflict_key
@@ -40,12 +40,10 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 async def demo(stack, client):
     """The demo import (examples/catalog.csv x examples/plan.toml), every task run to its end."""
-    from worker import build_worker
-
     summary = run_import(stack, EXAMPLES / "catalog.csv", load_plan(EXAMPLES / "plan.toml"))
     assert summary.tasks == 32
     queue = f"test-{uuid.uuid4().hex[:12]}"
-    async with build_worker(client, stack, task_queue=queue):
+    async with serving(client, stack, queue):
         tasks = await run_all(client, stack, summary.import_id, queue, timeout=600)
     assert [t.status for t in tasks] == ["SUCCEEDED"] * 32
     return summary.import_id
@@ -225,8 +223,6 @@ class _ImageServer(http.server.ThreadingHTTPServer):
 async def test_no_task_is_submitted_without_its_image(stack, client, tmp_path, emulator_jobs):
     """--no-check-urls: validation fetches and stores the image (SSRF-safe fetcher) before any
     submit; a task whose image cannot be fetched ends INVALID and never reaches the provider."""
-    from worker import build_worker
-
     png = (EXAMPLES / "images" / "aurora-lamp.png").read_bytes()
     server = _ImageServer(png)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -241,7 +237,7 @@ async def test_no_task_is_submitted_without_its_image(stack, client, tmp_path, e
         assert summary.tasks == 2 and server.hits == []  # nothing fetched at import
         settings = stack.model_copy(update={"fetch_allowed_hosts": [host]})
         queue = f"test-{uuid.uuid4().hex[:12]}"
-        async with build_worker(client, settings, task_queue=queue):
+        async with serving(client, settings, queue):
             tasks = {t.product_id: t for t in await run_all(client, stack, summary.import_id, queue)}
     finally:
         server.shutdown()
