@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +34,11 @@ class StackPaths:
         return self.home / "data" / name
 
     def ensure(self) -> None:
-        for sub in ("logs", "pids", "data", "run"):
-            (self.home / sub).mkdir(parents=True, exist_ok=True)
+        """The home and its folders, owner only (0700). Other users' execute bit is kept where it is
+        set: the embedded Postgres, run as its own user under root, traverses the home to its data."""
+        for folder in (self.home, *(self.home / sub for sub in ("logs", "pids", "data", "run"))):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            folder.chmod(0o700 | (folder.stat().st_mode & stat.S_IXOTH))
 
 
 def stack_paths(settings: Settings) -> StackPaths:
