@@ -57,7 +57,7 @@ def _secret_bytes(value: str) -> int:
 
 def is_placeholder(value: str) -> bool:
     lowered = value.strip().lower()
-    return lowered in PLACEHOLDERS or any(word in lowered for word in _PLACEHOLDER_WORDS) or len(set(lowered)) < 4
+    return lowered in {p.lower() for p in PLACEHOLDERS} or any(word in lowered for word in _PLACEHOLDER_WORDS) or len(set(lowered)) < 4
 
 
 def problem(field: str, value: str) -> str | None:
@@ -125,6 +125,8 @@ class SecretFilesSource(PydanticBaseSettingsSource):
         found: dict[str, Any] = {}
         for field in SECRET_FIELDS:
             path = os.environ.get(f"{env_name(field)}_FILE")
+            if path and not Path(path).is_file():
+                raise SecretError(f"{env_name(field)}_FILE names {path}, which is not a readable file")
             candidates = [Path(path)] if path else []
             if folder:
                 candidates += [Path(folder) / field, Path(folder) / env_name(field)]
@@ -132,7 +134,4 @@ class SecretFilesSource(PydanticBaseSettingsSource):
                 if candidate.is_file():
                     found[field] = candidate.read_text().strip()
                     break
-            else:
-                if path:
-                    raise SecretError(f"{env_name(field)}_FILE names {path}, which is not a readable file")
         return found
