@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+import string
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +58,10 @@ def _secret_bytes(value: str) -> int:
 
 
 def is_placeholder(value: str) -> bool:
+    """A value shipped as an example, one saying "change me", or one of three characters repeated."""
     lowered = value.strip().lower()
-    return lowered in {p.lower() for p in PLACEHOLDERS} or any(word in lowered for word in _PLACEHOLDER_WORDS) or len(set(lowered)) < 4
+    return (lowered in {p.lower() for p in PLACEHOLDERS} or any(word in lowered for word in _PLACEHOLDER_WORDS)
+            or len(set(lowered)) < 4)
 
 
 def problem(field: str, value: str) -> str | None:
@@ -108,9 +112,20 @@ def new_secret() -> str:
     return secrets.token_urlsafe(MIN_BYTES)
 
 
-def good_or_new(value: str, field: str = "") -> str:
-    """`value` when it is a usable secret, else a fresh one (what `dev up` keeps in stack.json)."""
-    return value if value and problem(field or "secret", value) is None else new_secret()
+def new_access_key() -> str:
+    """An S3 access key id: 20 upper-case letters and digits, as AWS and MinIO spell them."""
+    return "".join(secrets.choice(string.ascii_uppercase + string.digits) for _ in range(20))
+
+
+def good_or_new(value: str, field: str = "", make: Callable[[], str] = new_secret) -> str:
+    """`value` when it is a usable secret, else a fresh one from `make` (what `dev up` keeps in
+    stack.json and `reelqueue secrets init` in .env)."""
+    return value if value and problem(field or "secret", value) is None else make()
+
+
+def access_key_or_new(value: str) -> str:
+    """An S3 access key is an identifier, not a secret: kept unless empty or a known placeholder."""
+    return value if value and not is_placeholder(value) else new_access_key()
 
 
 class SecretFilesSource(PydanticBaseSettingsSource):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from config.secrets import good_or_new, is_placeholder, problem
+from config.secrets import access_key_or_new, good_or_new
 from config.settings import Settings
 from emulator.config import WEBHOOK_SECRET_ENV, new_webhook_secret
 
@@ -128,11 +128,10 @@ class S3(Service):
     def settings_for(self, ports: dict[str, int], settings: Settings) -> dict[str, Any]:
         """Its endpoint and credentials: kept from stack.json (or the environment) when usable, else
         made here (a home from before had the public defaults); weed enforces them (seaweed.py)."""
-        access = settings.s3_access_key
         return {
             "s3_endpoint": f"127.0.0.1:{ports['s3']}",
             "s3_secure": False,
-            "s3_access_key": access if access and not is_placeholder(access) else new_access_key(),
+            "s3_access_key": access_key_or_new(settings.s3_access_key),
             "s3_secret_key": good_or_new(settings.s3_secret_key, "s3_secret_key"),
             "s3_bucket": settings.s3_bucket,
             "s3_region": settings.s3_region,
@@ -239,7 +238,8 @@ class Emulator(_PythonService):
         environment value wins, so the gateway verifies what the emulator signs across restarts),
         and its host:port as the one plain-http host provider outputs may come from."""
         return {"emulator_url": f"http://127.0.0.1:{ports['emulator']}",
-                "emulator_webhook_secret": _usable(settings.emulator_webhook_secret) or new_webhook_secret(),
+                "emulator_webhook_secret": good_or_new(settings.emulator_webhook_secret, "emulator_webhook_secret",
+                                                       new_webhook_secret),
                 # its outputs are plain http on loopback: allowed by name, never by a blanket rule
                 "fetch_http_hosts": [f"127.0.0.1:{ports['emulator']}"]}
 
@@ -323,18 +323,6 @@ class Worker(Service):
 
     def probe(self, settings: Settings, paths: StackPaths) -> bool:
         return worker_ready_file(settings).exists()
-
-
-def _usable(secret: str) -> str:
-    return secret if secret and problem("emulator_webhook_secret", secret) is None else ""
-
-
-def new_access_key() -> str:
-    """An S3 access key id: 20 upper-case letters and digits, as AWS and MinIO spell them."""
-    import secrets
-    import string
-
-    return "".join(secrets.choice(string.ascii_uppercase + string.digits) for _ in range(20))
 
 
 def migrate(settings: Settings) -> None:

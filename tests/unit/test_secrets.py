@@ -108,3 +108,25 @@ def test_gateway_and_worker_refuse_a_placeholder(bare_env, args):
     done = _run(args, env)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "REELQUEUE_S3_SECRET_KEY is a known placeholder" in done.stderr
+
+
+def test_secrets_init_writes_random_values_owner_only_and_keeps_usable_ones(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.secrets import COMPOSE_SECRETS, read_env_file
+    from starter import app
+
+    env_file = tmp_path / ".env"
+    env_file.write_text(f"# mine\nREELQUEUE_PUBLIC_URL=https://x.example\nREELQUEUE_REVIEW_SECRET={GOOD}\n"
+                        "REELQUEUE_S3_SECRET_KEY=reelqueue-secret\n")
+    done = CliRunner().invoke(app, ["secrets", "init", "--env-file", str(env_file), "--json"])
+    assert done.exit_code == 0, done.output
+    values = read_env_file(env_file)
+    assert values["REELQUEUE_REVIEW_SECRET"] == GOOD and values["REELQUEUE_PUBLIC_URL"] == "https://x.example"
+    assert values["REELQUEUE_S3_SECRET_KEY"] != "reelqueue-secret"
+    for name in COMPOSE_SECRETS:
+        if name != "REELQUEUE_S3_ACCESS_KEY":
+            assert secrets.problem(name.removeprefix("REELQUEUE_").lower(), values[name]) is None, name
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    again = CliRunner().invoke(app, ["secrets", "init", "--env-file", str(env_file), "--json"])
+    assert '"generated": []' in again.output and read_env_file(env_file) == values
