@@ -114,3 +114,17 @@ async def start_one_at_provider(settings, client, queue: str, folder: Path, prod
     await start_workflows(client, [task], summary.import_id, queue)
     await wait_for_status(settings, task.id, {"SUBMITTED", "RUNNING"})
     return task
+
+
+def gateway_log_after(settings, marker: str, timeout_s: float = 10.0) -> str:
+    """The `dev up` gateway's log once `marker` is in it (uvicorn writes an access line after the
+    response, so a test waits for its own requests to be logged before reading)."""
+    import time
+
+    path = Path(settings.home) / "logs" / "gateway.log"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = path.read_text(errors="replace")
+        if marker in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.1)

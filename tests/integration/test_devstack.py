@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from minio import Minio
 from minio.error import S3Error
+from sqlalchemy.engine import make_url
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
@@ -81,7 +82,8 @@ def test_stack_json_is_what_settings_reads(stack: tuple[Settings, devstack.Stack
     assert fresh.temporal_ui_url == first.services["temporal_ui"].url
     ports = _stack_ports(settings)
     assert first.services["postgres"].url.endswith(f"127.0.0.1:{ports['postgres']}/reelqueue")
-    assert fresh.database_url == first.services["postgres"].url
+    assert make_url(fresh.database_url).render_as_string(hide_password=True) == first.services["postgres"].url
+    assert make_url(fresh.database_url).password  # the role's random password (scram-sha-256)
 
 
 def test_postgres_answers_sql(stack: tuple[Settings, devstack.StackStatus]) -> None:
@@ -90,6 +92,30 @@ def test_postgres_answers_sql(stack: tuple[Settings, devstack.StackStatus]) -> N
         assert conn.execute("select 1").fetchone() == (1,)
         assert conn.execute("select current_database(), current_user").fetchone() == ("reelqueue",) * 2
     assert devstack.ensure_database(settings) is False  # exists already: a no-op
+
+
+def test_a_data_dir_from_before_passwords_gets_the_stack_password(stack: tuple[Settings, devstack.StackStatus]) -> None:
+    """An older `dev up` made the cluster with `--auth=trust`: the first `up` of this version sets the
+    role's password (the one in stack.json) and asks every connection for it from then on."""
+    from devstack import postgres
+
+    settings = devstack.effective_settings(stack[0])
+    pgdata = Path(settings.home) / "data" / "postgres"
+    hba = pgdata / "pg_hba.conf"
+    scram = hba.read_text()
+    without = make_url(settings.database_url).set(password=None).render_as_string(hide_password=False)
+    with psycopg.connect(psycopg_conninfo(settings.database_url), autocommit=True) as conn:
+        hba.write_text(scram.replace("scram-sha-256", "trust"))  # what initdb --auth=trust wrote
+        conn.execute("select pg_reload_conf()")
+    psycopg.connect(psycopg_conninfo(without), connect_timeout=5).close()  # trust: anyone local
+    assert postgres.ensure_password(settings, pgdata) is True
+    assert "trust" not in [line.split()[-1] for line in hba.read_text().splitlines() if line.strip()
+                           and not line.startswith("#")]
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(psycopg_conninfo(without), connect_timeout=5).close()
+    with psycopg.connect(psycopg_conninfo(settings.database_url)) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    assert postgres.ensure_password(settings, pgdata) is False  # done once
 
 
 def test_s3_enforces_the_configured_credentials(stack: tuple[Settings, devstack.StackStatus]) -> None:
