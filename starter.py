@@ -48,9 +48,12 @@ def main() -> None:
     from urllib3.exceptions import MaxRetryError
 
     from cli.output import EXIT_FAILURE, err_console
+    from delivery.links import LinkError
 
     try:
         app()
+    except LinkError as exc:  # `show` / `export` asked for media links with no key to sign them
+        err_console.print(f"[bold red]error:[/] {exc}; start the stack (reelqueue dev up) or set it")
     except OperationalError as exc:
         err_console.print(f"[bold red]error:[/] cannot reach Postgres ({exc.orig}); is the stack up? "
                           "(reelqueue dev up)")

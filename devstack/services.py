@@ -281,7 +281,7 @@ class Gateway(_PythonService):
         return settings.gateway_url
 
     def marker(self, paths: StackPaths) -> str:
-        return "-m gateway --host"
+        return "gateway"  # `-m gateway` now, `gateway.app:app` when an older version started it
 
     def launch(self, ctx: Launch) -> int:
         port = str(ctx.ports["gateway"])

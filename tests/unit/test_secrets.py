@@ -130,3 +130,13 @@ def test_secrets_init_writes_random_values_owner_only_and_keeps_usable_ones(tmp_
     assert env_file.stat().st_mode & 0o777 == 0o600
     again = CliRunner().invoke(app, ["secrets", "init", "--env-file", str(env_file), "--json"])
     assert '"generated": []' in again.output and read_env_file(env_file) == values
+
+
+def test_the_cli_names_the_missing_media_link_secret(bare_env, monkeypatch, capsys):
+    import starter
+    from delivery.links import LinkSigner
+
+    monkeypatch.setattr(starter, "app", lambda: LinkSigner.from_settings(Settings()).link("t/k/a.mp4", 60))
+    with pytest.raises(SystemExit) as exited:
+        starter.main()
+    assert exited.value.code == 1 and "REELQUEUE_MEDIA_LINK_SECRET is not set" in capsys.readouterr().err
