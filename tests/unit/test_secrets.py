@@ -140,3 +140,18 @@ def test_the_cli_names_the_missing_media_link_secret(bare_env, monkeypatch, caps
     with pytest.raises(SystemExit) as exited:
         starter.main()
     assert exited.value.code == 1 and "REELQUEUE_MEDIA_LINK_SECRET is not set" in capsys.readouterr().err
+
+
+def test_uvicorn_serving_the_app_directly_refuses_too(bare_env, monkeypatch):
+    """`uvicorn gateway.app:app` (no `python -m gateway`): the app's start-up fails, naming the variable."""
+    from fastapi.testclient import TestClient
+
+    from gateway.app import create_app
+
+    with pytest.raises(RuntimeError, match="REELQUEUE_MEDIA_LINK_SECRET is not set"), \
+            TestClient(create_app(require_secrets=True)):
+        pass
+    for key in ("REELQUEUE_MEDIA_LINK_SECRET", "REELQUEUE_REVIEW_SECRET", "REELQUEUE_S3_SECRET_KEY"):
+        monkeypatch.setenv(key, GOOD)
+    with TestClient(create_app(require_secrets=True)) as http:
+        assert http.get("/healthz").status_code == 200
