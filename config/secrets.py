@@ -76,6 +76,13 @@ def problem(field: str, value: str) -> str | None:
     return None
 
 
+def access_key_problem(value: str) -> str | None:
+    """The S3 access key names the account: required, never a shipped placeholder (any length)."""
+    if not value:
+        return "REELQUEUE_S3_ACCESS_KEY is not set"
+    return "REELQUEUE_S3_ACCESS_KEY is a known placeholder" if is_placeholder(value) else None
+
+
 def database_password_problem(url: str) -> str | None:
     """A DATABASE_URL whose password is a known placeholder (a URL without one is left to the server)."""
     from sqlalchemy.engine import make_url
@@ -93,6 +100,8 @@ def database_password_problem(url: str) -> str | None:
 def problems(settings: Any, role: str) -> list[str]:
     """Everything wrong with the secrets `role` (gateway, worker) needs; empty when it may start."""
     found = [p for f in REQUIRED[role] if (p := problem(f, getattr(settings, f)))]
+    if "s3_secret_key" in REQUIRED[role] and (p := access_key_problem(settings.s3_access_key)):
+        found.append(p)
     found += [p for f in CHECKED_WHEN_SET if getattr(settings, f) and (p := problem(f, getattr(settings, f)))]
     db = database_password_problem(settings.database_url)
     return found + ([db] if db else [])

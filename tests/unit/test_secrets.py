@@ -34,7 +34,9 @@ def test_no_secret_has_a_default(bare_env):
         assert getattr(settings, field) == "", field
     assert secrets.problems(settings, "gateway") == [
         secrets.problem("media_link_secret", ""), secrets.problem("review_secret", ""),
-        secrets.problem("s3_secret_key", "")]
+        secrets.problem("s3_secret_key", ""), "REELQUEUE_S3_ACCESS_KEY is not set"]
+    assert secrets.problems(settings.model_copy(update={"s3_secret_key": GOOD, "s3_access_key": "reelqueue"}),
+                            "worker") == ["REELQUEUE_S3_ACCESS_KEY is a known placeholder"]
 
 
 @pytest.mark.parametrize("value, why", [
@@ -57,13 +59,14 @@ def test_random_secrets_pass():
 
 
 def test_a_placeholder_database_password_is_refused(bare_env):
-    settings = Settings(media_link_secret=GOOD, review_secret=GOOD, s3_secret_key=GOOD,
+    settings = Settings(media_link_secret=GOOD, review_secret=GOOD, s3_secret_key=GOOD, s3_access_key="AK7Q2M9X",
                         database_url="postgresql+psycopg://reelqueue:reelqueue@postgres:5432/reelqueue")
     assert secrets.problems(settings, "worker") == ["DATABASE_URL has a known placeholder password"]
 
 
 def test_optional_secrets_are_checked_when_set(bare_env):
-    settings = Settings(media_link_secret=GOOD, review_secret=GOOD, s3_secret_key=GOOD, metrics_token="short")
+    settings = Settings(media_link_secret=GOOD, review_secret=GOOD, s3_secret_key=GOOD, s3_access_key="AK7Q2M9X",
+                        metrics_token="short")
     assert secrets.problems(settings, "gateway") == [secrets.problem("metrics_token", "short")]
 
 
@@ -153,5 +156,6 @@ def test_uvicorn_serving_the_app_directly_refuses_too(bare_env, monkeypatch):
         pass
     for key in ("REELQUEUE_MEDIA_LINK_SECRET", "REELQUEUE_REVIEW_SECRET", "REELQUEUE_S3_SECRET_KEY"):
         monkeypatch.setenv(key, GOOD)
+    monkeypatch.setenv("REELQUEUE_S3_ACCESS_KEY", "AK7Q2M9X")
     with TestClient(create_app(require_secrets=True)) as http:
         assert http.get("/healthz").status_code == 200
