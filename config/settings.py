@@ -165,10 +165,6 @@ class Settings(BaseSettings):
             return None
         return f"{(self.public_url or self.gateway_url).rstrip('/')}/webhooks/{provider}"
 
-    def public_https(self) -> bool:
-        """The gateway is reached over https (behind a TLS-terminating proxy): cookies are Secure."""
-        return self.public_url.lower().startswith("https://")
-
     def media_base_url(self) -> str:
         """Where clients reach the gateway's media routes (the public URL, else the gateway's)."""
         return (self.public_url or self.gateway_url).rstrip("/")

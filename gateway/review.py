@@ -127,10 +127,10 @@ def gallery(
     more, items = len(items) > deps.page_size, items[:deps.page_size]
     videos = {i.task_id: deps.storage.presigned_url(i.proxy_key, VIDEO_LINK_TTL) for i in items if i.proxy_key}
     nonce = secrets.token_urlsafe(16)
-    page = render_gallery(import_id=import_id, reviewer=reviewer.sub, items=items, videos=videos, counts=counts,
+    html = render_gallery(import_id=import_id, reviewer=reviewer.sub, items=items, videos=videos, counts=counts,
                           facets=facets, issues=issues, filters=filters, tab=tab,
                           csrf=tokens.csrf_token(deps.secret, cookie), nonce=nonce, page=page, more=more)
-    return HTMLResponse(page, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
+    return HTMLResponse(html, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
                                        "X-Frame-Options": "DENY",
                                        "Content-Security-Policy": _policy(nonce, videos.values())})
 
