@@ -94,6 +94,19 @@ def test_postgres_answers_sql(stack: tuple[Settings, devstack.StackStatus]) -> N
     assert devstack.ensure_database(settings) is False  # exists already: a no-op
 
 
+def _connects_within(conninfo: str, seconds: float) -> bool:
+    """True once a connection succeeds; False if none did within `seconds` (0: one try)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            psycopg.connect(conninfo, connect_timeout=5).close()
+            return True
+        except psycopg.OperationalError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+
 def test_a_data_dir_from_before_passwords_gets_the_stack_password(stack: tuple[Settings, devstack.StackStatus]) -> None:
     """An older `dev up` made the cluster with `--auth=trust`: the first `up` of this version sets the
     role's password (the one in stack.json) and asks every connection for it from then on."""
@@ -108,10 +121,13 @@ def test_a_data_dir_from_before_passwords_gets_the_stack_password(stack: tuple[S
     with psycopg.connect(psycopg_conninfo(settings.database_url), autocommit=True) as conn:
         hba.write_text(scram.replace("scram-sha-256", "trust"))  # what initdb --auth=trust wrote
         conn.execute("select pg_reload_conf()")
-    psycopg.connect(without, connect_timeout=5).close()  # trust: anyone local
+    assert _connects_within(without, 10)  # trust: anyone local (once the postmaster has reloaded)
     assert postgres.ensure_password(settings, pgdata) is True
     assert "trust" not in [line.split()[-1] for line in hba.read_text().splitlines() if line.strip()
                            and not line.startswith("#")]
+    deadline = time.monotonic() + 10
+    while _connects_within(without, 0) and time.monotonic() < deadline:  # the reload is asynchronous
+        time.sleep(0.1)
     with pytest.raises(psycopg.OperationalError, match="password"):
         psycopg.connect(without, connect_timeout=5).close()
     with psycopg.connect(psycopg_conninfo(settings.database_url)) as conn:
