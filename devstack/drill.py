@@ -43,6 +43,7 @@ from activities.failpoints import POINTS
 from config.settings import Settings
 
 from . import probes
+from .procs import private_log
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_IMAGE = REPO_ROOT / "examples" / "images" / "aurora-lamp.png"
@@ -312,7 +313,7 @@ class _Drill:
         (home / "run").mkdir(parents=True, exist_ok=True)
         log = self.folder / f"{role}-worker.log"
         env = worker_env(self.settings, home, self.queue, extra_env)
-        with open(log, "ab") as out:
+        with private_log(log) as out:
             out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {role} worker, queue {self.queue}, "
                       f"{FAILPOINTS_ENV}={extra_env.get(FAILPOINTS_ENV, '')}\n".encode())
             out.flush()

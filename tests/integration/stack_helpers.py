@@ -135,3 +135,17 @@ async def serving(client, settings, queue: str) -> AsyncIterator[None]:
     async with build_worker(client, settings, task_queue=queue):
         yield
     await stop_gates_of(client, queue)
+
+
+def gateway_log_after(settings, marker: str, timeout_s: float = 10.0) -> str:
+    """The `dev up` gateway's log once `marker` is in it (uvicorn writes an access line after the
+    response, so a test waits for its own requests to be logged before reading)."""
+    import time
+
+    path = Path(settings.home) / "logs" / "gateway.log"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = path.read_text(errors="replace")
+        if marker in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.1)
