@@ -172,19 +172,25 @@ def test_a_late_answer_cannot_overwrite_the_conclusion(stack, one_task):
     assert (stray.provider_job_id, stray.found_by, stray.accounted) == ("late-job", "late_answer", False)
 
 
-def test_duplicates_are_kept_cancelled_and_costed(stack, one_task):
-    """Two jobs at the emulator for one request key: reconcile follows the oldest and keeps the
-    other as a stray job, which is cancelled and recorded as an ADJUSTMENT with its job id."""
+def two_jobs_for_one_key(stack, task: Task) -> tuple[EmulatorProvider, SubmitActivities, PollActivities, str, str]:
+    """An unknown submit (attempt 1) for which the emulator holds two jobs, oldest first."""
     emulator = EmulatorProvider(stack.emulator_url, stack.emulator_api_key)
     submit, poll = activities(stack, emulator)
-    ref = AttemptRef(task_id=one_task.id, attempt_no=1)
-    request = GenerationRequest(request_key=request_key(one_task.id, 1), model=one_task.model, prompt="p",
+    request = GenerationRequest(request_key=request_key(task.id, 1), model=task.model, prompt="p",
                                 aspect_ratio="9:16", duration_s=1.0)
     first, second = emulator.submit(request).job_id, emulator.submit(request).job_id
     with Database(stack.database_url).transaction() as session:
-        session.add(Attempt(task_id=one_task.id, attempt_no=1, provider=emulator.name, model=one_task.model,
+        session.add(Attempt(task_id=task.id, attempt_no=1, provider=emulator.name, model=task.model,
                             request_key=request.request_key, submit_state="UNKNOWN", request_fingerprint="x",
                             sent_at=datetime.now(UTC), call_ended_at=datetime.now(UTC), updated_at=datetime.now(UTC)))
+    return emulator, submit, poll, first, second
+
+
+def test_duplicates_are_kept_cancelled_and_costed(stack, one_task):
+    """Two jobs at the emulator for one request key: reconcile follows the oldest and keeps the
+    other as a stray job, which is cancelled and recorded as an ADJUSTMENT with its job id."""
+    emulator, submit, poll, first, second = two_jobs_for_one_key(stack, one_task)
+    ref = AttemptRef(task_id=one_task.id, attempt_no=1)
     env = ActivityEnvironment()
     found = env.run(submit.reconcile_submit, ref)
     assert (found.outcome, found.job_id, found.duplicates) == (ReconcileOutcome.FOUND, first, [second])
@@ -197,6 +203,22 @@ def test_duplicates_are_kept_cancelled_and_costed(stack, one_task):
         kept = session.scalar(select(StrayJob).where(StrayJob.provider_job_id == second))
     assert adjustment.provider_job_id == second and adjustment.amount == Decimal(str(stray.cost))
     assert kept.accounted
+    emulator.cancel(first)
+
+
+def test_a_retried_reconcile_returns_the_duplicates_it_found(stack, one_task):
+    """The first run commits its findings and its answer is lost (the worker killed after the
+    commit, or the timeout): the retry answers from what the database records, duplicates
+    included, so the workflow still accounts every one of them."""
+    emulator, submit, poll, first, second = two_jobs_for_one_key(stack, one_task)
+    ref = AttemptRef(task_id=one_task.id, attempt_no=1)
+    env = ActivityEnvironment()
+    lost = env.run(submit.reconcile_submit, ref)
+    retried = env.run(submit.reconcile_submit, ref)
+    assert retried == lost
+    assert (retried.outcome, retried.job_id, retried.duplicates) == (ReconcileOutcome.FOUND, first, [second])
+    env.run(poll.account_stray_job, StrayJobRef(task_id=one_task.id, attempt_no=1, job_id=second))
+    assert env.run(submit.reconcile_submit, ref).duplicates == []  # accounted: nothing left to do
     emulator.cancel(first)
 
 
