@@ -239,6 +239,15 @@ class StrayJobResult(BaseModel):
     cost: float
 
 
+class StrayCostAcceptance(BaseModel):
+    """A person's decision on a duplicate job the provider refuses to answer for: its cost is
+    booked as unknown (the task's estimate for one job), with who and why."""
+
+    stray: StrayJobRef
+    by: str
+    reason: str = ""
+
+
 class AssetRef(BaseModel):
     asset_id: str
     kind: str

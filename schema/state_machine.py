@@ -64,6 +64,8 @@ class TaskEvent(StrEnum):
     FINAL_FAILURE = "final_failure"
     DEADLINE_PASSED = "deadline_passed"
     REDRIVE = "redrive"  # `reelqueue retry`: a new run of a task that ended without a video
+    # A person decided on duplicate jobs that held up the task's end: back to its delivered output.
+    STRAYS_DECIDED = "strays_decided"
     # Audit only, never in the table (so never moves a task): a final object key already held other
     # bytes; the stored object was kept and the new bytes set aside (adapters/storage.py).
     STORAGE_CONFLICT = "storage_conflict"
@@ -134,6 +136,7 @@ def _table() -> dict[tuple[TaskStatus, TaskEvent], TaskStatus]:
         (S.NEEDS_ATTENTION, E.ATTENTION_RESOLVED): S.QUEUED,
         (S.NEEDS_ATTENTION, E.SUBMIT_AMBIGUOUS): S.SUBMIT_UNKNOWN,
         (S.NEEDS_ATTENTION, E.PROVIDER_RUNNING): S.RUNNING,
+        (S.NEEDS_ATTENTION, E.STRAYS_DECIDED): S.POST_PROCESSING,
     }
     for status in REDRIVABLE:
         t[(status, E.REDRIVE)] = S.CREATED
