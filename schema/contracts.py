@@ -37,8 +37,10 @@ class CancelRequest(BaseModel):
 
 
 class ResolveAction(StrEnum):
-    RETRY = "retry"  # run the stuck step again (poll, reconcile, cancel)
-    ACCEPT_DUPLICATE_RISK = "accept_duplicate_risk"  # give up on an unknown submit and submit anew
+    RETRY = "retry"  # run the stuck step again (poll, reconcile, cancel, stray)
+    # Give up on an unknown submit and submit anew; or book a duplicate job the provider refuses to
+    # answer for at the task's estimate (its cost unknown) and let the task end as it was going to.
+    ACCEPT_DUPLICATE_RISK = "accept_duplicate_risk"
     FAIL = "fail"  # end the task FAILED_FINAL; known live jobs are cancelled first
 
 
