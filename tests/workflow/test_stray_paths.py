@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from temporalio.client import WorkflowHandle
-from workflow_fakes import TASK_ID, World, ending, refusal, unknown, until
+from workflow_fakes import TASK_ID, World, ending, refusal, review_policy, unknown, until
 
 from schema.contracts import (
     JobStatus,
@@ -17,6 +17,9 @@ from schema.contracts import (
     ResolveAction,
     ResolveRequest,
     ResolveResult,
+    ReviewAction,
+    ReviewRequest,
+    ReviewResult,
     StrayJobRef,
     StrayJobResult,
 )
@@ -121,3 +124,20 @@ async def test_a_refused_stray_on_a_cancel_ends_canceled(env, world, run_world):
     assert world.status is S.CANCELED
     assert world.moves()[-3:] == ["NEEDS_ATTENTION", "CANCEL_REQUESTED", "CANCELED"]
     assert world.balanced() and world.sums() == {"RESERVE": 4, "RELEASE": 4, "ADJUSTMENT": 4}
+
+
+async def test_a_refused_stray_before_review_returns_to_review(env, world, run_world):
+    """Entering REVIEW closes the reservation, so strays are accounted there: after the decision
+    the task goes back to its output and on to REVIEW, where the reviewer decides as usual."""
+    duplicate(world)
+    world.review = review_policy()
+    world.stray_answers = [refusal()]
+    handle = await run_world()
+    await until(env, lambda: world.status is S.NEEDS_ATTENTION)
+    await resolve(handle, ResolveAction.ACCEPT_DUPLICATE_RISK, "provider says it never ran")
+    await until(env, lambda: world.status is S.REVIEW)
+    await handle.execute_update(api.UPDATE_REVIEW, ReviewRequest(action=ReviewAction.APPROVE, by="alice"),
+                                result_type=ReviewResult)
+    assert await ending(handle) == "completed"
+    assert world.moves()[-4:] == ["NEEDS_ATTENTION", "POST_PROCESSING", "REVIEW", "SUCCEEDED"]
+    assert world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1, "ADJUSTMENT": 4}
