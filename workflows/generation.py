@@ -124,7 +124,6 @@ _STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]
     # About 18 minutes of provider trouble; then a person decides (the reservation stays held).
     PollActivities.cancel_job: (timedelta(seconds=15), _retry(40, first_s=2.0), None),
     PollActivities.account_stray_job: (timedelta(seconds=30), _retry(None, first_s=5.0, max_s=300.0), None),
-    PollActivities.unaccounted_strays: (timedelta(seconds=30), _retry(None), None),
     PollActivities.accept_stray_cost: (timedelta(seconds=30), _retry(None), None),
     FetchActivities.fetch_output: (timedelta(minutes=10), _retry(8), timedelta(seconds=30)),
     MediaActivities.transcode: (timedelta(minutes=15), _retry(6), timedelta(seconds=60)),
@@ -707,7 +706,10 @@ class GenerationWorkflow:
         self._strays = []
         refused = [r for r in results if r is not None]
         skip = {job.job_id for job, _ in refused}
-        pending = await self._run(PollActivities.unaccounted_strays, TaskRef(task_id=self._task_id, run=self._run_no))
+        pending = await workflow.execute_local_activity_method(  # one short read at every task's end: local
+            PollActivities.unaccounted_strays, TaskRef(task_id=self._task_id, run=self._run_no),
+            start_to_close_timeout=timedelta(seconds=15),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)))
         more = await asyncio.gather(*(self._account_stray(job) for job in pending if job.job_id not in skip))
         return refused + [r for r in more if r is not None]
 
