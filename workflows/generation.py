@@ -170,7 +170,7 @@ class GenerationWorkflow:
         self._costs: dict[int, float] = {}  # attempt no -> what the provider reports it charged
         self._live: JobRef | None = None  # a job not yet known terminal at the provider
         self._unknown: AttemptRef | None = None  # an attempt whose submit outcome is not known
-        self._strays: list[asyncio.Task[Any]] = []  # strays-v1: each gives (job id, refusal) or None
+        self._strays: list[asyncio.Task[Any]] = []  # strays-v1: each gives (stray, refusal) or None
         self._stuck: str | None = None
         self._resolution: ResolveRequest | None = None
         self._deadline = None  # set once validation has read the task's deadline

@@ -141,3 +141,20 @@ async def test_a_refused_stray_before_review_returns_to_review(env, world, run_w
     assert await ending(handle) == "completed"
     assert world.moves()[-4:] == ["NEEDS_ATTENTION", "POST_PROCESSING", "REVIEW", "SUCCEEDED"]
     assert world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1, "ADJUSTMENT": 4}
+
+
+async def test_a_refused_stray_of_a_task_ended_outside_is_booked_by_the_workflow(env, world, run_world):
+    """Someone else ended the task (nobody to ask through it): the workflow books the duplicate at
+    the estimate itself, the refusal in the note, and closes; nothing is left unaccounted."""
+    duplicate(world)
+    world.stray_answers = [refusal("403 not your job")]
+    world.polls = [world.polls[0]]  # RUNNING
+    world.hold("poll_job")
+    handle = await run_world()
+    await until(env, lambda: bool(world.called("poll_job")))
+    world.status = S.CANCELED  # an operator ended the task in Postgres
+    world.release("poll_job")
+    assert await ending(handle) == "completed"
+    (accepted,) = world.called("accept_stray_cost")
+    assert accepted.by == "workflow" and "403 not your job" in accepted.reason
+    assert world.strays == [] and world.sums() == {"RESERVE": 4, "RELEASE": 4, "ADJUSTMENT": 4}
