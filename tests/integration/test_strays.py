@@ -5,11 +5,9 @@ video, one ADJUSTMENT for the duplicate and `ledger check` still clean."""
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import pytest
-from cli_helpers import run_cli_async
+from cli_helpers import resolve_and_finish, run_cli_async
 from sqlalchemy import select
 from stack_helpers import import_small, wait_for_status
 
@@ -47,10 +45,8 @@ async def test_a_refused_duplicate_waits_for_a_person_and_the_video_is_kept(stac
     finally:
         httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
 
-    decided = await run_cli_async("resolve", task.id, "--accept-duplicate-risk", "--reason", "billed once, checked",
-                                  "--by", "test")
-    assert decided.code == 0, decided.stdout + decided.stderr
-    outcome = await asyncio.wait_for(client.get_workflow_handle(task.workflow_id).result(), timeout=120)
+    outcome = await resolve_and_finish(client, task, "--accept-duplicate-risk", "--reason", "billed once, checked",
+                                       "--by", "test")
     assert outcome["status"] == "SUCCEEDED"
     with db.transaction() as session:
         (adjustment,) = session.scalars(select(CreditEntry).where(CreditEntry.task_id == task.id,
