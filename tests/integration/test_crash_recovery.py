@@ -7,7 +7,7 @@ import signal
 import time
 
 import pytest
-from stack_helpers import assert_ledger_balanced, import_small, run_all
+from stack_helpers import assert_ledger_balanced, import_small, run_all, stop_gates_of
 
 import devstack
 from cli.starting import start_workflows
@@ -45,6 +45,7 @@ async def test_worker_sigkill_mid_run(stack, client, tmp_path, emulator_jobs):
         finished = await run_all(client, stack, summary.import_id, stack.task_queue, timeout=300)
     finally:
         devstack.kill_service(stack, "worker", signal.SIGTERM)
+        await stop_gates_of(client, stack.task_queue)  # the stack's queue has no worker after this test
 
     assert [t.status for t in finished] == ["SUCCEEDED"] * 6, counts
     keys = [j["request_key"] for j in emulator_jobs()]

@@ -133,6 +133,7 @@ class World:
 
     status: sm.TaskStatus = sm.TaskStatus.CREATED
     version: int = 0
+    past: sm.Past = field(default_factory=sm.Past)  # what the guarded rows ask, as Postgres folds it
     valid: bool | BaseException = True  # an exception: validate_task raises it
     credit: bool = True
     deadline_s: float = 3600.0
@@ -232,8 +233,11 @@ class World:
             if req.source_event_id in world.seen:  # idempotent per source event, as in Postgres
                 return world.seen[req.source_event_id]
             to = sm.target(world.status, req.event)
+            if sm.refusal(world.status, req.event, world.past) is not None:
+                to = None
             world.events.append((req.event.value, (to or world.status).value, to is not None))
             if to is not None:
+                world.past = world.past.after(req.event, world.status, to)
                 world.status, world.version = to, world.version + 1
                 world.transitions.append(req)
             result = TransitionResult(applied=to is not None, status=world.status, version=world.version)
