@@ -95,8 +95,8 @@ TOO_LATE = "TOO_LATE"
 
 # The stuck step a NEEDS_ATTENTION task resumes with on `resolve --retry`, and the event for it.
 RESUME_EVENT = {"poll": E.PROVIDER_RUNNING, "reconcile": E.SUBMIT_AMBIGUOUS, "cancel": E.CANCEL_REQUESTED}
-# Endings of a task whose video was delivered (it waits in POST_PROCESSING or REVIEW for them).
-DELIVERED = frozenset({E.PLAYABLE_ASSET_READY, E.REVIEW_REQUIRED, E.REVIEW_APPROVED, E.REVIEW_REJECTED})
+# Endings of a task whose paid video waits in POST_PROCESSING for them.
+DELIVERED = frozenset({E.PLAYABLE_ASSET_READY, E.REVIEW_REQUIRED})
 # Task statuses a workflow closes as Failed with (the task's reason), so the Web UI shows them.
 FAILED_CLOSE = frozenset({S.FAILED_FINAL, S.EXPIRED, S.INVALID})
 
@@ -679,17 +679,18 @@ class GenerationWorkflow:
         found, then any other the database holds unaccounted (a late submit answer, a reconcile
         whose answer was lost). Jobs the provider refuses to answer for wait for a person: retry,
         accept their cost as unknown (the task's estimate each), or fail the task (the same
-        booking first); the task then ends as it was going to."""
+        booking first); the task then ends as it was going to. A task taken over, or deciding in
+        REVIEW (its reservation already closed), has nothing to hold: the workflow books them."""
         before = self._status
         while True:
             refused = await self._account_every_stray()
             if not refused:
                 return ending
             evidence = "; ".join(why for _, why in refused)
-            if before in TERMINAL:  # taken over: nobody to ask through the task, book the estimate
+            if before in TERMINAL or before is S.REVIEW:  # nothing held to wait with: book the estimate
+                why = "task ended outside this workflow" if before in TERMINAL else "found after review"
                 await self._accept_strays(refused, ResolveRequest(
-                    action=ResolveAction.ACCEPT_DUPLICATE_RISK, by="workflow",
-                    reason=f"task ended outside this workflow; {evidence}"))
+                    action=ResolveAction.ACCEPT_DUPLICATE_RISK, by="workflow", reason=f"{why}; {evidence}"))
                 continue
             decision = await self._attention(STRAY, evidence, strays=[job.job_id for job, _ in refused])
             if decision.action is not ResolveAction.RETRY:
@@ -697,7 +698,7 @@ class GenerationWorkflow:
             if decision.action is ResolveAction.FAIL:
                 await self._end(E.FINAL_FAILURE, error=f"failed by {decision.by}: {decision.reason}",
                                 error_class="operator", payload=_decided(decision))
-            ending = await self._return_to(before, ending, decision)
+            ending = await self._return_to(ending, decision)
 
     async def _account_every_stray(self) -> list[tuple[StrayJobRef, str]]:
         """Wait for the strays this run is accounting, then account those the database still holds;
@@ -728,15 +729,13 @@ class GenerationWorkflow:
             await self._run(PollActivities.accept_stray_cost,
                             StrayCostAcceptance(stray=stray, by=decision.by, reason=decision.reason))
 
-    async def _return_to(self, before: S, ending: E, decision: ResolveRequest) -> E:
-        """Out of NEEDS_ATTENTION after a decision on strays, to where `ending` applies: a delivered
-        video (maybe in REVIEW) back to POST_PROCESSING and on, a cancel back through
+    async def _return_to(self, ending: E, decision: ResolveRequest) -> E:
+        """Out of NEEDS_ATTENTION after a decision on strays, to where `ending` applies: a paid video
+        back to POST_PROCESSING (and on, maybe into REVIEW), a cancel back through
         CANCEL_REQUESTED; any other ending is a failure, which ends from NEEDS_ATTENTION itself."""
         decided = _decided(decision)
         if ending in DELIVERED:
             await self._move(E.STRAYS_DECIDED, payload=decided)
-            if before is S.REVIEW:
-                await self._move(E.REVIEW_REQUIRED)
             return ending
         if ending in (E.CANCEL_REQUESTED, E.CANCEL_CONFIRMED):
             await self._move(E.CANCEL_REQUESTED, payload=decided)

@@ -158,3 +158,20 @@ async def test_a_refused_stray_of_a_task_ended_outside_is_booked_by_the_workflow
     (accepted,) = world.called("accept_stray_cost")
     assert accepted.by == "workflow" and "403 not your job" in accepted.reason
     assert world.strays == [] and world.sums() == {"RESERVE": 4, "RELEASE": 4, "ADJUSTMENT": 4}
+
+
+async def test_a_refused_stray_found_after_review_is_booked_by_the_workflow(env, world, run_world):
+    """Entering REVIEW closed the reservation and a video never goes back out of REVIEW: a stray
+    first seen at the reviewer's decision, and refused, is booked at the estimate by the workflow."""
+    world.review = review_policy()
+    world.stray_answers = [refusal("410 gone")]
+    handle = await run_world()
+    await until(env, lambda: world.status is S.REVIEW)
+    world.strays = [StrayJobRef(task_id=TASK_ID, attempt_no=1, job_id="late-job")]  # a late answer, recorded now
+    await handle.execute_update(api.UPDATE_REVIEW, ReviewRequest(action=ReviewAction.APPROVE, by="alice"),
+                                result_type=ReviewResult)
+    assert await ending(handle) == "completed"
+    assert world.status is S.SUCCEEDED and "NEEDS_ATTENTION" not in world.moves()
+    (accepted,) = world.called("accept_stray_cost")
+    assert accepted.by == "workflow" and "410 gone" in accepted.reason
+    assert world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1, "ADJUSTMENT": 4}
