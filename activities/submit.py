@@ -173,9 +173,8 @@ class SubmitActivities:
             if attempt.provider_job_id:  # its webhooks kept as orphans are this task's (polling resumes)
                 inbox.claim_orphans(session, provider=attempt.provider, task_id=attempt.task_id,
                                     job_id=attempt.provider_job_id, request_key=key, by=inbox.MatchedBy.RECONCILE)
-            strays = [j for j in jobs if j != attempt.provider_job_id]
-            _keep_strays(session, attempt, strays, found_by="reconcile")
-            return _concluded(attempt, strays, session=session) or ReconcileResult(outcome=ReconcileOutcome.ABSENT)
+            _keep_strays(session, attempt, [j for j in jobs if j != attempt.provider_job_id], found_by="reconcile")
+            return _concluded(attempt, session=session) or ReconcileResult(outcome=ReconcileOutcome.ABSENT)
 
     @activity.defn(name="abandon_attempt")
     @classified
@@ -277,14 +276,21 @@ def _keep_strays(session: Session, attempt: Attempt, job_ids: Iterable[str], *, 
         )
 
 
-def _concluded(attempt: Attempt, duplicates: list[str] | None = None, *, session: Session) -> ReconcileResult | None:
-    """What an earlier run (or a late submit answer) already established for this attempt; a found
-    job comes with its webhooks that were kept as orphans (the workflow has not seen them)."""
+def _concluded(attempt: Attempt, *, session: Session) -> ReconcileResult | None:
+    """What an earlier run (or a late submit answer) already established for this attempt, read
+    from the database so a re-run answers the same: a found job comes with its webhooks kept as
+    orphans and the attempt's duplicates not yet accounted (the workflow has seen neither)."""
     state = AttemptState(attempt.submit_state)
     if attempt.provider_job_id:
         early = inbox.claimed_updates(session, provider=attempt.provider, job_id=attempt.provider_job_id)
+        duplicates = session.scalars(
+            select(StrayJob.provider_job_id)
+            .where(StrayJob.task_id == attempt.task_id, StrayJob.attempt_no == attempt.attempt_no,
+                   StrayJob.provider_job_id != attempt.provider_job_id, StrayJob.accounted.is_(False))
+            .order_by(StrayJob.id)
+        ).all()
         return ReconcileResult(outcome=ReconcileOutcome.FOUND, job_id=attempt.provider_job_id,
-                               duplicates=duplicates or [], early_updates=early)
+                               duplicates=list(duplicates), early_updates=early)
     if state in ATTEMPT_UNRESOLVED:
         return None
     return ReconcileResult(outcome=ReconcileOutcome.ABSENT, evidence=attempt.error_message or state.value)

@@ -70,6 +70,9 @@ class TaskEvent(StrEnum):
     FINAL_FAILURE = "final_failure"
     DEADLINE_PASSED = "deadline_passed"
     REDRIVE = "redrive"  # `reelqueue retry`: a new run of a task that ended without a video
+    # A person decided on duplicate jobs that held up the end of a paid video not yet in review:
+    # back to POST_PROCESSING (guarded: never for an unpaid task, never out of REVIEW).
+    STRAYS_DECIDED = "strays_decided"
     # Audit only, never in the table (so never moves a task): a final object key already held other
     # bytes; the stored object was kept and the new bytes set aside (adapters/storage.py).
     STORAGE_CONFLICT = "storage_conflict"
@@ -137,6 +140,7 @@ def _table() -> dict[tuple[TaskStatus, TaskEvent], TaskStatus]:
         (S.NEEDS_ATTENTION, E.ATTENTION_RESOLVED): S.QUEUED,
         (S.NEEDS_ATTENTION, E.SUBMIT_AMBIGUOUS): S.SUBMIT_UNKNOWN,
         (S.NEEDS_ATTENTION, E.PROVIDER_RUNNING): S.RUNNING,
+        (S.NEEDS_ATTENTION, E.STRAYS_DECIDED): S.POST_PROCESSING,
     }
     for status in REDRIVABLE:
         t[(status, E.REDRIVE)] = S.CREATED
@@ -197,13 +201,16 @@ class Past:
 
     paid: bool = False  # a job of this round succeeded (OUTPUT_FETCHING reached): the video is paid for
     unknown_submit: bool = False  # a submit's outcome is unknown and nothing concluded it since
+    reviewed: bool = False  # this round's video entered REVIEW
 
     def after(self, event: TaskEvent, from_status: TaskStatus, to_status: TaskStatus) -> Past:
         """The past once `event` moved the task from `from_status` to `to_status`."""
         if event in (E.REVIEW_REGENERATE, E.REDRIVE):  # a new round a person asked for
-            return replace(self, paid=False)
+            return replace(self, paid=False, reviewed=False)
         if to_status is S.OUTPUT_FETCHING:
             return replace(self, paid=True)
+        if to_status is S.REVIEW:
+            return replace(self, reviewed=True)
         if event is E.SUBMIT_AMBIGUOUS:
             return replace(self, unknown_submit=True)
         # `resolve --fail` out of NEEDS_ATTENTION abandons the unknown attempt (a person's decision).
@@ -229,6 +236,8 @@ def refusal(status: TaskStatus, event: TaskEvent, past: Past) -> str | None:
         return "an earlier submit's outcome is unknown: it must be reconciled (or its risk accepted) first"
     if past.paid and to in GENERATING | {S.OUTPUT_FETCHING} and event is not E.REVIEW_REGENERATE:
         return "the video is paid for: only a reviewer's regenerate asks the provider again"
+    if event is E.STRAYS_DECIDED and (not past.paid or past.reviewed):
+        return "only a paid video not yet in review goes back to POST_PROCESSING after a decision on strays"
     return None
 
 

@@ -205,7 +205,7 @@ def test_the_guarded_rows_are_the_only_ones_that_read_the_past():
                 assert sm.refusal(status, event, past) is None, (status, event, past)
     assert {(S.QUEUED, E.DISPATCH_CLAIMED), (S.CANCEL_REQUESTED, E.COMPLETION_WON),
                           (S.NEEDS_ATTENTION, E.ATTENTION_RESOLVED), (S.NEEDS_ATTENTION, E.SUBMIT_AMBIGUOUS),
-                          (S.NEEDS_ATTENTION, E.PROVIDER_RUNNING)} == sm.GUARDED
+                          (S.NEEDS_ATTENTION, E.PROVIDER_RUNNING), (S.NEEDS_ATTENTION, E.STRAYS_DECIDED)} == sm.GUARDED
 
 
 def run_path(events: list[sm.TaskEvent], start: sm.TaskStatus = S.CREATED) -> sm.TaskStatus:
@@ -276,6 +276,14 @@ WORKFLOW_PATHS = {
                                       S.SUCCEEDED),
     "regenerate, unknown, found": ([*TO_REVIEW, E.REVIEW_REGENERATE, E.DISPATCH_CLAIMED, E.SUBMIT_AMBIGUOUS,
                                     E.PROVIDER_JOB_FOUND, *DELIVER, E.PLAYABLE_ASSET_READY], S.SUCCEEDED),
+    "stray refused, decided, delivered": ([*UNKNOWN, E.PROVIDER_JOB_FOUND, *DELIVER, E.NEEDS_ATTENTION,
+                                           E.STRAYS_DECIDED, E.PLAYABLE_ASSET_READY], S.SUCCEEDED),
+    "stray refused, decided, to review": ([*UNKNOWN, E.PROVIDER_JOB_FOUND, *DELIVER, E.NEEDS_ATTENTION,
+                                           E.STRAYS_DECIDED, E.REVIEW_REQUIRED, E.REVIEW_APPROVED], S.SUCCEEDED),
+    "stray refused on a cancel": ([*UNKNOWN, E.PROVIDER_JOB_FOUND, E.CANCEL_REQUESTED, E.NEEDS_ATTENTION,
+                                   E.CANCEL_REQUESTED, E.CANCEL_CONFIRMED], S.CANCELED),
+    "stray refused, failed by a person": ([*UNKNOWN, E.PROVIDER_JOB_FOUND, *DELIVER, E.NEEDS_ATTENTION,
+                                           E.FINAL_FAILURE], S.FAILED_FINAL),
     "cancelled before start, redriven": ([E.CANCEL_REQUESTED, E.REDRIVE, *TO_QUEUE, *SUBMIT, *DELIVER,
                                           E.PLAYABLE_ASSET_READY], S.SUCCEEDED),
 }
@@ -299,9 +307,13 @@ def test_every_path_the_workflow_emits_is_allowed(name):
     [*TO_REVIEW, E.NEEDS_ATTENTION, E.ATTENTION_RESOLVED],
     [*TO_REVIEW, E.CANCEL_REQUESTED, E.NEEDS_ATTENTION, E.PROVIDER_RUNNING],
     [*TO_QUEUE, *SUBMIT, *DELIVER, E.NEEDS_ATTENTION, E.SUBMIT_AMBIGUOUS],
+    # strays-v1: back to the output only for a paid video not yet in review.
+    [*TO_QUEUE, *SUBMIT, E.NEEDS_ATTENTION, E.STRAYS_DECIDED],
+    [*TO_REVIEW, E.NEEDS_ATTENTION, E.STRAYS_DECIDED],
 ], ids=["unknown-retry", "fetching-retry", "post-processing-retry", "review-cancel-completion",
         "unknown-attention-running-retry", "unknown-cancel-redrive", "review-attention-requeue",
-        "review-cancel-attention-running", "post-processing-attention-unknown"])
+        "review-cancel-attention-running", "post-processing-attention-unknown", "unpaid-strays-decided",
+        "review-strays-decided"])
 def test_forbidden_paths_are_refused_at_their_last_move(events):
     assert run_path(events[:-1]) is not None
     with pytest.raises(sm.IllegalTransition):
