@@ -5,7 +5,9 @@ Two short transactions around the call: A records the attempt as SENDING, the ca
 outside any transaction, B records what came back. Every write of an attempt's outcome is a
 compare-and-set on its `submit_state`, so a late answer can never overwrite a conclusion (it is
 kept as a stray job instead). An attempt found still SENDING on entry means an earlier run died
-mid-call: that outcome is unknown, so this run does not send again; the workflow reconciles.
+mid-call: that outcome is unknown, so this run does not send again; the workflow reconciles. A task
+that is not DISPATCHING (the state machine refused its dispatch) is never sent: the last line of
+defence behind the transition table.
 
 Webhooks: a submit asks for them when the provider offers them and the settings allow it
 (`webhook_url`). A webhook may beat the submit's answer; the gateway keeps it as an orphan, and
@@ -24,7 +26,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from temporalio import activity
 
-from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
+from activities.errors import DISPATCH_NOT_CLAIMED, NOT_YET_CONCLUSIVE, business_failure, classified, retry_later
 from activities.failpoints import failpoint
 from adapters.providers.base import (
     ErrorClass,
@@ -41,7 +43,7 @@ from schema import webhook_inbox as inbox
 from schema.contracts import AttemptRef, ProviderUpdate, ReconcileOutcome, ReconcileResult, SubmitActivityResult
 from schema.db import Database
 from schema.models import Asset, Attempt, StrayJob, Task
-from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState
+from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState, TaskStatus
 from schema.task_store import TaskNotFound
 
 SOFTWARE_VERSION = "0.2.0"
@@ -101,6 +103,9 @@ class SubmitActivities:
             attempt = _attempt(session, ref)
             if attempt is not None:
                 return self._resumed(session, attempt)
+            if task.status != TaskStatus.DISPATCHING.value:  # the state machine refused this dispatch
+                raise business_failure(f"task {task.id} is {task.status}, not DISPATCHING: nothing is sent",
+                                       DISPATCH_NOT_CLAIMED)
             request = self._request(session, task, key)
             now = datetime.now(UTC)
             session.add(

@@ -149,3 +149,12 @@ def gateway_log_after(settings, marker: str, timeout_s: float = 10.0) -> str:
         if marker in text or time.monotonic() > deadline:
             return text
         time.sleep(0.1)
+
+
+def claim_dispatch(database_url: str, task_id: str) -> None:
+    """Put a task where the workflow has it just before a submit (DISPATCHING), for tests that run
+    the submit activity on its own: submit sends nothing for a task in any other status."""
+    from schema.state_machine import TaskStatus
+
+    with Database(database_url).transaction() as session:
+        session.get(Task, task_id).status = TaskStatus.DISPATCHING.value

@@ -11,11 +11,11 @@ from decimal import Decimal
 
 import pytest
 from sqlalchemy import select, update
-from stack_helpers import import_small
+from stack_helpers import claim_dispatch, import_small
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.errors import NOT_YET_CONCLUSIVE, PROVIDER_REFUSED
+from activities.errors import DISPATCH_NOT_CLAIMED, NOT_YET_CONCLUSIVE, PROVIDER_REFUSED
 from activities.poll import PollActivities
 from activities.submit import SubmitActivities, request_key
 from adapters.providers.base import (
@@ -84,6 +84,7 @@ def one_task(stack, tmp_path) -> Task:
     summary = import_small(stack, tmp_path, [("S-1", "Stool", "A stool")], duration_s=1)
     with Database(stack.database_url).transaction() as session:
         (task,) = queries.list_tasks(session, summary.import_id)
+    claim_dispatch(stack.database_url, task.id)
     return task
 
 
@@ -104,6 +105,20 @@ def age_call(stack, task_id: str, seconds: float) -> None:
     with Database(stack.database_url).transaction() as session:
         session.execute(update(Attempt).where(Attempt.task_id == task_id).values(
             call_ended_at=datetime.now(UTC) - timedelta(seconds=seconds)))
+
+
+def test_a_task_not_dispatching_is_never_sent(stack, one_task):
+    """The last line of defence behind the state machine: a dispatch it refused sends nothing."""
+    provider = ScriptedProvider(one_task.provider)
+    sent: list[str] = []
+    provider.submit = lambda request: sent.append(request.request_key)  # type: ignore[method-assign]
+    submit, _ = activities(stack, provider)
+    with Database(stack.database_url).transaction() as session:
+        session.get(Task, one_task.id).status = "QUEUED"
+    with pytest.raises(ApplicationError) as refused:
+        ActivityEnvironment().run(submit.submit, AttemptRef(task_id=one_task.id, attempt_no=1))
+    assert refused.value.type == DISPATCH_NOT_CLAIMED and refused.value.non_retryable
+    assert sent == [] and attempt_row(stack, one_task.id) is None
 
 
 def test_absent_is_concluded_only_after_the_window_from_the_call_end(stack, one_task):
