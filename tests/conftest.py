@@ -26,6 +26,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings):
     fail_the_test = signal.getsignal(signal.SIGALRM)
 
     def name_then_fail(signum, frame):
+        __tracebackhide__ = True
         capture = item.config.pluginmanager.getplugin("capturemanager")
         with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
             terminal = item.config.get_terminal_writer()
