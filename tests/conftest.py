@@ -1,8 +1,13 @@
-"""Fixtures every test layer may use."""
+"""Fixtures every test layer may use, and the timeout hook: a test that runs past its timeout
+(pytest-timeout, see pyproject.toml) is named on the terminal with the line it waits on, even an
+async one, whose hang pytest-timeout's own report shows only as the event loop's select()."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
+import signal
 import struct
 import zlib
 from collections.abc import Callable
@@ -11,6 +16,31 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings):
+    yield
+    if settings.method != "signal":
+        return
+    fail_the_test = signal.getsignal(signal.SIGALRM)
+
+    def name_then_fail(signum, frame):
+        __tracebackhide__ = True
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            terminal = item.config.get_terminal_writer()
+            terminal.line(f"\n+++ {item.nodeid} ran past its {settings.timeout:g}-s timeout +++", red=True)
+            loop = asyncio._get_running_loop()
+            for task in asyncio.all_tasks(loop) if loop else ():
+                code = getattr(task.get_coro(), "cr_code", None)
+                if code is not None and code.co_filename == str(item.path):
+                    for frame_ in task.get_stack():
+                        terminal.line(f"    waiting at {frame_.f_code.co_filename}:{frame_.f_lineno}")
+            terminal.flush()
+        fail_the_test(signum, frame)
+
+    signal.signal(signal.SIGALRM, name_then_fail)
 
 
 def _png_bomb(width: int = 20_000, height: int = 20_000) -> bytes:

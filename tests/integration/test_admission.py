@@ -17,6 +17,7 @@ pytestmark = pytest.mark.integration
 LIMIT = 3
 
 
+@pytest.mark.timeout(600)  # its run may take 300 s
 async def test_limit_holds_and_refusals_are_waited_out(stack, client, tmp_path, emulator_jobs):
     settings = stack.model_copy(update={"provider_limits": {"emulator": ProviderLimits(max_concurrent=LIMIT)}})
     queue = f"test-{uuid.uuid4().hex[:12]}"

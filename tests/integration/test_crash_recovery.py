@@ -19,6 +19,7 @@ pytestmark = pytest.mark.integration
 IN_FLIGHT = {"DISPATCHING", "SUBMIT_UNKNOWN", "SUBMITTED", "RUNNING", "OUTPUT_FETCHING", "POST_PROCESSING"}
 
 
+@pytest.mark.timeout(600)  # its run may take 300 s, after a worker restart
 async def test_worker_sigkill_mid_run(stack, client, tmp_path, emulator_jobs):
     products = [(f"K-{i}", f"Item {i}", f"Thing number {i}") for i in range(3)]
     summary = import_small(stack, tmp_path, products, ratios=("9:16", "16:9"))

@@ -34,7 +34,8 @@ from schema import queries
 from schema.db import Database
 from schema.models import Asset, StateEvent, Task
 
-pytestmark = pytest.mark.integration
+# The module's demo run (up to 600 s) is set up inside whichever of its tests comes first.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
