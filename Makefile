@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test install lint bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity down
+.PHONY: demo test install lint secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity down
 
 $(VENV)/.installed: pyproject.toml
 	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..."
@@ -16,6 +16,10 @@ install: $(VENV)/.installed
 
 demo: install
 	$(BIN)/reelqueue demo
+
+# Random secrets for docker compose in .env (mode 0600; usable values already there are kept).
+secrets: install
+	$(BIN)/reelqueue secrets init --env-file .env
 
 down: install
 	$(BIN)/reelqueue dev down

@@ -12,6 +12,7 @@ from cli.dev import demo, dev_app
 from cli.drill import drill
 from cli.providers import providers_app
 from cli.review import review
+from cli.secrets import secrets_app
 
 app = typer.Typer(help="reelqueue: product catalogs to stored, transcoded videos through durable workflows.",
                   no_args_is_help=True, add_completion=False)
@@ -33,6 +34,7 @@ app.command("export")(delivery.export)
 app.command("gc")(delivery.gc)
 app.command("review")(review)
 app.add_typer(providers_app, name="providers")
+app.add_typer(secrets_app, name="secrets")
 
 # The CLI reports problems in its own output (tables, reports, --json); library warnings such as
 # fetch refusals are already in the validation report, so only errors reach stderr by default.
@@ -41,14 +43,24 @@ logging.basicConfig(level=os.environ.get("REELQUEUE_LOG_LEVEL", "ERROR"), format
 
 
 def main() -> None:
-    """`reelqueue`: the app, with unreachable services reported in one line instead of a traceback."""
+    """`reelqueue`: the app, ended with the command's own exit status (cli/exiting.py)."""
+    from cli.exiting import run_and_exit
+
+    run_and_exit(_run)
+
+
+def _run() -> None:
+    """The app, with unreachable services reported in one line instead of a traceback."""
     from sqlalchemy.exc import OperationalError
     from urllib3.exceptions import MaxRetryError
 
     from cli.output import EXIT_FAILURE, err_console
+    from delivery.links import LinkError
 
     try:
         app()
+    except LinkError as exc:  # `show` / `export` asked for media links with no key to sign them
+        err_console.print(f"[bold red]error:[/] {exc}; start the stack (reelqueue dev up) or set it")
     except OperationalError as exc:
         err_console.print(f"[bold red]error:[/] cannot reach Postgres ({exc.orig}); is the stack up? "
                           "(reelqueue dev up)")

@@ -82,5 +82,14 @@ def _mark_ready(settings: Settings) -> None:
     path.write_text(str(os.getpid()))
 
 
+def main() -> None:
+    """Refuses to start (exit 2, naming the variable) without the secrets it needs."""
+    from config.secrets import require
+
+    settings = get_settings()
+    require(settings, "worker")
+    asyncio.run(serve(settings))
+
+
 if __name__ == "__main__":
-    asyncio.run(serve(get_settings()))
+    main()

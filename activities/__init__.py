@@ -56,6 +56,8 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
         poll.poll_job,
         poll.cancel_job,
         poll.account_stray_job,
+        poll.unaccounted_strays,
+        poll.accept_stray_cost,
         fetch.fetch_output,
         media.transcode,
         media.transcode_proxy,

@@ -28,10 +28,12 @@ PROVIDER_REFUSED = "ProviderRefused"  # a status/cancel/list call the provider w
 OUTPUT_INVALID = "OutputInvalid"
 OUTPUT_UNAVAILABLE = "OutputUnavailable"
 FETCH_REFUSED = "FetchRefused"
+DISPATCH_NOT_CLAIMED = "DispatchNotClaimed"  # a submit for a task whose dispatch the state machine refused
 NOT_YET_CONCLUSIVE = "NotYetConclusive"  # retryable: ask again after the hinted delay
 
 BUSINESS_FAILURES: tuple[str, ...] = (
     INSUFFICIENT_CREDIT, TASK_NOT_FOUND, PROVIDER_REFUSED, OUTPUT_INVALID, OUTPUT_UNAVAILABLE, FETCH_REFUSED,
+    DISPATCH_NOT_CLAIMED,
 )
 
 

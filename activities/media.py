@@ -143,7 +143,7 @@ class MediaActivities:
             src = self.storage.get_to_file(raw.key, Path(tmp) / "raw.mp4")
             dst = Path(tmp) / "main.mp4"
             try:
-                source = probe(src)
+                source = probe(src, self.limits)
                 check_input_caps(source, max_pixels=self.max_input_pixels, max_duration_s=self.max_input_duration_s)
                 info = make_proxy(src, dst, task.aspect_ratio, options=self._options("proxy", _slowed(source)),
                                   source=source)

@@ -12,13 +12,22 @@ from decimal import Decimal
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
 from temporalio import activity
 
 from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
 from adapters.providers.base import JobState, JobStatus, VideoProvider
 from metrics import STATUS_CALLS
-from schema.contracts import TERMINAL_JOB_STATUSES, JobRef, PollResult, StrayJobRef, StrayJobResult
+from schema.contracts import (
+    TERMINAL_JOB_STATUSES,
+    JobRef,
+    PollResult,
+    StrayCostAcceptance,
+    StrayJobRef,
+    StrayJobResult,
+    TaskRef,
+)
 from schema.db import Database
 from schema.models import Attempt, CreditEntry, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, AttemptState
@@ -84,22 +93,44 @@ class PollActivities:
         with self.db.transaction() as session:
             stray = session.scalar(select(StrayJob).where(StrayJob.provider == provider.name,
                                                           StrayJob.provider_job_id == ref.job_id))
-            task = session.get(Task, ref.task_id)
             stray.provider_status = state.raw_status
             stray.updated_at = datetime.now(UTC)
             if terminal:
-                stray.cost = cost
-                stray.accounted = True
-                session.execute(
-                    insert(CreditEntry)
-                    .values(tenant_id=task.tenant_id, task_id=task.id, entry_type="ADJUSTMENT", amount=cost,
-                            business_key=f"adjustment:{task.id}:job:{ref.job_id}", attempt_no=ref.attempt_no,
-                            provider_job_id=ref.job_id, note=f"duplicate provider job ({stray.found_by})")
-                    .on_conflict_do_nothing(index_elements=["business_key"])
-                )
+                _book_stray(session, stray, cost, f"duplicate provider job ({stray.found_by})")
         if not terminal:
             raise retry_later(f"duplicate job {ref.job_id} is still {state.raw_status}", NOT_YET_CONCLUSIVE, 5.0)
         return StrayJobResult(status=state.status, cost=float(cost))
+
+    @activity.defn(name="unaccounted_strays")
+    @classified
+    def unaccounted_strays(self, ref: TaskRef) -> list[StrayJobRef]:
+        """The task's duplicate jobs not accounted yet, oldest first, whoever found them (a reconcile
+        whose answer was lost, a submit answer that came late): the workflow asks before its ledger
+        closes instead of trusting only what it saw."""
+        with self.db.transaction() as session:
+            rows = session.execute(
+                select(StrayJob.attempt_no, StrayJob.provider_job_id)
+                .where(StrayJob.task_id == ref.task_id, StrayJob.accounted.is_(False)).order_by(StrayJob.id)
+            ).all()
+        return [StrayJobRef(task_id=ref.task_id, attempt_no=no, job_id=job) for no, job in rows]
+
+    @activity.defn(name="accept_stray_cost")
+    @classified
+    def accept_stray_cost(self, decision: StrayCostAcceptance) -> float:
+        """Book a duplicate job the provider refuses to answer for at the task's estimate for one
+        job (its real cost is unknown), on a person's word; a later real accounting of the same
+        job finds its ADJUSTMENT written and adds nothing."""
+        ref = decision.stray
+        with self.db.transaction() as session:
+            stray = session.scalar(select(StrayJob).where(StrayJob.task_id == ref.task_id,
+                                                          StrayJob.provider_job_id == ref.job_id))
+            if stray.accounted:
+                return float(stray.cost or 0)
+            estimate = session.get(Task, ref.task_id).estimated_cost
+            _book_stray(session, stray, estimate,
+                        f"duplicate provider job ({stray.found_by}): cost unknown, the task's estimate booked; "
+                        f"accepted by {decision.by}: {decision.reason}".rstrip(": "))
+            return float(estimate)
 
     def _record(self, ref: JobRef, state: JobState, *, poll: bool) -> None:
         now = datetime.now(UTC)
@@ -122,6 +153,20 @@ class PollActivities:
                 progress = Decimal(str(round(state.progress, 4)))
                 session.execute(update(Task).where(Task.id == ref.task_id, Task.progress < progress)
                                 .values(progress=progress))
+
+
+def _book_stray(session: Session, stray: StrayJob, cost: Decimal, note: str) -> None:
+    """Mark the duplicate job accounted and record its cost as an ADJUSTMENT carrying its job id
+    (once: the business key is per job)."""
+    task = session.get(Task, stray.task_id)
+    stray.cost, stray.accounted, stray.updated_at = cost, True, datetime.now(UTC)
+    session.execute(
+        insert(CreditEntry)
+        .values(tenant_id=task.tenant_id, task_id=task.id, entry_type="ADJUSTMENT", amount=cost,
+                business_key=f"adjustment:{task.id}:job:{stray.provider_job_id}", attempt_no=stray.attempt_no,
+                provider_job_id=stray.provider_job_id, note=note)
+        .on_conflict_do_nothing(index_elements=["business_key"])
+    )
 
 
 def _stopper(job_id: str) -> Callable[[VideoProvider], JobState]:

@@ -5,7 +5,9 @@ Two short transactions around the call: A records the attempt as SENDING, the ca
 outside any transaction, B records what came back. Every write of an attempt's outcome is a
 compare-and-set on its `submit_state`, so a late answer can never overwrite a conclusion (it is
 kept as a stray job instead). An attempt found still SENDING on entry means an earlier run died
-mid-call: that outcome is unknown, so this run does not send again; the workflow reconciles.
+mid-call: that outcome is unknown, so this run does not send again; the workflow reconciles. A task
+that is not DISPATCHING (the state machine refused its dispatch) is never sent: the last line of
+defence behind the transition table.
 
 Webhooks: a submit asks for them when the provider offers them and the settings allow it
 (`webhook_url`). A webhook may beat the submit's answer; the gateway keeps it as an orphan, and
@@ -24,7 +26,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from temporalio import activity
 
-from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
+from activities.errors import DISPATCH_NOT_CLAIMED, NOT_YET_CONCLUSIVE, business_failure, classified, retry_later
 from activities.failpoints import failpoint
 from adapters.providers.base import (
     ErrorClass,
@@ -41,7 +43,7 @@ from schema import webhook_inbox as inbox
 from schema.contracts import AttemptRef, ProviderUpdate, ReconcileOutcome, ReconcileResult, SubmitActivityResult
 from schema.db import Database
 from schema.models import Asset, Attempt, StrayJob, Task
-from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState
+from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState, TaskStatus
 from schema.task_store import TaskNotFound
 
 SOFTWARE_VERSION = "0.2.0"
@@ -101,6 +103,9 @@ class SubmitActivities:
             attempt = _attempt(session, ref)
             if attempt is not None:
                 return self._resumed(session, attempt)
+            if task.status != TaskStatus.DISPATCHING.value:  # the state machine refused this dispatch
+                raise business_failure(f"task {task.id} is {task.status}, not DISPATCHING: nothing is sent",
+                                       DISPATCH_NOT_CLAIMED)
             request = self._request(session, task, key)
             now = datetime.now(UTC)
             session.add(
@@ -173,9 +178,8 @@ class SubmitActivities:
             if attempt.provider_job_id:  # its webhooks kept as orphans are this task's (polling resumes)
                 inbox.claim_orphans(session, provider=attempt.provider, task_id=attempt.task_id,
                                     job_id=attempt.provider_job_id, request_key=key, by=inbox.MatchedBy.RECONCILE)
-            strays = [j for j in jobs if j != attempt.provider_job_id]
-            _keep_strays(session, attempt, strays, found_by="reconcile")
-            return _concluded(attempt, strays, session=session) or ReconcileResult(outcome=ReconcileOutcome.ABSENT)
+            _keep_strays(session, attempt, [j for j in jobs if j != attempt.provider_job_id], found_by="reconcile")
+            return _concluded(attempt, session=session) or ReconcileResult(outcome=ReconcileOutcome.ABSENT)
 
     @activity.defn(name="abandon_attempt")
     @classified
@@ -277,14 +281,21 @@ def _keep_strays(session: Session, attempt: Attempt, job_ids: Iterable[str], *, 
         )
 
 
-def _concluded(attempt: Attempt, duplicates: list[str] | None = None, *, session: Session) -> ReconcileResult | None:
-    """What an earlier run (or a late submit answer) already established for this attempt; a found
-    job comes with its webhooks that were kept as orphans (the workflow has not seen them)."""
+def _concluded(attempt: Attempt, *, session: Session) -> ReconcileResult | None:
+    """What an earlier run (or a late submit answer) already established for this attempt, read
+    from the database so a re-run answers the same: a found job comes with its webhooks kept as
+    orphans and the attempt's duplicates not yet accounted (the workflow has seen neither)."""
     state = AttemptState(attempt.submit_state)
     if attempt.provider_job_id:
         early = inbox.claimed_updates(session, provider=attempt.provider, job_id=attempt.provider_job_id)
+        duplicates = session.scalars(
+            select(StrayJob.provider_job_id)
+            .where(StrayJob.task_id == attempt.task_id, StrayJob.attempt_no == attempt.attempt_no,
+                   StrayJob.provider_job_id != attempt.provider_job_id, StrayJob.accounted.is_(False))
+            .order_by(StrayJob.id)
+        ).all()
         return ReconcileResult(outcome=ReconcileOutcome.FOUND, job_id=attempt.provider_job_id,
-                               duplicates=duplicates or [], early_updates=early)
+                               duplicates=list(duplicates), early_updates=early)
     if state in ATTEMPT_UNRESOLVED:
         return None
     return ReconcileResult(outcome=ReconcileOutcome.ABSENT, evidence=attempt.error_message or state.value)

@@ -10,7 +10,8 @@ checks listed in docs/architecture.md ("Security"):
   (``stream(url, domains=...)``, exact name or ``.suffix``); redirects from there are checked
   against the rules here, like every hop;
 - the host is resolved ONCE per operation and every answer must be a global unicast address
-  (IPv4 embedded in IPv6 is unwrapped first); hosts in ``allowed_hosts`` skip only the name and
+  (IPv4 embedded in IPv6 is unwrapped first; `_NOT_GLOBAL` names the ranges that ``is_global``
+  misses, such as site-local fec0::/10); hosts in ``allowed_hosts`` skip only the name and
   address checks. Entries match the URL's ASCII host exactly (case-insensitive): ``"host"`` for
   any port, ``"host:port"`` / ``"[::1]:port"`` for one port (prefer these for loopback services:
   "127.0.0.1" alone also admits Postgres and Temporal on that machine);
@@ -73,6 +74,17 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# Ranges that the `ipaddress` module (3.11) calls global, or may call global in another version,
+# although no public server lives there: each is refused by name, whatever Python says.
+_NOT_GLOBAL = tuple((ipaddress.ip_network(net), name) for net, name in (
+    ("fec0::/10", "site-local (deprecated, RFC 3879)"),
+    ("3fff::/20", "documentation (RFC 9637)"),
+    ("5f00::/16", "segment routing (RFC 9602)"),
+    ("64:ff9b:1::/48", "local-use NAT64 (RFC 8215)"),
+    ("::/96", "IPv4-compatible (deprecated)"),
+    ("::ffff:0:0:0/96", "IPv4-translated (SIIT)"),
+    ("192.88.99.0/24", "6to4 relay anycast (deprecated, RFC 7526)"),
+))
 _HOST_NAME = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 # Names that can never be public (RFC 6761/6762/8375, ICANN's 2024 ".internal"): refused without a
 # lookup, so e.g. metadata.google.internal is refused even where it would resolve.
@@ -202,6 +214,9 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 
 
 def _refusal_of(ip: IPAddress) -> str | None:
+    special = next((name for net, name in _NOT_GLOBAL if ip.version == net.version and ip in net), None)
+    if special is not None:
+        return special
     checks = (
         ("unspecified", ip.is_unspecified),
         ("loopback", ip.is_loopback),

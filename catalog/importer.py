@@ -189,7 +189,8 @@ class CatalogImporter:
         elif image is not None and image.sha256 is None:
             product_issues.append(Issue(
                 row=row, product_id=product.product_id, field="image_url", value=product.main_image,
-                reason=image.error or "image unusable", action=IssueAction.HUMAN_REVIEW,
+                reason=image.error or "image unusable",
+                action=IssueAction.ROW_INVALID if image.invalid else IssueAction.HUMAN_REVIEW,
             ))
         issues.extend(product_issues)
         sha = image.sha256 if image and image.sha256 else url_identity(product.main_image or "")

@@ -167,8 +167,12 @@ def load_plan(path: Path) -> Plan:
         raise PlanError(f"plan file not found: {path}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise PlanError(f"plan {path} is not valid TOML: {exc}") from exc
+    except RecursionError as exc:  # tomllib parses nested arrays and tables recursively
+        raise PlanError(f"plan {path} nests arrays or tables too deeply to read") from exc
     try:
         return Plan.model_validate(data)
+    except RecursionError as exc:
+        raise PlanError(f"plan {path} nests arrays or tables too deeply to read") from exc
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise PlanError(f"plan {path} is invalid: {problems}") from exc

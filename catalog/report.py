@@ -1,4 +1,7 @@
-"""The validation report: every issue with row, field, value, reason and action, as JSON and CSV."""
+"""The validation report: every issue with row, field, value, reason and action, as JSON and CSV.
+
+The CSV's cells are spreadsheet-safe (catalog/csv_safe.py); the JSON keeps the values as read.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from catalog.csv_safe import safe_row
 from catalog.records import Issue
 
 COLUMNS = ("row", "product_id", "field", "value", "reason", "action")
@@ -28,5 +32,5 @@ def write_report(base: Path, summary: BaseModel, issues: Sequence[Issue]) -> tup
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         for issue in ordered:
-            writer.writerow(issue.model_dump(mode="json", include=set(COLUMNS)))
+            writer.writerow(safe_row(issue.model_dump(mode="json", include=set(COLUMNS))))
     return json_path.resolve(), csv_path.resolve()

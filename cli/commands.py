@@ -174,7 +174,7 @@ def status(
     total = sum(counts.values())
     if as_json:
         emit_json({"total": total, "by_status": counts,
-                   "providers": {p: g.model_dump(mode="json") if g else None for p, g in gates.items()},
+                   "providers": {p: g.as_json() if g else None for p, g in gates.items()},
                    "webhooks": webhooks.model_dump()})
         return
     table = Table("status", "tasks", title=f"tasks{' of ' + import_id if import_id else ''}: {total}")
@@ -183,13 +183,18 @@ def status(
     console.print(table)
     admission = Table("provider", "slots in use / limit", "effective limit", "waiting", "oldest wait",
                       "refusals", title="admission")
-    for provider, gate in gates.items():
+    for provider, reading in gates.items():
+        gate = reading.snapshot if reading else None
         if gate is None:
-            admission.add_row(provider, "-", "-", "0", "-", "-")
+            unknown = "?" if reading else "-"  # stale: the gate runs but did not answer
+            admission.add_row(provider, unknown, unknown, unknown if reading else "0", unknown, unknown)
         else:
             admission.add_row(provider, f"{gate.in_use} / {gate.limit}", str(gate.effective), str(gate.waiting),
                               f"{gate.oldest_wait_s:.0f} s", str(gate.throttles))
     console.print(admission)
+    for provider, reading in gates.items():
+        if reading and reading.stale:
+            console.print(f"[yellow]{provider}: gate figures unknown[/]: {reading.reason}", soft_wrap=True)
     console.print(f"webhook events not matched to a task: {webhooks.orphans} orphans, "
                   f"{webhooks.expired} expired (older than {settings.webhook_orphan_ttl_s:.0f} s)")
 

@@ -12,10 +12,10 @@ from enum import StrEnum
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from cli.output import EXIT_BAD_INPUT, EXIT_FAILURE, console, emit_json, err_console, fail
-from cli.starting import progress_bars
 from config.settings import get_settings
 from schema import queries
 from schema.db import Database
@@ -36,6 +36,7 @@ def export(
 ) -> None:
     """One row per finished video (SUCCEEDED) of an import, or with --download the videos themselves."""
     from adapters.storage import ObjectStorage
+    from cli.starting import progress_bars  # here: it loads the workflows, which other commands need not
     from delivery.download import download as copy_videos
     from delivery.export import export_rows, write_csv, write_json
     from delivery.links import LinkSigner
@@ -64,7 +65,9 @@ def export(
                           f"({summary.resumed} resumed, {summary.bytes_copied} bytes), {summary.present} already "
                           f"there; manifest {summary.manifest}")
         if summary.failed:
-            err_console.print(f"[bold red]sha256 mismatch, not kept:[/] {', '.join(summary.failed)}")
+            for name in summary.failed:
+                why = summary.errors.get(name, "sha256 mismatch, not kept")
+                err_console.print(f"[bold red]not copied:[/] {escape(name)}: {escape(why)}", soft_wrap=True)
             raise typer.Exit(EXIT_FAILURE)
         return
     writer = write_csv if fmt is ExportFormat.csv else (lambda r, o: write_json(r, o, import_id))
@@ -87,6 +90,7 @@ def gc(
 ) -> None:
     """Remove staging objects older than the safety window; report objects no row refers to."""
     from adapters.storage import ObjectStorage
+    from cli.starting import progress_bars
     from control.storage_gc import collect_garbage
 
     settings = get_settings()

@@ -80,22 +80,27 @@ def attention(
             console.print(f"  last error: {t.last_error}", soft_wrap=True)
         if t.job_id or t.unknown_attempt:
             console.print(f"  live job: {t.job_id or '-'}   unknown submit: attempt {t.unknown_attempt or '-'}")
+        if t.strays:
+            console.print(f"  duplicate jobs the provider will not answer for: {', '.join(t.strays)}")
         table = Table("no", "state", "job", "provider status", "error")
         table.columns[4].overflow = "fold"
         for a in t.attempts:
             table.add_row(str(a.attempt_no), a.submit_state, a.provider_job_id or "-", a.provider_status or "-",
                           a.error or "")
         console.print(table)
-        choices = ["--retry", *(["--accept-duplicate-risk"] if t.stuck == "reconcile" else []), '--fail --reason "..."']
+        accept = ["--accept-duplicate-risk"] if t.stuck in ("reconcile", "stray") else []
+        choices = ["--retry", *accept, '--fail --reason "..."']
         console.print(f"  decide: reelqueue resolve {t.task_id} " + " | ".join(choices), soft_wrap=True)
     console.print(f"{_n(len(waiting), 'task')} waiting for a decision")
 
 
 def resolve(
     task_id: str = typer.Argument(..., help="a task in NEEDS_ATTENTION"),
-    retry: bool = typer.Option(False, "--retry", help="run the stuck step again (poll, reconcile, cancel)"),
+    retry: bool = typer.Option(False, "--retry", help="run the stuck step again (poll, reconcile, cancel, stray)"),
     accept_duplicate_risk: bool = typer.Option(
-        False, "--accept-duplicate-risk", help="give up on an unknown submit and submit anew (may pay twice)"),
+        False, "--accept-duplicate-risk",
+        help="give up on an unknown submit and submit anew (may pay twice); for a duplicate job the provider "
+             "will not answer for, book its cost as unknown (the task's estimate)"),
     fail_task: bool = typer.Option(False, "--fail", help="end the task FAILED_FINAL (needs --reason)"),
     reason: str = typer.Option("", "--reason", help="why; kept in the task's state events"),
     by: str | None = typer.Option(None, "--by", help="who decides (default: your user name)"),

@@ -1,8 +1,10 @@
 """One settings object for every process (CLI, worker, gateway, emulator).
 
-Precedence: environment variables (prefix ``REELQUEUE_``; ``DATABASE_URL`` too) override the
-endpoints that ``reelqueue dev up`` wrote to ``$REELQUEUE_HOME/stack.json``, which override the
-defaults below. docker-compose.yml sets the same variable names (a test checks that).
+Precedence: environment variables (prefix ``REELQUEUE_``; ``DATABASE_URL`` too), then secrets from
+files (``REELQUEUE_<FIELD>_FILE`` or ``REELQUEUE_SECRETS_DIR``, config/secrets.py), then what
+``reelqueue dev up`` wrote to ``$REELQUEUE_HOME/stack.json``, then the defaults below. No secret has
+a usable default: `dev up` generates them, the gateway and worker refuse to start without them.
+docker-compose.yml sets the same variable names (a test checks that).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from config.secrets import SecretFilesSource
 from schema.admission import ProviderLimits
 from workflows.api import DEFAULT_TASK_QUEUE
 
@@ -35,8 +38,8 @@ class Settings(BaseSettings):
     task_queue: str = DEFAULT_TASK_QUEUE
 
     s3_endpoint: str = "127.0.0.1:8333"
-    s3_access_key: str = "reelqueue"
-    s3_secret_key: str = "reelqueue-secret"
+    s3_access_key: str = Field(default="", repr=False)  # `dev up` generates both
+    s3_secret_key: str = Field(default="", repr=False)
     s3_bucket: str = "reelqueue"
     s3_secure: bool = False
     s3_region: str = "us-east-1"
@@ -53,8 +56,11 @@ class Settings(BaseSettings):
     emulator_webhook_secret: str = Field(default="", repr=False)
     gateway_url: str = "http://127.0.0.1:8000"
     # HMAC key of reviewer tokens (`reelqueue review` issues, the gateway verifies); `dev up` makes
-    # one per stack (stack.json). Empty: the gallery refuses every token.
+    # one per stack (stack.json). Empty: the gallery refuses every token. During a change of key the
+    # gateway also accepts tokens signed with the previous one (docs/security.md, "Rotation").
     review_secret: str = Field(default="", repr=False)
+    review_secret_previous: str = Field(default="", repr=False)
+    review_page_size: int = Field(default=60, ge=1, le=500)  # videos per gallery page
     review_token_hours: float = Field(default=12.0, gt=0, le=24 * 30)  # how long a review link works
     provider: str = "emulator"
 
@@ -119,9 +125,10 @@ class Settings(BaseSettings):
     gate_lease_s: float = Field(default=900.0, gt=0)
 
     # Media links the gateway serves (GET /media/{token}/{file}): the HMAC key that signs their
-    # tokens (empty: derived from the S3 secret key, which every process that reads media holds)
-    # and how long a link handed out by `reelqueue export` / `show` stays valid.
+    # tokens (its own secret; `dev up` makes one; empty: no link is signed or accepted), the previous
+    # key still accepted during a change-over, and how long a link from `export` / `show` stays valid.
     media_link_secret: str = Field(default="", repr=False)
+    media_link_secret_previous: str = Field(default="", repr=False)
     media_link_ttl_s: float = Field(default=24 * 3600.0, gt=0, le=7 * 24 * 3600.0)
     # `reelqueue gc` removes staging objects only once they are older than this (a fetch may still
     # be streaming into a young one).
@@ -137,6 +144,12 @@ class Settings(BaseSettings):
     # picks a free port and writes it to stack.json; several workers on one host need one each.
     worker_metrics_host: str = "127.0.0.1"
     worker_metrics_port: int = Field(default=9464, ge=0)
+
+    # The gateway's /metrics: with a token, only `Authorization: Bearer <token>` reads it; without one
+    # it answers only on a loopback connection (Prometheus inside the host or a sidecar).
+    metrics_token: str = Field(default="", repr=False)
+    # The interactive API pages (/docs, /redoc) are off unless asked for; /openapi.json stays.
+    api_docs: bool = False
 
     tenant: str = "default"
     tenant_credit_limit: float = 1_000_000.0
@@ -179,7 +192,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, StackFileSource(settings_cls), file_secret_settings)
+        return (init_settings, env_settings, SecretFilesSource(settings_cls), StackFileSource(settings_cls),
+                file_secret_settings)
 
 
 class StackFileSource(PydanticBaseSettingsSource):

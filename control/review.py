@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from pydantic import BaseModel
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 from temporalio.client import Client
 
@@ -71,10 +71,14 @@ class DecisionOutcome(BaseModel):
     message: str
 
 
-def review_items(session: Session, import_id: str, filters: Filters | None = None) -> list[ReviewItem]:
+def review_items(session: Session, import_id: str, filters: Filters | None = None, *, offset: int = 0,
+                 limit: int | None = None) -> list[ReviewItem]:
     """The import's tasks that match `filters` (default: those waiting in REVIEW), with what a
-    reviewer needs to judge each; those whose automatic checks failed come first."""
+    reviewer needs to judge each; those whose latest automatic checks failed come first. `offset` and
+    `limit` page through them in the database (the gallery shows one page at a time)."""
     f = filters or Filters()
+    latest_passed = (select(ReviewCheck.passed).where(ReviewCheck.task_id == Task.id)
+                     .order_by(ReviewCheck.id.desc()).limit(1).scalar_subquery())
     stmt = (select(Task, Product, Asset.key)
             .join(Product, Product.id == Task.product_ref)
             .outerjoin(Asset, Asset.id == Task.output_asset_id)
@@ -83,8 +87,9 @@ def review_items(session: Session, import_id: str, filters: Filters | None = Non
                           (Task.template_id, f.template_id)):
         if value:
             stmt = stmt.where(column == value)
-    rows = session.execute(stmt.order_by(Task.product_id, Task.template_id, Task.locale, Task.aspect_ratio,
-                                         Task.variant)).all()
+    stmt = stmt.order_by(case((latest_passed.is_(False), 0), else_=1), Task.product_id, Task.template_id,
+                         Task.locale, Task.aspect_ratio, Task.variant).offset(offset)
+    rows = session.execute(stmt if limit is None else stmt.limit(limit)).all()
     ids = [task.id for task, _, _ in rows]
     costs, attempts, checks = _costs(session, ids), _attempts(session, ids), _checks(session, ids)
     items = []
@@ -100,7 +105,6 @@ def review_items(session: Session, import_id: str, filters: Filters | None = Non
             cost=float(costs.get(task.id, Decimal(0))), attempts=attempts.get(task.id, 0), proxy_key=proxy_key,
             last_error=task.last_error,
         ))
-    items.sort(key=lambda i: i.checks_passed is not False)  # failed checks first: they need a look
     return items
 
 

@@ -55,8 +55,10 @@ def issue(secret: str, import_id: str, reviewer: str, *, ttl_s: float = DEFAULT_
     return f"{_b64(body)}.{_b64(_mac(secret, body))}"
 
 
-def verify(secret: str, token: str | None, import_id: str, *, now: float | None = None) -> Reviewer:
-    """The reviewer the token names, or TokenRefused (missing, malformed, forged, expired, other import)."""
+def verify(secret: str, token: str | None, import_id: str, *, now: float | None = None,
+           previous: str = "") -> Reviewer:
+    """The reviewer the token names, or TokenRefused (missing, malformed, forged, expired, other import).
+    A token signed with `previous` (the key being retired during a rotation) is still accepted."""
     if not token:
         raise TokenRefused("a reviewer token is required (reelqueue review IMPORT_ID prints a link)")
     try:
@@ -64,7 +66,7 @@ def verify(secret: str, token: str | None, import_id: str, *, now: float | None 
         body, mac = _unb64(body_part), _unb64(mac_part)
     except (ValueError, binascii.Error):
         raise TokenRefused("the reviewer token is malformed") from None
-    if not hmac.compare_digest(mac, _mac(secret, body)):
+    if not any(hmac.compare_digest(mac, _mac(key, body)) for key in _keys(secret, previous)):
         raise TokenRefused("the reviewer token is not valid")
     try:
         claims = Reviewer.model_validate_json(body)
@@ -77,10 +79,15 @@ def verify(secret: str, token: str | None, import_id: str, *, now: float | None 
     return claims
 
 
+def _keys(secret: str, previous: str) -> list[str]:
+    return [secret] + ([previous] if previous else [])
+
+
 def csrf_token(secret: str, token: str) -> str:
     """What a gallery page sends back in X-CSRF-Token with each POST (derived, not stored)."""
     return _b64(_mac(secret, b"csrf:" + token.encode()))
 
 
 def csrf_ok(secret: str, token: str, sent: str | None) -> bool:
-    return bool(sent) and hmac.compare_digest(sent, csrf_token(secret, token))
+    """The page's CSRF token came back (a non-ASCII header is simply wrong, never an error)."""
+    return bool(sent) and sent.isascii() and hmac.compare_digest(sent, csrf_token(secret, token))

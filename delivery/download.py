@@ -1,14 +1,19 @@
 """`reelqueue export IMPORT_ID --download DIR`: copy the videos with a manifest, resumable, verified.
 
-Each video goes to `DIR/<product>_<template>_<locale>_<ratio>_<variant>_<task8>.mp4`. A file that
+Each video goes to `DIR/<product>_<template>_<locale>_<ratio>_<variant>_<task8>.mp4`, cut to a bounded
+length with a hash of the whole name when it is longer (a product id may be any length). A file that
 is already there with the row's sha256 is left alone (a second run copies nothing). A partial copy
 (`.part`) resumes from its length with a ranged read; whatever was copied is hashed in full before
 it is renamed into place, and a copy whose sha256 differs from the row's is deleted and counted as
-failed, never kept. `manifest.json` lists every row with its file name; it is rewritten on each run.
+failed, never kept. A video that cannot be copied (storage error, file system refusal) is counted as
+failed with its reason and the run goes on. `manifest.json` lists every row with its file name; it is
+rewritten on each run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,8 +23,12 @@ from pydantic import BaseModel
 from adapters.storage import ObjectStorage, file_sha256
 from delivery.export import ExportRow
 
+log = logging.getLogger(__name__)
+
 MANIFEST = "manifest.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")  # no dots: a part can never be ".." or hide a suffix
+MAX_STEM = 160  # characters (ASCII) before ".mp4"; with ".part" well under the usual 255-byte limit
+_HASH_CHARS = 16
 
 
 class ManifestEntry(ExportRow):
@@ -39,14 +48,19 @@ class DownloadSummary(BaseModel):
     copied: int = 0  # new or resumed copies, verified
     resumed: int = 0  # of the copied: continued from a partial file
     present: int = 0  # already there with the right sha256
-    failed: list[str] = []  # file names whose copy did not match its sha256 (deleted)
+    failed: list[str] = []  # file names whose copy did not match its sha256 (deleted) or could not be made
+    errors: dict[str, str] = {}  # file name -> why it could not be copied (besides a sha256 mismatch)
     bytes_copied: int = 0
 
 
 def file_name(row: ExportRow) -> str:
     parts = (row.product_id, row.template_id, row.locale, row.aspect_ratio.replace(":", "x"), row.variant,
              row.task_id[:8])
-    return "_".join(_UNSAFE.sub("-", p).strip("-") or "x" for p in parts) + ".mp4"
+    stem = "_".join(_UNSAFE.sub("-", p).strip("-") or "x" for p in parts)
+    if len(stem) > MAX_STEM:
+        digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:_HASH_CHARS]
+        stem = f"{stem[:MAX_STEM - _HASH_CHARS - 1]}_{digest}"
+    return stem + ".mp4"
 
 
 def _copy(storage: ObjectStorage, row: ExportRow, target: Path) -> tuple[int, bool, bool]:
@@ -70,6 +84,20 @@ def _copy(storage: ObjectStorage, row: ExportRow, target: Path) -> tuple[int, bo
     return copied, offset > 0, True
 
 
+def _fetch(storage: ObjectStorage, row: ExportRow, target: Path, summary: DownloadSummary) -> None:
+    """Copy one video unless it is already there; counts go to `summary`."""
+    if target.exists() and file_sha256(target)[0] == row.sha256:
+        summary.present += 1
+        return
+    copied, resumed, ok = _copy(storage, row, target)
+    summary.bytes_copied += copied
+    if ok:
+        summary.copied += 1
+        summary.resumed += int(resumed)
+    else:
+        summary.failed.append(target.name)
+
+
 def download(
     storage: ObjectStorage, import_id: str, rows: Iterable[ExportRow], directory: Path,
     progress: Callable[[ExportRow], None] | None = None,
@@ -81,16 +109,12 @@ def download(
         name = file_name(row)
         target = directory / name
         summary.videos += 1
-        if target.exists() and file_sha256(target)[0] == row.sha256:
-            summary.present += 1
-        else:
-            copied, resumed, ok = _copy(storage, row, target)
-            summary.bytes_copied += copied
-            if ok:
-                summary.copied += 1
-                summary.resumed += int(resumed)
-            else:
-                summary.failed.append(name)
+        try:
+            _fetch(storage, row, target, summary)
+        except Exception as exc:  # noqa: BLE001 - one video's failure is reported; the others are still copied
+            log.warning("download of %s failed: %s", name, exc)
+            summary.failed.append(name)
+            summary.errors[name] = f"{type(exc).__name__}: {exc}"
         entries.append(ManifestEntry(**row.model_dump(), file=name))
         if progress is not None:
             progress(row)

@@ -5,7 +5,7 @@ provider's output as we keep it: object key, sha256, size, duration, frame size)
 open without storage credentials: proxy MP4, HLS playlist and thumbnail through the gateway's
 signed media links (delivery/links.py), all expiring at `urls_expire_at`. A rendition that is
 missing (its own step failed) has an empty link. Tasks are read in pages, so an export of a large
-import streams.
+import streams. CSV cells that a spreadsheet would evaluate are disarmed (catalog/csv_safe.py).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TextIO
 from pydantic import BaseModel
 from sqlalchemy import select
 
+from catalog.csv_safe import safe_row
 from delivery.links import LinkSigner
 from schema.db import Database
 from schema.import_scope import in_import
@@ -111,7 +112,7 @@ def write_csv(rows: Iterator[ExportRow], out: TextIO) -> int:
     writer.writeheader()
     n = 0
     for row in rows:
-        writer.writerow(row.model_dump(mode="json"))
+        writer.writerow(safe_row(row.model_dump(mode="json")))
         n += 1
     return n
 

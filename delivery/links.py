@@ -46,24 +46,29 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def signing_key(media_link_secret: str, s3_secret_key: str) -> bytes:
-    """The configured secret, else one derived from the S3 secret (held by every process that reads media)."""
-    if media_link_secret:
-        return media_link_secret.encode()
-    return hmac.new(s3_secret_key.encode(), b"reelqueue media links v1", hashlib.sha256).digest()
-
-
 class LinkSigner:
-    def __init__(self, key: bytes, base_url: str):
+    """Signs with `key`; accepts tokens signed with it or with `previous` (a key being retired)."""
+
+    def __init__(self, key: bytes, base_url: str, previous: bytes = b""):
         self._key = key
+        self._keys = [k for k in (key, previous) if k]
         self.base_url = base_url.rstrip("/")
 
     @classmethod
     def from_settings(cls, settings) -> LinkSigner:  # noqa: ANN001 - config.Settings
-        return cls(signing_key(settings.media_link_secret, settings.s3_secret_key), settings.media_base_url())
+        """Keyed by REELQUEUE_MEDIA_LINK_SECRET alone (no key derived from any other secret)."""
+        return cls(settings.media_link_secret.encode(), settings.media_base_url(),
+                   settings.media_link_secret_previous.encode())
 
-    def _sign(self, body: str) -> str:
-        return _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest()[:_SIG_BYTES])
+    def _sign(self, body: str, key: bytes | None = None) -> str:
+        if not (key or self._key):
+            raise LinkError("media links are not configured (REELQUEUE_MEDIA_LINK_SECRET is not set)")
+        return _b64(hmac.new(key or self._key, body.encode(), hashlib.sha256).digest()[:_SIG_BYTES])
+
+    def _signed(self, body: str, sig: str) -> bool:
+        if not sig.isascii():
+            return False
+        return any(hmac.compare_digest(sig, self._sign(body, key)) for key in self._keys)
 
     def token(self, folder: str, expires: int) -> str:
         body = _b64(json.dumps({"f": folder, "e": expires}, separators=(",", ":")).encode())
@@ -79,7 +84,7 @@ class LinkSigner:
     def verify(self, token: str, *, now: float | None = None) -> Grant:
         """The folder a token grants; LinkError if it is malformed, not ours, or expired."""
         body, _, sig = token.partition(".")
-        if not body or not sig or not hmac.compare_digest(sig, self._sign(body)):
+        if not body or not sig or not self._signed(body, sig):
             raise LinkError("invalid media token")
         try:
             data = json.loads(_unb64(body))

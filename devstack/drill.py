@@ -43,6 +43,7 @@ from activities.failpoints import POINTS
 from config.settings import Settings
 
 from . import probes
+from .procs import private_log
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_IMAGE = REPO_ROOT / "examples" / "images" / "aurora-lamp.png"
@@ -215,6 +216,7 @@ class _Drill:
         self.recovery_timeout_s = recovery_timeout_s
         self.procs: list[subprocess.Popen[bytes]] = []
         self.import_id: str | None = None
+        self.provider: str | None = None
         self.result = DrillResult(point=point, task_queue=self.queue, logs=str(folder))
 
     async def run(self) -> DrillResult:
@@ -226,6 +228,7 @@ class _Drill:
             r.error = r.error or f"{type(exc).__name__}: {exc}"
         finally:
             await _stop_all(self.procs)
+            await self._stop_gate()
             r.seconds["total"] = round(time.monotonic() - started, 1)
             r.ok = (r.error is None and r.reached and r.outcome == OK_OUTCOME and r.provider_jobs == 1
                     and r.ledger_balanced)
@@ -237,6 +240,7 @@ class _Drill:
         task, import_id = await asyncio.to_thread(self._import)
         self.import_id = import_id
         r.task_id, r.workflow_id = task.id, task.workflow_id
+        self.provider = task.provider
 
         armed = self._start_worker("crash", {FAILPOINTS_ENV: f"{self.point}=crash"})
         await self._wait_ready(armed, "crash")
@@ -270,6 +274,14 @@ class _Drill:
         r.seconds["recovery"] = round(time.monotonic() - t1, 1)
         await asyncio.to_thread(self._check, r, task.id)
 
+    async def _stop_gate(self) -> None:
+        """The drill's queue is served no more: its provider's gate must not wait there for ever."""
+        from control.gates import stop_gates
+
+        if self.provider is not None:
+            with contextlib.suppress(Exception):  # cleanup: the drill's row already says what happened
+                await stop_gates(self.client, self.queue, [self.provider])
+
     # -- steps -------------------------------------------------------------------------------
 
     def _import(self):  # noqa: ANN202 - (schema.models.Task, import id)
@@ -301,7 +313,7 @@ class _Drill:
         (home / "run").mkdir(parents=True, exist_ok=True)
         log = self.folder / f"{role}-worker.log"
         env = worker_env(self.settings, home, self.queue, extra_env)
-        with open(log, "ab") as out:
+        with private_log(log) as out:
             out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {role} worker, queue {self.queue}, "
                       f"{FAILPOINTS_ENV}={extra_env.get(FAILPOINTS_ENV, '')}\n".encode())
             out.flush()

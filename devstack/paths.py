@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +34,14 @@ class StackPaths:
         return self.home / "data" / name
 
     def ensure(self) -> None:
-        for sub in ("logs", "pids", "data", "run"):
-            (self.home / sub).mkdir(parents=True, exist_ok=True)
+        """The home and its folders, owner only (0700). Under root the home and data/ keep other users'
+        execute bit where it is set: the embedded Postgres, run as its own user, traverses them to its
+        data dir (traverse, never list or read)."""
+        for sub in ("", "logs", "pids", "data", "run"):
+            folder = self.home / sub
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            keep = folder.stat().st_mode & stat.S_IXOTH if os.geteuid() == 0 and sub in ("", "data") else 0
+            folder.chmod(0o700 | keep)
 
 
 def stack_paths(settings: Settings) -> StackPaths:

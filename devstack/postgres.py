@@ -1,4 +1,5 @@
-"""Embedded PostgreSQL: binaries from PATH or pgserver, an unprivileged user when run as root."""
+"""Embedded PostgreSQL: binaries from PATH or pgserver, an unprivileged user when run as root, a
+random password for its role (scram-sha-256; kept in stack.json)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import stat
 import subprocess
 from pathlib import Path
 
+from config.secrets import good_or_new
 from config.settings import Settings
 
 from .errors import StackError
 from .probes import postgres_ok, psycopg_conninfo
+from .procs import private_log
 
 SYSTEM_USER = "reelqueue-pg"  # postgres refuses to run as root
 ROLE = DATABASE = "reelqueue"
@@ -96,8 +99,16 @@ def socket_dir(pgdata: Path) -> str:
     return str(pgdata) if len(str(pgdata)) + _SOCKET_NAME_LEN <= _SUN_PATH_MAX else ""
 
 
-def prepare(pgdata: Path, log: Path) -> tuple[Path, tuple[int, int] | None]:
-    """Create and initdb the data dir (once); returns the bin dir and the user to run as."""
+def password_for(settings: Settings) -> str:
+    """The role's password in settings.database_url (stack.json) when usable, else a new one."""
+    from sqlalchemy.engine import make_url
+
+    return good_or_new(str(make_url(settings.database_url).password or ""), "database_url")
+
+
+def prepare(pgdata: Path, log: Path, password: str) -> tuple[Path, tuple[int, int] | None]:
+    """Create and initdb the data dir (once), the role with `password`, every connection asked for
+    it; returns the bin dir and the user to run as."""
     user = system_user()
     pgdata.mkdir(parents=True, exist_ok=True, mode=0o700)
     bindir = binaries(pgdata)
@@ -110,10 +121,19 @@ def prepare(pgdata: Path, log: Path) -> tuple[Path, tuple[int, int] | None]:
     drop: dict[str, object] = {}
     if user is not None:
         drop = {"user": user[0], "group": user[1], "extra_groups": []}
-    cmd = [str(bindir / "initdb"), "-D", str(pgdata), "-U", ROLE, "--auth=trust", "-E", "UTF8", "--no-locale"]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=pgdata, **drop)  # type: ignore[call-overload]
+    pwfile = pgdata.parent / f".{pgdata.name}-initdb-password"
+    pwfile.unlink(missing_ok=True)
+    with os.fdopen(os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(password + "\n")
+    if user is not None:
+        os.chown(pwfile, *user)
+    cmd = [str(bindir / "initdb"), "-D", str(pgdata), "-U", ROLE, "--auth=scram-sha-256", f"--pwfile={pwfile}",
+           "-E", "UTF8", "--no-locale"]
+    try:
+        with private_log(log) as out:
+            done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=pgdata, **drop)  # type: ignore[call-overload]
+    finally:
+        pwfile.unlink(missing_ok=True)
     if done.returncode != 0:
         raise StackError(f"postgres: initdb failed (exit {done.returncode}), see {log}")
     return bindir, user
@@ -137,8 +157,36 @@ def command(bindir: Path, pgdata: Path, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def database_url(port: int) -> str:
-    return f"postgresql+psycopg://{ROLE}@127.0.0.1:{port}/{DATABASE}"
+def database_url(port: int, password: str) -> str:
+    from urllib.parse import quote
+
+    return f"postgresql+psycopg://{ROLE}:{quote(password, safe='')}@127.0.0.1:{port}/{DATABASE}"
+
+
+def ensure_password(settings: Settings, pgdata: Path) -> bool:
+    """A data dir made before passwords (initdb --auth=trust): give the role the password of
+    settings.database_url and ask every connection for it from now on. True if it changed."""
+    import psycopg
+    from psycopg import sql
+    from sqlalchemy.engine import make_url
+
+    hba = pgdata / "pg_hba.conf"
+    password = make_url(settings.database_url).password
+    if not password or not hba.exists():
+        return False
+    lines = hba.read_text().splitlines()
+    if not any(_trusts(line) for line in lines):
+        return False
+    with psycopg.connect(psycopg_conninfo(settings.database_url, "postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("alter role {} password {}").format(sql.Identifier(ROLE), sql.Literal(password)))
+        hba.write_text("\n".join(re.sub(r"\btrust\s*$", "scram-sha-256", line) if _trusts(line) else line
+                                 for line in lines) + "\n")
+        conn.execute("select pg_reload_conf()")
+    return True
+
+
+def _trusts(line: str) -> bool:
+    return not line.lstrip().startswith("#") and line.rstrip().endswith("trust")
 
 
 def ensure_database(settings: Settings) -> bool:

@@ -8,10 +8,19 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 # Popen handles of children this process spawned: polling them reaps zombies, which
 # `os.kill(pid, 0)` would otherwise report as alive.
 _children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def private_log(path: Path) -> BinaryIO:
+    """`path` opened for appending, readable by its owner only (logs carry URLs and errors)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    handle = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+    os.fchmod(handle.fileno(), 0o600)  # a log from an older version was 0644
+    return handle
 
 
 def spawn(
@@ -23,11 +32,10 @@ def spawn(
     user: tuple[int, int] | None = None,
 ) -> int:
     """Start `cmd` in a new session with stdout/stderr appended to `log`; returns its pid."""
-    log.parent.mkdir(parents=True, exist_ok=True)
     drop: dict[str, object] = {}
     if user is not None:
         drop = {"user": user[0], "group": user[1], "extra_groups": []}
-    with open(log, "ab") as out:
+    with private_log(log) as out:
         out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(cmd)}\n".encode())
         out.flush()
         proc = subprocess.Popen(

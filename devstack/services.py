@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import secrets
 import signal
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from config.secrets import access_key_or_new, good_or_new
 from config.settings import Settings
 from emulator.config import WEBHOOK_SECRET_ENV, new_webhook_secret
 
 from . import postgres, probes, seaweed
 from .errors import StackError
-from .paths import StackPaths, worker_ready_file
+from .paths import StackPaths, stack_paths, worker_ready_file
 from .procs import spawn
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +89,9 @@ class Postgres(Service):
     stop_signal = signal.SIGINT  # "fast" shutdown; SIGTERM would wait for every client to leave
 
     def settings_for(self, ports: dict[str, int], settings: Settings) -> dict[str, Any]:
-        return {"database_url": postgres.database_url(ports["postgres"])}
+        """Its URL with the role's password: the one stack.json has, else a new one (a data dir from
+        before passwords gets it set when it answers, `after_up`)."""
+        return {"database_url": postgres.database_url(ports["postgres"], postgres.password_for(settings))}
 
     def url(self, settings: Settings) -> str:
         from sqlalchemy.engine import make_url
@@ -101,7 +103,7 @@ class Postgres(Service):
 
     def launch(self, ctx: Launch) -> int:
         pgdata = ctx.paths.data(self.name)
-        bindir, user = postgres.prepare(pgdata, ctx.paths.log(self.name))
+        bindir, user = postgres.prepare(pgdata, ctx.paths.log(self.name), postgres.password_for(ctx.settings))
         cmd = postgres.command(bindir, pgdata, ctx.ports["postgres"])
         return self._spawn(ctx, cmd, cwd=pgdata, user=user)
 
@@ -111,6 +113,7 @@ class Postgres(Service):
         return probes.postgres_ok(url, database="postgres") or probes.postgres_ok(url)
 
     def after_up(self, settings: Settings) -> None:
+        postgres.ensure_password(settings, stack_paths(settings).data(self.name))
         postgres.ensure_database(settings)
         migrate(settings)
 
@@ -123,11 +126,13 @@ class S3(Service):
     stop_timeout = 5.0  # weed lingers >15 s on SIGTERM; its data is synced by then
 
     def settings_for(self, ports: dict[str, int], settings: Settings) -> dict[str, Any]:
+        """Its endpoint and credentials: kept from stack.json (or the environment) when usable, else
+        made here (a home from before had the public defaults); weed enforces them (seaweed.py)."""
         return {
             "s3_endpoint": f"127.0.0.1:{ports['s3']}",
             "s3_secure": False,
-            "s3_access_key": settings.s3_access_key,
-            "s3_secret_key": settings.s3_secret_key,
+            "s3_access_key": access_key_or_new(settings.s3_access_key),
+            "s3_secret_key": good_or_new(settings.s3_secret_key, "s3_secret_key"),
             "s3_bucket": settings.s3_bucket,
             "s3_region": settings.s3_region,
         }
@@ -233,7 +238,8 @@ class Emulator(_PythonService):
         environment value wins, so the gateway verifies what the emulator signs across restarts),
         and its host:port as the one plain-http host provider outputs may come from."""
         return {"emulator_url": f"http://127.0.0.1:{ports['emulator']}",
-                "emulator_webhook_secret": settings.emulator_webhook_secret or new_webhook_secret(),
+                "emulator_webhook_secret": good_or_new(settings.emulator_webhook_secret, "emulator_webhook_secret",
+                                                       new_webhook_secret),
                 # its outputs are plain http on loopback: allowed by name, never by a blanket rule
                 "fetch_http_hosts": [f"127.0.0.1:{ports['emulator']}"]}
 
@@ -265,19 +271,21 @@ class Gateway(_PythonService):
     module = "gateway.app"
 
     def settings_for(self, ports: dict[str, int], settings: Settings) -> dict[str, Any]:
-        """Its URL, and the key of reviewer tokens: made once per stack and kept in stack.json."""
+        """Its URL, and the keys of reviewer tokens and media links: made once per stack and kept in
+        stack.json (a placeholder or short one from an older stack is replaced)."""
         return {"gateway_url": f"http://127.0.0.1:{ports['gateway']}",
-                "review_secret": settings.review_secret or secrets.token_urlsafe(32)}
+                "review_secret": good_or_new(settings.review_secret, "review_secret"),
+                "media_link_secret": good_or_new(settings.media_link_secret, "media_link_secret")}
 
     def url(self, settings: Settings) -> str:
         return settings.gateway_url
 
     def marker(self, paths: StackPaths) -> str:
-        return "gateway.app:app"
+        return "gateway"  # `-m gateway` now, `gateway.app:app` when an older version started it
 
     def launch(self, ctx: Launch) -> int:
         port = str(ctx.ports["gateway"])
-        cmd = [sys.executable, "-m", "uvicorn", "gateway.app:app", "--host", "127.0.0.1", "--port", port]
+        cmd = [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", port]
         return self._spawn(ctx, cmd)
 
     def probe(self, settings: Settings, paths: StackPaths) -> bool:

@@ -31,10 +31,13 @@ def read_stack(paths: StackPaths) -> dict[str, Any]:
 
 
 def write_stack(paths: StackPaths, data: dict[str, Any]) -> None:
-    """Atomic replace, so a process reading Settings never sees half a file."""
-    paths.home.mkdir(parents=True, exist_ok=True)
+    """Atomic replace, so a process reading Settings never sees half a file; owner only (0600):
+    it holds the stack's secrets."""
+    paths.ensure()
     tmp = paths.stack_file.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.unlink(missing_ok=True)
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, paths.stack_file)
 
 

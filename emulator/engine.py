@@ -95,6 +95,8 @@ class Engine:
 
     def cancel(self, job_id: str, dialect: str | None = None) -> JobOut:
         self.outage("cancel_outage_s")
+        if self.faults.in_outage("cancel_missing_s"):
+            raise EngineRefusal(404, "not_found", f"no job {job_id}")
         self.job(job_id, dialect)
         job = self.service.cancel(job_id)
         self.clock.wake()  # a running slot may be free

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from emulator.config import EmulatorConfig
 from emulator.wire import Faults
 
-OUTAGES = ("cancel_outage_s", "status_outage_s", "list_outage_s", "status_missing_s")
+OUTAGES = ("cancel_outage_s", "status_outage_s", "list_outage_s", "status_missing_s", "cancel_missing_s")
 # Defective clips a job can be given (fault `{defect}_video`): the job succeeds, the video is bad.
 DEFECTS = ("black", "frozen")
 

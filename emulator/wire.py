@@ -137,6 +137,8 @@ class Faults(BaseModel):
     list_outage_s: float = Field(default=0.0, ge=0)
     # For the next N seconds the job status call answers 404, as for a job the provider lost.
     status_missing_s: float = Field(default=0.0, ge=0)
+    # For the next N seconds the cancel call answers 404 (a provider refusing to answer for a job).
+    cancel_missing_s: float = Field(default=0.0, ge=0)
     # Webhook faults, each for the next N events (submits for webhook_before_response):
     duplicate_webhook: int = Field(default=0, ge=0)  # delivered twice, same webhook-id
     reorder_webhooks: int = Field(default=0, ge=0)  # held back until the job's next event went out

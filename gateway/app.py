@@ -2,34 +2,57 @@
 signed links (gateway/media.py), the review gallery (gateway/review.py) and /metrics.
 
 `create_app` is a small factory: tests hand it their dependencies; `app`, which uvicorn serves
-(`reelqueue dev up`, docker-compose), builds them from Settings on the first request that needs them.
+(`python -m gateway`: `reelqueue dev up`, docker-compose), builds them from Settings on the first
+request that needs them, and refuses to start without its secrets (config/secrets.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
+from config.settings import Settings
 from gateway.deps import GatewayDeps, LazyDeps, deps_from_settings
+from gateway.guards import BodyLimit, check_metrics_access, install_log_redaction
 from gateway.media import router as media_router
 from gateway.problems import install_problem_handlers
 from gateway.review import ReviewDeps, review_deps_from_settings
 from gateway.review import router as review_router
 from gateway.webhooks import router as webhooks_router
 
+MAX_BODY_BYTES = 1024 * 1024  # no route takes more (webhooks have their own, smaller cap)
+
 
 def _from_settings() -> GatewayDeps:
-    from config.settings import Settings
-
     return deps_from_settings(Settings())
 
 
+@asynccontextmanager
+async def _secrets_checked(_: FastAPI) -> AsyncIterator[None]:
+    """Served as `uvicorn gateway.app:app`: no start without the secrets (`python -m gateway` exits 2)."""
+    from config.secrets import problems
+
+    found = problems(Settings(), "gateway")
+    if found:
+        raise RuntimeError("refusing to start: " + "; ".join(found))
+    yield
+
+
 def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
-               review_deps: Callable[[], ReviewDeps] | None = None) -> FastAPI:
-    """An app over `deps` (or a factory of them; default: from Settings, built on first use)."""
-    application = FastAPI(title="reelqueue gateway")
+               review_deps: Callable[[], ReviewDeps] | None = None, *, settings: Settings | None = None,
+               require_secrets: bool = False) -> FastAPI:
+    """An app over `deps` (or a factory of them; default: from Settings, built on first use).
+    `settings` (default: from the environment) decide the docs pages, the /metrics token, the body cap."""
+    settings = settings or Settings()
+    install_log_redaction()
+    docs = settings.api_docs
+    application = FastAPI(title="reelqueue gateway", docs_url="/docs" if docs else None,
+                          redoc_url="/redoc" if docs else None,
+                          lifespan=_secrets_checked if require_secrets else None)
+    application.add_middleware(BodyLimit, max_bytes=max(MAX_BODY_BYTES, settings.webhook_max_body_bytes))
     application.state.review_factory = review_deps or review_deps_from_settings
     application.state.review_deps = None
     if isinstance(deps, GatewayDeps):
@@ -47,9 +70,11 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
         """Liveness for `reelqueue dev up` and load balancers: answers without touching the DB."""
         return {"ok": True}
 
-    @application.get("/metrics")
-    def metrics() -> Response:
-        """Prometheus text: this process's counters plus the Postgres gauges (one query per scrape)."""
+    @application.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        """Prometheus text: this process's counters plus the Postgres gauges (one query per scrape);
+        behind REELQUEUE_METRICS_TOKEN, or for loopback clients only when there is none."""
+        check_metrics_access(request, settings.metrics_token)
         body = generate_latest(REGISTRY) + generate_latest(_database_registry(application))
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
@@ -69,4 +94,4 @@ def _database_registry(application: FastAPI) -> CollectorRegistry:
     return registry
 
 
-app = create_app()
+app = create_app(require_secrets=True)

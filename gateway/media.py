@@ -4,12 +4,15 @@ The token (delivery/links.py) grants one object folder until its expiry; the fil
 that folder. A playlist is served as stored, so its relative segment names resolve under the same
 token and the whole stream plays from the one link handed out. Byte ranges are honoured (players
 seek in MP4s with them). Refusals: 403 for a forged, malformed or expired token, 404 for a file
-that is not there, 416 for a range outside the object.
+that is not there or not a media file we serve, 416 for a range outside the object.
+
+Only the types in `SERVED` are answered, decided by the file name we wrote (never by the type an
+upstream server declared), with `nosniff` and a CSP that runs nothing: no stored object, whatever
+its bytes, is a page on the gateway's origin. `?download=1` asks for an attachment.
 """
 
 from __future__ import annotations
 
-import mimetypes
 import re
 from dataclasses import dataclass
 
@@ -23,7 +26,23 @@ from gateway.problems import ProblemError
 router = APIRouter()
 CHUNK = 256 * 1024
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
-_TYPES = {".m3u8": "application/vnd.apple.mpegurl", ".ts": "video/mp2t", ".mp4": "video/mp4", ".jpg": "image/jpeg"}
+# The files the pipeline writes (activities/fetch.py, activities/media.py, catalog/images.py), by extension.
+SERVED = {
+    ".mp4": "video/mp4",
+    ".m3u8": "application/vnd.apple.mpegurl",
+    ".ts": "video/mp2t",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".png": "image/png",
+    ".webp": "image/webp",
+}
+# A stored type other than the served one (or none, or a generic binary type) means it is not our file.
+_GENERIC = frozenset({"application/octet-stream", "binary/octet-stream"})
+SAFETY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; sandbox",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 @dataclass
@@ -49,26 +68,37 @@ def serve_media(token: str, name: str, request: Request, deps: MediaDeps = Depen
         key = deps.signer.key_for(token, name)
     except LinkError as exc:
         raise ProblemError(403, str(exc), slug="media-link-refused") from None
-    stored = deps.storage.stat(key)
-    if stored is None:
+    media_type = served_type(name)
+    stored = deps.storage.stat(key) if media_type is not None else None
+    if stored is None or not _stored_as(stored, media_type):
         raise ProblemError(404, "no such media file", slug="media-not-found")
     start, length, status = _range(request.headers.get("range"), stored.size)
+    disposition = "attachment" if request.query_params.get("download") == "1" else "inline"
     headers = {
+        **SAFETY_HEADERS,
         "Accept-Ranges": "bytes",
         "Content-Length": str(length),
         "Cache-Control": "private, max-age=60",
+        "Content-Disposition": f'{disposition}; filename="{name}"',  # FILE_NAME allows no quote or slash
     }
     if status == 206:
         headers["Content-Range"] = f"bytes {start}-{start + length - 1}/{stored.size}"
     if request.method == "HEAD" or length == 0:
-        return Response(status_code=status, headers=headers, media_type=_content_type(stored, name))
+        return Response(status_code=status, headers=headers, media_type=media_type)
     body = deps.storage.iter_object(key, CHUNK, offset=start, length=length)
-    return StreamingResponse(body, status_code=status, headers=headers, media_type=_content_type(stored, name))
+    return StreamingResponse(body, status_code=status, headers=headers, media_type=media_type)
 
 
-def _content_type(stored: StoredObject, name: str) -> str:
+def served_type(name: str) -> str | None:
+    """The Content-Type a file of this name is served with, or None when /media never serves it."""
     ext = name[name.rfind("."):].lower() if "." in name else ""
-    return _TYPES.get(ext) or stored.content_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return SERVED.get(ext)
+
+
+def _stored_as(stored: StoredObject, media_type: str) -> bool:
+    """The object was stored as this type (or as plain bytes): an HTML body named .png is not served."""
+    declared = (stored.content_type or "").partition(";")[0].strip().lower()
+    return not declared or declared == media_type or declared in _GENERIC
 
 
 def _range(header: str | None, size: int) -> tuple[int, int, int]:

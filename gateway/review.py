@@ -5,7 +5,9 @@ Access: a signed, expiring reviewer token (control/review_tokens.py) for this im
 SameSite=Strict cookie scoped to the import's path and redirects to the bare URL (so the token does
 not stay in the address bar or leak in a Referer). Decisions are JSON POSTs that need the cookie,
 the page's CSRF token in `X-CSRF-Token` (an HMAC of the reviewer token) and, when the browser sends
-one, an Origin equal to the gateway's own: a cross-site form or script can do none of that.
+one, an Origin equal to the gateway's own (or REELQUEUE_PUBLIC_URL's, behind a TLS-terminating proxy):
+a cross-site form or script can do none of that. The cookie and CSRF token are checked before the
+body is read. Behind an https public URL the cookie is Secure. The grid shows one page at a time.
 Decisions go to each task's workflow as the `review` update, naming the token's reviewer.
 """
 
@@ -22,13 +24,14 @@ from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client
 
 from adapters.storage import ObjectStorage
 from control import review as queue
 from control import review_tokens as tokens
+from gateway.guards import read_body
 from gateway.problems import ProblemError
 from gateway.review_page import render_gallery
 from schema import queries
@@ -39,6 +42,7 @@ router = APIRouter()
 COOKIE = "rq_review"
 CSRF_HEADER = "x-csrf-token"
 VIDEO_LINK_TTL = timedelta(hours=2)
+MAX_DECISION_BYTES = 128 * 1024  # 500 task ids, a reason and a prompt fit with room to spare
 
 
 @dataclass
@@ -47,6 +51,9 @@ class ReviewDeps:
     storage: ObjectStorage
     secret: str
     connect: Callable[[], Awaitable[Client]]
+    previous_secret: str = ""  # still accepted while the review secret changes
+    public_url: str = ""  # REELQUEUE_PUBLIC_URL: its origin is ours too; https makes the cookie Secure
+    page_size: int = 60
     _client: Client | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -63,7 +70,8 @@ def review_deps_from_settings() -> ReviewDeps:
 
     settings = Settings()
     return ReviewDeps(db=Database(settings.database_url), storage=ObjectStorage.from_settings(settings),
-                      secret=settings.review_secret,
+                      secret=settings.review_secret, previous_secret=settings.review_secret_previous,
+                      public_url=settings.public_url, page_size=settings.review_page_size,
                       connect=lambda: connect(settings.temporal_address, settings.temporal_namespace))
 
 
@@ -76,7 +84,7 @@ def _deps(request: Request) -> ReviewDeps:
 
 def _reviewer(deps: ReviewDeps, token: str | None, import_id: str) -> tokens.Reviewer:
     try:
-        return tokens.verify(deps.secret, token, import_id)
+        return tokens.verify(deps.secret, token, import_id, previous=deps.previous_secret)
     except tokens.TokenRefused as exc:
         raise ProblemError(403 if exc.other_import else 401, str(exc), slug="review-token") from None
 
@@ -92,7 +100,7 @@ class DecisionBody(BaseModel):
 def gallery(
     import_id: str, request: Request, token: str | None = Query(default=None),
     status: str = Query(default="REVIEW"), locale: str = "", ratio: str = "", template: str = "",
-    tab: Literal["videos", "issues"] = "videos",
+    tab: Literal["videos", "issues"] = "videos", page: int = Query(default=1, ge=1, le=100_000),
 ) -> Response:
     """The grid of videos (default: those waiting in REVIEW) and the import's validation issues."""
     deps = _deps(request)
@@ -102,7 +110,7 @@ def gallery(
         target = f"/review/{import_id}" + (f"?{urlencode(kept)}" if kept else "")
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(COOKIE, token, max_age=max(1, int(reviewer.exp - time.time())), httponly=True,
-                            samesite="strict", path=f"/review/{import_id}")
+                            samesite="strict", path=f"/review/{import_id}", secure=_https(deps.public_url))
         return response
     cookie = request.cookies.get(COOKIE)
     reviewer = _reviewer(deps, cookie, import_id)
@@ -111,16 +119,18 @@ def gallery(
     with deps.db.transaction() as session:
         if not queries.import_exists(session, import_id):
             raise ProblemError(404, f"no import {import_id}", slug="unknown-import")
-        items = queue.review_items(session, import_id, filters)
+        items = queue.review_items(session, import_id, filters, offset=(page - 1) * deps.page_size,
+                                   limit=deps.page_size + 1)
         counts = queue.status_counts(session, import_id)
         facets = queue.facets(session, import_id)
         issues = queue.import_issues(session, import_id)
+    more, items = len(items) > deps.page_size, items[:deps.page_size]
     videos = {i.task_id: deps.storage.presigned_url(i.proxy_key, VIDEO_LINK_TTL) for i in items if i.proxy_key}
     nonce = secrets.token_urlsafe(16)
-    page = render_gallery(import_id=import_id, reviewer=reviewer.sub, items=items, videos=videos, counts=counts,
+    html = render_gallery(import_id=import_id, reviewer=reviewer.sub, items=items, videos=videos, counts=counts,
                           facets=facets, issues=issues, filters=filters, tab=tab,
-                          csrf=tokens.csrf_token(deps.secret, cookie), nonce=nonce)
-    return HTMLResponse(page, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
+                          csrf=tokens.csrf_token(deps.secret, cookie), nonce=nonce, page=page, more=more)
+    return HTMLResponse(html, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
                                        "X-Frame-Options": "DENY",
                                        "Content-Security-Policy": _policy(nonce, videos.values())})
 
@@ -132,17 +142,33 @@ def _policy(nonce: str, video_urls) -> str:  # noqa: ANN001 - Iterable[str]
             "connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 
 
+def _https(public_url: str) -> bool:
+    return public_url.lower().startswith("https://")
+
+
+def _origins(request: Request, public_url: str) -> set[str]:
+    """The gateway's own origin as this request reached it, and the public one behind a proxy."""
+    parts = urlsplit(public_url)
+    public = {f"{parts.scheme}://{parts.netloc}".lower()} if parts.scheme and parts.netloc else set()
+    return {f"{request.url.scheme}://{request.url.netloc}".lower()} | public
+
+
 @router.post("/review/{import_id}/decisions")
-async def decisions(import_id: str, body: DecisionBody, request: Request) -> JSONResponse:
-    """One decision for one or more tasks of the import (bulk approve sends many)."""
+async def decisions(import_id: str, request: Request) -> JSONResponse:
+    """One decision for one or more tasks of the import (bulk approve sends many). The cookie, the
+    origin and the CSRF token are checked before the body is read."""
     deps = _deps(request)
     cookie = request.cookies.get(COOKIE)
     reviewer = _reviewer(deps, cookie, import_id)
     origin = request.headers.get("origin")
-    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+    if origin is not None and origin.lower() not in _origins(request, deps.public_url):
         raise ProblemError(403, "cross-site request refused", slug="review-csrf")
     if not tokens.csrf_ok(deps.secret, cookie, request.headers.get(CSRF_HEADER)):
         raise ProblemError(403, "missing or wrong CSRF token; reload the page", slug="review-csrf")
+    try:
+        body = DecisionBody.model_validate_json(await read_body(request, MAX_DECISION_BYTES))
+    except ValidationError:
+        raise ProblemError(400, "the request is not valid", slug="review-decision") from None
     ids = list(dict.fromkeys(body.task_ids))
     known = await run_in_threadpool(_known, deps, import_id, ids)
     if len(known) != len(ids):

@@ -161,9 +161,20 @@ def _script_json(value: object) -> str:
     return json.dumps(value).replace("<", "\\u003c")
 
 
+def _pager(base: str, kept: dict[str, str], page: int, more: bool) -> str:
+    """Previous / next links of the grid (the page number is the only state)."""
+    links = []
+    if page > 1:
+        links.append(f'<a id="prev-page" href="{base}?{escape(urlencode({**kept, "page": page - 1}))}">previous</a>')
+    links.append(f"page {page}")
+    if more:
+        links.append(f'<a id="next-page" href="{base}?{escape(urlencode({**kept, "page": page + 1}))}">next</a>')
+    return f'<nav class="pager small" style="margin:8px 18px">{" · ".join(links)}</nav>'
+
+
 def render_gallery(*, import_id: str, reviewer: str, items: list[ReviewItem], videos: dict[str, str],
                    counts: dict[str, int], facets: dict[str, list[str]], issues: list[IssueItem], filters: Filters,
-                   tab: str, csrf: str, nonce: str) -> str:
+                   tab: str, csrf: str, nonce: str, page: int = 1, more: bool = False) -> str:
     base = f"/review/{escape(import_id)}"
     kept = {k: v for k, v in (("status", filters.status or "ALL"), ("locale", filters.locale),
                               ("ratio", filters.aspect_ratio), ("template", filters.template_id)) if v}
@@ -191,7 +202,8 @@ def render_gallery(*, import_id: str, reviewer: str, items: list[ReviewItem], vi
 <kbd>r</kbd> reject · <kbd>g</kbd> regenerate · <kbd>x</kbd> select · <kbd>?</kbd> help</span></div>
 <p id="help" class="small" style="margin:0 18px" hidden>Approve and reject move to the next video waiting for
 review. Regenerate starts a new paid attempt with the prompt as you leave it; the new video comes back here.</p>
-<section class="grid">{grid}</section>"""
+<section class="grid">{grid}</section>
+{_pager(base, kept, page, more)}"""
     payload, settings = _script_json(data), _script_json(cfg)
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1"><title>Review {escape(import_id)}</title>

@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from adapters.providers.base import WebhookEvent, WebhookReceiver, WebhookRejected
 from gateway.deps import GatewayDeps, gateway_deps
+from gateway.guards import read_body
 from gateway.problems import ProblemError
 from gateway.signals import SignalUnavailable, signal_request_id
 from metrics import WEBHOOK_LAG, WEBHOOKS
@@ -40,7 +41,7 @@ async def receive_webhook(provider: str, request: Request, deps: GatewayDeps = D
     receiver = deps.providers.get(provider)
     if not isinstance(receiver, WebhookReceiver):
         raise ProblemError(404, "no webhooks are received for this provider", slug="unknown-provider")
-    body = await _read_capped(request, deps.max_body_bytes)
+    body = await read_body(request, deps.max_body_bytes, what="webhook bodies", slug="webhook-too-large")
     try:
         event = receiver.parse_webhook(request.headers, body)
     except WebhookRejected as exc:
@@ -58,20 +59,6 @@ async def receive_webhook(provider: str, request: Request, deps: GatewayDeps = D
         await _signal(deps, provider, event, update, receipt.row_id, receipt.workflow_id)
     await _sweep(deps)
     return {"ok": True}
-
-
-async def _read_capped(request: Request, limit: int) -> bytes:
-    """The raw body, refused past `limit` bytes without reading the rest."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise ProblemError(413, f"webhook bodies are limited to {limit} bytes", slug="webhook-too-large")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ProblemError(413, f"webhook bodies are limited to {limit} bytes", slug="webhook-too-large")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _record(deps: GatewayDeps, provider: str, event: WebhookEvent, body: bytes) -> inbox.Receipt:

@@ -36,10 +36,11 @@ class AttentionTask(BaseModel):
     product_id: str
     workflow_id: str
     since: datetime | None  # when the task entered NEEDS_ATTENTION (its latest needs_attention event)
-    stuck: str | None  # the step waiting for a decision: reconcile, poll or cancel
+    stuck: str | None  # the step waiting for a decision: reconcile, poll, cancel or stray
     evidence: str | None
     job_id: str | None  # the live job the workflow was following, if any
     unknown_attempt: int | None  # the attempt whose submit outcome is unknown, if any
+    strays: list[str] = []  # duplicate jobs the provider refuses to answer for (stuck at stray)
     last_error: str | None
     credit_held: float  # RESERVE - SETTLE - RELEASE (credits are floats in every --json output)
     attempts: list[AttemptEvidence]
@@ -67,7 +68,7 @@ def needs_attention(session: Session, import_id: str | None = None) -> list[Atte
         out.append(AttentionTask(
             task_id=t.id, import_id=t.import_id, product_id=t.product_id, workflow_id=t.workflow_id, since=since,
             stuck=payload.get("stuck"), evidence=payload.get("evidence"), job_id=payload.get("job_id"),
-            unknown_attempt=payload.get("unknown_attempt"), last_error=t.last_error,
+            unknown_attempt=payload.get("unknown_attempt"), strays=payload.get("strays") or [], last_error=t.last_error,
             credit_held=float(held.get(t.id, 0)), attempts=attempts[t.id]))
     return sorted(out, key=lambda a: (a.since is None, a.since or datetime.min, a.task_id))
 

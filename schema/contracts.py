@@ -37,8 +37,10 @@ class CancelRequest(BaseModel):
 
 
 class ResolveAction(StrEnum):
-    RETRY = "retry"  # run the stuck step again (poll, reconcile, cancel)
-    ACCEPT_DUPLICATE_RISK = "accept_duplicate_risk"  # give up on an unknown submit and submit anew
+    RETRY = "retry"  # run the stuck step again (poll, reconcile, cancel, stray)
+    # Give up on an unknown submit and submit anew; or book a duplicate job the provider refuses to
+    # answer for at the task's estimate (its cost unknown) and let the task end as it was going to.
+    ACCEPT_DUPLICATE_RISK = "accept_duplicate_risk"
     FAIL = "fail"  # end the task FAILED_FINAL; known live jobs are cancelled first
 
 
@@ -238,6 +240,15 @@ class StrayJobRef(BaseModel):
 class StrayJobResult(BaseModel):
     status: JobStatus
     cost: float
+
+
+class StrayCostAcceptance(BaseModel):
+    """A person's decision on a duplicate job the provider refuses to answer for: its cost is
+    booked as unknown (the task's estimate for one job), with who and why."""
+
+    stray: StrayJobRef
+    by: str
+    reason: str = ""
 
 
 class AssetRef(BaseModel):

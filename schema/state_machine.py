@@ -4,11 +4,17 @@ Pure module (no I/O): the workflow sandbox, the activities and the tests all imp
 docs/architecture.md ("Task state machine"), review and needs-attention rows included. A transition is
 looked up by (current status, event); terminal statuses accept nothing, so a late event can never
 overwrite SUCCEEDED or CANCELED.
+
+A status alone cannot say what money a task has spent: a CANCEL_REQUESTED task may be stopping a
+job or holding a paid video in review. So a few rows (`GUARDED`) also ask the task's `Past`, folded
+from its applied state events: no new submit while an earlier one's outcome is unknown, and no way
+back to generating once the video is paid for (a reviewer's regenerate or a redrive starts a new round).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 
@@ -64,6 +70,9 @@ class TaskEvent(StrEnum):
     FINAL_FAILURE = "final_failure"
     DEADLINE_PASSED = "deadline_passed"
     REDRIVE = "redrive"  # `reelqueue retry`: a new run of a task that ended without a video
+    # A person decided on duplicate jobs that held up the end of a paid video not yet in review:
+    # back to POST_PROCESSING (guarded: never for an unpaid task, never out of REVIEW).
+    STRAYS_DECIDED = "strays_decided"
     # Audit only, never in the table (so never moves a task): a final object key already held other
     # bytes; the stored object was kept and the new bytes set aside (adapters/storage.py).
     STORAGE_CONFLICT = "storage_conflict"
@@ -85,19 +94,16 @@ PROVIDER_SIDE: frozenset[TaskStatus] = frozenset(
     {S.DISPATCHING, S.SUBMITTED, S.SUBMIT_UNKNOWN, S.RUNNING, S.OUTPUT_FETCHING, S.POST_PROCESSING, S.REVIEW,
      S.NEEDS_ATTENTION}
 )
-# Where a step can fail in a way that is safe to retry after a wait.
+# Where a step can fail in a way that is safe to retry after a wait (a new submit follows). Not
+# SUBMIT_UNKNOWN (only reconcile or a person may conclude a submit), nor OUTPUT_FETCHING and
+# POST_PROCESSING (the video is paid for: those steps retry on their own, never by a resubmit).
 RETRYABLE_FROM: frozenset[TaskStatus] = frozenset(
-    {
-        S.VALIDATING,
-        S.QUOTA_RESERVED,
-        S.QUEUED,
-        S.DISPATCHING,
-        S.SUBMITTED,
-        S.SUBMIT_UNKNOWN,
-        S.RUNNING,
-        S.OUTPUT_FETCHING,
-        S.POST_PROCESSING,
-    }
+    {S.VALIDATING, S.QUOTA_RESERVED, S.QUEUED, S.DISPATCHING, S.SUBMITTED, S.RUNNING}
+)
+# Where the task asks a provider for a video: after a paid success it never comes back here,
+# except by a reviewer's regenerate (a new paid attempt a person asked for) or a redrive.
+GENERATING: frozenset[TaskStatus] = frozenset(
+    {S.QUEUED, S.DISPATCHING, S.SUBMITTED, S.SUBMIT_UNKNOWN, S.RUNNING, S.RETRY_WAIT}
 )
 
 
@@ -134,6 +140,7 @@ def _table() -> dict[tuple[TaskStatus, TaskEvent], TaskStatus]:
         (S.NEEDS_ATTENTION, E.ATTENTION_RESOLVED): S.QUEUED,
         (S.NEEDS_ATTENTION, E.SUBMIT_AMBIGUOUS): S.SUBMIT_UNKNOWN,
         (S.NEEDS_ATTENTION, E.PROVIDER_RUNNING): S.RUNNING,
+        (S.NEEDS_ATTENTION, E.STRAYS_DECIDED): S.POST_PROCESSING,
     }
     for status in REDRIVABLE:
         t[(status, E.REDRIVE)] = S.CREATED
@@ -155,12 +162,14 @@ TRANSITIONS: dict[tuple[TaskStatus, TaskEvent], TaskStatus] = _table()
 
 
 class IllegalTransition(Exception):
-    """The (status, event) pair is not in the table; the caller must not write anything."""
+    """The (status, event) pair is not in the table, or the task's past forbids it (`reason`);
+    the caller must not write anything."""
 
-    def __init__(self, status: TaskStatus, event: TaskEvent):
-        super().__init__(f"no transition from {status} on {event}")
+    def __init__(self, status: TaskStatus, event: TaskEvent, reason: str | None = None):
+        super().__init__(f"no transition from {status} on {event}" + (f": {reason}" if reason else ""))
         self.status = status
         self.event = event
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -177,12 +186,100 @@ def target(status: TaskStatus, event: TaskEvent) -> TaskStatus | None:
     return TRANSITIONS.get((TaskStatus(status), TaskEvent(event)))
 
 
-def apply(status: TaskStatus, version: int, event: TaskEvent) -> Transition:
-    """Decide one transition; raises IllegalTransition for anything outside the table."""
+# Events after which a submit whose outcome was unknown is concluded: the provider's answer
+# (found / not created) or a person's decision (accept the duplicate risk).
+SUBMIT_CONCLUDED: frozenset[TaskEvent] = frozenset(
+    {E.PROVIDER_JOB_FOUND, E.CONFIRMED_NOT_CREATED, E.ATTENTION_RESOLVED}
+)
+
+
+@dataclass(frozen=True)
+class Past:
+    """What a task has been through that its status does not say, as far as money goes: the fold
+    of its applied state events, oldest first (`replay`). Postgres adds its attempt rows to
+    `unknown_submit` (schema/task_store.py)."""
+
+    paid: bool = False  # a job of this round succeeded (OUTPUT_FETCHING reached): the video is paid for
+    unknown_submit: bool = False  # a submit's outcome is unknown and nothing concluded it since
+    reviewed: bool = False  # this round's video entered REVIEW
+
+    def after(self, event: TaskEvent, from_status: TaskStatus, to_status: TaskStatus) -> Past:
+        """The past once `event` moved the task from `from_status` to `to_status`."""
+        if event in (E.REVIEW_REGENERATE, E.REDRIVE):  # a new round a person asked for
+            return replace(self, paid=False, reviewed=False)
+        if to_status is S.OUTPUT_FETCHING:
+            return replace(self, paid=True)
+        if to_status is S.REVIEW:
+            return replace(self, reviewed=True)
+        if event is E.SUBMIT_AMBIGUOUS:
+            return replace(self, unknown_submit=True)
+        # `resolve --fail` out of NEEDS_ATTENTION abandons the unknown attempt (a person's decision).
+        if event in SUBMIT_CONCLUDED or (event is E.FINAL_FAILURE and from_status is S.NEEDS_ATTENTION):
+            return replace(self, unknown_submit=False)
+        return self
+
+    @classmethod
+    def replay(cls, moves: Iterable[tuple[str, str, str]]) -> Past:
+        """Fold applied (event, from status, to status) moves, oldest first."""
+        past = cls()
+        for event, from_status, to_status in moves:
+            past = past.after(TaskEvent(event), TaskStatus(from_status), TaskStatus(to_status))
+        return past
+
+
+def refusal(status: TaskStatus, event: TaskEvent, past: Past) -> str | None:
+    """Why the task's past forbids this row of the table, or None (also for a row not in it)."""
     to = target(status, event)
     if to is None:
-        raise IllegalTransition(TaskStatus(status), TaskEvent(event))
-    return Transition(TaskStatus(status), to, TaskEvent(event), version, version + 1)
+        return None
+    if event is E.DISPATCH_CLAIMED and past.unknown_submit:
+        return "an earlier submit's outcome is unknown: it must be reconciled (or its risk accepted) first"
+    if past.paid and to in GENERATING | {S.OUTPUT_FETCHING} and event is not E.REVIEW_REGENERATE:
+        return "the video is paid for: only a reviewer's regenerate asks the provider again"
+    if event is E.STRAYS_DECIDED and (not past.paid or past.reviewed):
+        return "only a paid video not yet in review goes back to POST_PROCESSING after a decision on strays"
+    return None
+
+
+def reachable() -> frozenset[tuple[TaskStatus, Past]]:
+    """Every (status, past) a task can be in, from CREATED with no past, moving only as allowed."""
+    start = (S.CREATED, Past())
+    seen, todo = {start}, [start]
+    while todo:
+        status, past = todo.pop()
+        for event in TaskEvent:
+            to = target(status, event)
+            if to is None or refusal(status, event, past) is not None:
+                continue
+            state = (to, past.after(event, status, to))
+            if state not in seen:
+                seen.add(state)
+                todo.append(state)
+    return frozenset(seen)
+
+
+# The rows whose answer depends on the past: only these read a task's history in Postgres (the
+# common moves cost nothing more).
+GUARDED: frozenset[tuple[TaskStatus, TaskEvent]] = frozenset(
+    (status, event) for status, past in reachable() for event in TaskEvent if refusal(status, event, past)
+)
+
+
+def needs_past(status: TaskStatus, event: TaskEvent) -> bool:
+    return (TaskStatus(status), TaskEvent(event)) in GUARDED
+
+
+def apply(status: TaskStatus, version: int, event: TaskEvent, past: Past | None = None) -> Transition:
+    """Decide one transition; raises IllegalTransition for anything outside the table, or (given
+    the task's past) anything its past forbids."""
+    status, event = TaskStatus(status), TaskEvent(event)
+    to = target(status, event)
+    if to is None:
+        raise IllegalTransition(status, event)
+    reason = refusal(status, event, past) if past is not None else None
+    if reason is not None:
+        raise IllegalTransition(status, event, reason)
+    return Transition(status, to, event, version, version + 1)
 
 
 def is_terminal(status: TaskStatus | str) -> bool:

@@ -2,20 +2,23 @@
 
 Every writer of a task status (workflow, CLI, webhook gateway) comes through `transition`. It is
 idempotent per (source, source_event_id): replaying the same event returns what was recorded the
-first time instead of moving the task again.
+first time instead of moving the task again. The few rows that depend on the task's past
+(`state_machine.GUARDED`) read it here, in the same transaction: the applied state events, and the
+attempt rows (a submit still SENDING or UNKNOWN is unresolved whatever the events say).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import insert, select, update
+from sqlalchemy import exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from schema import state_machine as sm
-from schema.models import StateEvent, Task
+from schema.models import Attempt, StateEvent, Task
 
 MAX_CAS_RETRIES = 5
 
@@ -57,11 +60,13 @@ def transition(
     for conflicts in range(MAX_CAS_RETRIES):
         if conflicts:
             task = _load(session, task_id)
+        past = _past(session, task_id) if sm.needs_past(task.status, event) else None
         try:
-            move = sm.apply(sm.TaskStatus(task.status), task.version, event)
-        except sm.IllegalTransition:
+            move = sm.apply(sm.TaskStatus(task.status), task.version, event, past)
+        except sm.IllegalTransition as refused:
+            audit = {**(payload or {}), "refused": refused.reason} if refused.reason else payload
             _append_event(session, task, event, task.status, task.status, task.version, source, source_event_id,
-                          attempt_no, payload, applied=False)
+                          attempt_no, audit, applied=False)
             return TransitionOutcome(applied=False, from_status=task.status, status=task.status,
                                      version=task.version, conflicts=conflicts)
         now = datetime.now(UTC)
@@ -100,6 +105,18 @@ def _load_with_seen(
     if row is None:
         raise TaskNotFound(task_id)
     return row[0], bool(row[1]), row[2]
+
+
+def _past(session: Session, task_id: str) -> sm.Past:
+    """The task's past for a guarded row: its applied moves folded, and its attempt rows."""
+    moves = session.execute(
+        select(StateEvent.event, StateEvent.from_status, StateEvent.to_status)
+        .where(StateEvent.task_id == task_id, StateEvent.applied).order_by(StateEvent.id)
+    )
+    past = sm.Past.replay(moves)
+    unresolved = session.scalar(select(exists().where(
+        Attempt.task_id == task_id, Attempt.submit_state.in_([s.value for s in sm.ATTEMPT_UNRESOLVED]))))
+    return replace(past, unknown_submit=True) if unresolved else past
 
 
 def _load(session: Session, task_id: str) -> Task:

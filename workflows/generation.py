@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         ReviewRequest,
         ReviewResult,
         SettleInput,
+        StrayCostAcceptance,
         StrayJobRef,
         SubmitOutcome,
         TaskInfo,
@@ -80,6 +81,10 @@ ADMISSION = "admission-v1"  # workflow.patched: ask the provider's gate for a sl
 WEBHOOKS = "webhooks-v1"  # workflow.patched: with webhooks on, polling is a safety net
 RENDITIONS = "renditions-v1"  # workflow.patched: the proxy decides SUCCEEDED; HLS/thumbnail retried on their own
 REVIEW = "review-v1"  # workflow.patched: automatic checks, then REVIEW until a person decides
+# workflow.patched: every unaccounted duplicate job in the database is accounted before the ledger
+# closes; one the provider refuses to answer for waits for a person instead of failing the workflow.
+STRAYS = "strays-v1"
+STRAY = "stray"  # the stuck step of a task held up by duplicate jobs the provider refuses to answer for
 # workflow.patched: the task deadline bounds the wait for a slot, a waiting task re-asks its gate (which
 # may have been reset or terminated), and NEEDS_ATTENTION gives the slot back while no job may run
 ADMISSION_BOUNDED = "admission-bounded-v1"
@@ -94,6 +99,8 @@ TOO_LATE = "TOO_LATE"
 
 # The stuck step a NEEDS_ATTENTION task resumes with on `resolve --retry`, and the event for it.
 RESUME_EVENT = {"poll": E.PROVIDER_RUNNING, "reconcile": E.SUBMIT_AMBIGUOUS, "cancel": E.CANCEL_REQUESTED}
+# Endings of a task whose paid video waits in POST_PROCESSING for them.
+DELIVERED = frozenset({E.PLAYABLE_ASSET_READY, E.REVIEW_REQUIRED})
 # Task statuses a workflow closes as Failed with (the task's reason), so the Web UI shows them.
 FAILED_CLOSE = frozenset({S.FAILED_FINAL, S.EXPIRED, S.INVALID})
 
@@ -121,6 +128,7 @@ _STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]
     # About 18 minutes of provider trouble; then a person decides (the reservation stays held).
     PollActivities.cancel_job: (timedelta(seconds=15), _retry(40, first_s=2.0), None),
     PollActivities.account_stray_job: (timedelta(seconds=30), _retry(None, first_s=5.0, max_s=300.0), None),
+    PollActivities.accept_stray_cost: (timedelta(seconds=30), _retry(None), None),
     FetchActivities.fetch_output: (timedelta(minutes=10), _retry(8), timedelta(seconds=30)),
     MediaActivities.transcode: (timedelta(minutes=15), _retry(6), timedelta(seconds=60)),
     # ffmpeg's progress heartbeats every ~0.5 s; its own budget scales with duration and resolution
@@ -166,7 +174,7 @@ class GenerationWorkflow:
         self._costs: dict[int, float] = {}  # attempt no -> what the provider reports it charged
         self._live: JobRef | None = None  # a job not yet known terminal at the provider
         self._unknown: AttemptRef | None = None  # an attempt whose submit outcome is not known
-        self._strays: list[asyncio.Task[Any]] = []
+        self._strays: list[asyncio.Task[Any]] = []  # strays-v1: each gives (stray, refusal) or None
         self._stuck: str | None = None
         self._resolution: ResolveRequest | None = None
         self._deadline = None  # set once validation has read the task's deadline
@@ -201,16 +209,19 @@ class GenerationWorkflow:
     @workflow.update(name=api.UPDATE_RESOLVE)
     async def resolve(self, request: ResolveRequest) -> ResolveResult:
         self._resolution = request
-        await workflow.wait_condition(lambda: self._resolution is None and self._status is not S.NEEDS_ATTENTION)
+        # Done once carried out: the task left NEEDS_ATTENTION, or waits there for a new decision
+        # (a retried stray refused again, on the way to a failure that ends from NEEDS_ATTENTION).
+        await workflow.wait_condition(lambda: self._resolution is None and (
+            self._status is not S.NEEDS_ATTENTION or self._stuck is not None))
         return ResolveResult(status=self._status, message=f"{request.action.value} applied by {request.by}")
 
     @resolve.validator
     def _check_resolve(self, request: ResolveRequest) -> None:
         if self._status is not S.NEEDS_ATTENTION or self._stuck is None or self._resolution is not None:
             raise ValueError(f"task is {self._status.value}, not waiting for a decision")
-        if request.action is ResolveAction.ACCEPT_DUPLICATE_RISK and self._stuck != "reconcile":
-            raise ValueError(f"accept-duplicate-risk applies to an unknown submit; this task is stuck at "
-                             f"{self._stuck}")
+        if request.action is ResolveAction.ACCEPT_DUPLICATE_RISK and self._stuck not in ("reconcile", STRAY):
+            raise ValueError(f"accept-duplicate-risk applies to an unknown submit or a duplicate job; this task "
+                             f"is stuck at {self._stuck}")
         if request.action is ResolveAction.FAIL and not request.reason.strip():
             raise ValueError("failing a task needs a reason")
 
@@ -597,17 +608,21 @@ class GenerationWorkflow:
     def _jittered(seconds: float) -> datetime:
         return workflow.now() + timedelta(seconds=seconds * workflow.random().uniform(0.8, 1.2))
 
-    async def _attention(self, stuck: str, evidence: str | None) -> ResolveRequest:
+    async def _attention(self, stuck: str, evidence: str | None, **more: Any) -> ResolveRequest:
         """NEEDS_ATTENTION with the evidence; wait for an operator's decision and carry it out
-        (a retry returns here for the caller to run its step again)."""
+        (a retry returns here for the caller to run its step again; a decision on strays is the
+        caller's to carry out)."""
         self._stuck = stuck
         await self._move(E.NEEDS_ATTENTION, error=evidence, error_class="needs_attention",
                          payload={"stuck": stuck, "evidence": evidence,
                                   "job_id": self._live.job_id if self._live else None,
-                                  "unknown_attempt": self._unknown.attempt_no if self._unknown else None})
+                                  "unknown_attempt": self._unknown.attempt_no if self._unknown else None, **more})
         released = await self._wait_for_decision()
         decision, self._stuck = self._resolution, None
-        decided = {"decision": decision.action.value, "by": decision.by, "reason": decision.reason}
+        if stuck == STRAY:
+            self._resolution = None
+            return decision
+        decided = _decided(decision)
         try:
             if decision.action is ResolveAction.FAIL:
                 await self._abandon_open_attempts()
@@ -658,7 +673,7 @@ class GenerationWorkflow:
         if self._live is not None:
             await self._stop_live(self._live)
         await self._release_slot()
-        await self._close_ledger(event)
+        event = await self._close_ledger(event)
         self._error = error
         await self._move(event, error=error, error_class=error_class, payload=payload,
                          cancel_outcome=cancel_outcome)
@@ -674,10 +689,13 @@ class GenerationWorkflow:
         await self._release_slot()
         await self._close_ledger(E.CANCEL_CONFIRMED)
 
-    async def _close_ledger(self, event: E) -> None:
+    async def _close_ledger(self, event: E) -> E:
         """Settle what providers charged (possibly nothing) and release the rest of the hold;
-        duplicate jobs are accounted first, as ADJUSTMENTs of their own."""
-        if self._strays:
+        duplicate jobs are accounted first, as ADJUSTMENTs of their own. Returns the event that
+        ends the task (a person's decision on strays may change it)."""
+        if workflow.patched(STRAYS):
+            event = await self._settle_strays(event)
+        elif self._strays:
             await asyncio.gather(*self._strays)
             self._strays = []
         booked = self._booked  # review closed the reservation: later attempts are charged on their own
@@ -687,6 +705,75 @@ class GenerationWorkflow:
             reason=event.value, after_review=booked is not None))
         if booked is not None:
             self._booked = self._cost()
+        return event
+
+    async def _settle_strays(self, ending: E) -> E:
+        """Every duplicate job of the task accounted before its ledger closes: the ones this run
+        found, then any other the database holds unaccounted (a late submit answer, a reconcile
+        whose answer was lost). Jobs the provider refuses to answer for wait for a person: retry,
+        accept their cost as unknown (the task's estimate each), or fail the task (the same
+        booking first); the task then ends as it was going to. A task taken over, or deciding in
+        REVIEW (its reservation already closed), has nothing to hold: the workflow books them."""
+        before = self._status
+        while True:
+            refused = await self._account_every_stray()
+            if not refused:
+                return ending
+            evidence = "; ".join(why for _, why in refused)
+            if before in TERMINAL or before is S.REVIEW:  # nothing held to wait with: book the estimate
+                why = "task ended outside this workflow" if before in TERMINAL else "found after review"
+                await self._accept_strays(refused, ResolveRequest(
+                    action=ResolveAction.ACCEPT_DUPLICATE_RISK, by="workflow", reason=f"{why}; {evidence}"))
+                continue
+            decision = await self._attention(STRAY, evidence, strays=[job.job_id for job, _ in refused])
+            if decision.action is not ResolveAction.RETRY:
+                await self._accept_strays(refused, decision)
+            if decision.action is ResolveAction.FAIL:
+                await self._end(E.FINAL_FAILURE, error=f"failed by {decision.by}: {decision.reason}",
+                                error_class="operator", payload=_decided(decision))
+            ending = await self._return_to(ending, decision)
+
+    async def _account_every_stray(self) -> list[tuple[StrayJobRef, str]]:
+        """Wait for the strays this run is accounting, then account those the database still holds;
+        the ones the provider refused, with why."""
+        results = await asyncio.gather(*self._strays)
+        self._strays = []
+        refused = [r for r in results if r is not None]
+        skip = {job.job_id for job, _ in refused}
+        pending = await workflow.execute_local_activity_method(  # one short read at every task's end: local
+            PollActivities.unaccounted_strays, TaskRef(task_id=self._task_id, run=self._run_no),
+            start_to_close_timeout=timedelta(seconds=15),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)))
+        more = await asyncio.gather(*(self._account_stray(job) for job in pending if job.job_id not in skip))
+        return refused + [r for r in more if r is not None]
+
+    async def _account_stray(self, stray: StrayJobRef) -> tuple[StrayJobRef, str] | None:
+        """Cancel and cost one duplicate job; the provider's refusal to answer for it, if it refuses."""
+        try:
+            await self._run(PollActivities.account_stray_job, stray)
+        except ActivityError as exc:
+            if _error_type(exc) not in BUSINESS_FAILURES:
+                raise
+            return stray, f"duplicate job {stray.job_id}: {_describe(exc)}"
+        return None
+
+    async def _accept_strays(self, refused: list[tuple[StrayJobRef, str]], decision: ResolveRequest) -> None:
+        for stray, _ in refused:
+            await self._run(PollActivities.accept_stray_cost,
+                            StrayCostAcceptance(stray=stray, by=decision.by, reason=decision.reason))
+
+    async def _return_to(self, ending: E, decision: ResolveRequest) -> E:
+        """Out of NEEDS_ATTENTION after a decision on strays, to where `ending` applies: a paid video
+        back to POST_PROCESSING (and on, maybe into REVIEW), a cancel back through
+        CANCEL_REQUESTED; any other ending is a failure, which ends from NEEDS_ATTENTION itself."""
+        decided = _decided(decision)
+        if ending in DELIVERED:
+            await self._move(E.STRAYS_DECIDED, payload=decided)
+            return ending
+        if ending in (E.CANCEL_REQUESTED, E.CANCEL_CONFIRMED):
+            await self._move(E.CANCEL_REQUESTED, payload=decided)
+            return E.CANCEL_CONFIRMED
+        return ending if ending in (E.FINAL_FAILURE, E.DEADLINE_PASSED) else E.FINAL_FAILURE
 
     async def _abandon_open_attempts(self) -> None:
         for ref in (self._unknown, self._live):
@@ -788,7 +875,9 @@ class GenerationWorkflow:
         """Cancel and cost each duplicate job in the background; the task ends only after."""
         for job_id in job_ids:
             stray = StrayJobRef(task_id=ref.task_id, attempt_no=ref.attempt_no, job_id=job_id)
-            self._strays.append(asyncio.create_task(self._run(PollActivities.account_stray_job, stray)))
+            accounting = (self._account_stray(stray) if workflow.patched(STRAYS)
+                          else self._run(PollActivities.account_stray_job, stray))
+            self._strays.append(asyncio.create_task(accounting))
 
     def _cost(self) -> float:
         return round(sum(self._costs.values()), 6)
@@ -831,6 +920,11 @@ class GenerationWorkflow:
         return await workflow.execute_activity_method(
             step, arg, start_to_close_timeout=start_to_close, retry_policy=retry, heartbeat_timeout=heartbeat,
         )
+
+
+def _decided(decision: ResolveRequest) -> dict:
+    """A person's decision as a state event's payload: what, who and why."""
+    return {"decision": decision.action.value, "by": decision.by, "reason": decision.reason}
 
 
 def _error_type(exc: ActivityError) -> str | None:

@@ -6,7 +6,7 @@ Commands are argument lists built with ffmpeg-python, never a shell. `run_ffmpeg
 child: its `-progress` output is handed to a callback (the activity heartbeats on it), it runs
 niced with `-threads`, RLIMIT_CPU and RLIMIT_AS in its own process group, dies with its parent
 (`setpriv --pdeathsig`), and is killed on timeout or on any exception in the caller's thread (a
-cancelled activity), so no ffmpeg outlives the step that started it. Failures are classified
+cancelled activity), so no ffmpeg outlives the step that started it; ffprobe runs the same way. Failures are classified
 (`MediaError.retryable`): a timeout, a kill (OOM, CPU limit) and a full disk are worth another
 try; an input ffprobe cannot read is not.
 """
@@ -262,23 +262,37 @@ def ffmpeg_log(stream: Any, what: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     return run_ffmpeg(stream, what, timeout_s=timeout_s, limits=limits, loglevel="info")
 
 
-def probe_json(path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> dict[str, Any]:
-    """ffprobe's format and streams as JSON; MediaError when the file is missing or unreadable."""
+def probe_json(path: str | os.PathLike[str], *, timeout_s: float = 30.0,
+               limits: MediaLimits | None = None) -> dict[str, Any]:
+    """ffprobe's format and streams as JSON; MediaError when the file is missing or unreadable.
+    ffprobe parses the same hostile inputs as ffmpeg, so it runs supervised the same way (limits,
+    process group, killed on timeout or on any exception here)."""
     if not Path(path).is_file():
         raise MediaError(f"cannot probe {path}: no such file")
     options = ["-v", "error", "-print_format", "json", "-show_format", "-show_streams"]
     args = [ffprobe_path(), *options, os.fspath(path)]
-    try:
-        proc = subprocess.run(args, capture_output=True, timeout=timeout_s, check=False, env=_env_for(args[0]))
-    except subprocess.TimeoutExpired as exc:
-        raise MediaTimeout(f"cannot probe {path}: timed out after {timeout_s:.0f} s") from exc
-    verdict = proc.stderr.decode(errors="replace").strip()[-_STDERR_TAIL:]
+    with tempfile.TemporaryFile() as output, tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            [*_dies_with_parent(), *args], stdin=subprocess.DEVNULL, stdout=output, stderr=errors,
+            env=_env_for(args[0]), process_group=0,
+        )
+        try:
+            _limit(proc.pid, limits or MediaLimits(), timeout_s)
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise MediaTimeout(f"cannot probe {path}: timed out after {timeout_s:.0f} s (killed)") from exc
+        finally:
+            _kill(proc)
+        output.seek(0)
+        errors.seek(0)
+        stdout, verdict = output.read(), errors.read().decode(errors="replace").strip()[-_STDERR_TAIL:]
     if proc.returncode < 0:
-        raise MediaKilled(f"cannot probe {path}: ffprobe killed by signal {-proc.returncode}")
+        name = signal.Signals(-proc.returncode).name
+        raise MediaKilled(f"cannot probe {path}: ffprobe killed by {name} (memory or CPU limit): {verdict}")
     if proc.returncode != 0:
         raise MediaUnreadable(f"cannot probe {path}: {verdict or f'exit {proc.returncode}'}", verdict)
     try:
-        return json.loads(proc.stdout)
+        return json.loads(stdout)
     except json.JSONDecodeError as exc:
         raise MediaUnreadable(f"cannot probe {path}: ffprobe printed no JSON", verdict) from exc
 

@@ -122,9 +122,9 @@ def _num(value: Any, kind: type[int] | type[float]) -> Any:
         return None
 
 
-def probe(path: PathLike) -> MediaInfo:
-    """Probe a file; MediaError if ffprobe cannot read it or finds no streams."""
-    data = probe_json(path)
+def probe(path: PathLike, limits: MediaLimits | None = None) -> MediaInfo:
+    """Probe a file (ffprobe under `limits`, like ffmpeg); MediaError if it cannot be read or has no streams."""
+    data = probe_json(path, limits=limits)
     fmt = data.get("format") or {}
     streams = data.get("streams") or []
     if not fmt.get("format_name") or not streams:
@@ -167,11 +167,11 @@ def make_proxy(
     source track is copied (re-encoding it would cost more CPU than the whole video of a short
     clip and gain nothing). `source`: the caller's probe of `src`, so it is not probed twice.
     """
-    info = source or probe(src)
+    options = options or RunOptions()
+    info = source or probe(src, options.limits)
     width, out_height = frame_size(aspect_ratio)
     if height:
         width, out_height = frame_size(aspect_ratio, scale=height / out_height)
-    options = options or RunOptions()
     source = ffmpeg.input(os.fspath(src), **options.input_options())
     video = (
         source.video.filter("scale", width, out_height, force_original_aspect_ratio="decrease")
@@ -193,7 +193,7 @@ def make_proxy(
             video, audio, os.fspath(tmp), f="mp4", movflags="+faststart", **_H264, **audio_codec
         )
         options.run(out, f"proxy of {src}", info)
-    return probe(dst)
+    return probe(dst, options.limits)
 
 
 def make_hls(src: PathLike, out_dir: PathLike, *, options: RunOptions | None = None,
@@ -201,7 +201,7 @@ def make_hls(src: PathLike, out_dir: PathLike, *, options: RunOptions | None = N
     """HLS VOD rendition (index.m3u8 + ~2 s .ts segments); stream copy for H.264/AAC sources.
     `info`: what is already known of `src` (a stored proxy's row), else it is probed."""
     options = options or RunOptions()
-    info = info or probe(src)
+    info = info or probe(src, options.limits)
     copy = info.video_codec == "h264" and info.audio_codec in (None, "aac")
     codecs: dict[str, Any] = {"c": "copy"} if copy else _H264_AAC
     out_dir = Path(out_dir)
@@ -231,7 +231,7 @@ def make_thumbnail(src: PathLike, dst: PathLike, *, options: RunOptions | None =
     """JPEG of the frame a third into the video (the first frame when it is under a second), at
     the video's frame size. `info`: what is already known of `src`, else it is probed."""
     options = options or RunOptions()
-    info = info or probe(src)
+    info = info or probe(src, options.limits)
     duration = info.duration_s or 0.0
     at = duration / 3 if duration >= 1.0 else 0.0
     with atomic_output(dst) as tmp:

@@ -13,8 +13,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 # Spreadsheet programs turn long digit strings (barcodes, SKUs) into floats: 3.65275E+11.
 _MANGLED_NUMBER = re.compile(r"^[+-]?\d+(?:[.,]\d+)?E\+\d+$", re.IGNORECASE)
-# Excel exports prefix values that look like formulas with an apostrophe: '-1, '=A1.
-_EXCEL_GUARD = re.compile(r"^'(?=[-+=@\d])")
+# Excel's text prefix: '0042 or '-1 keep a number as typed. It is dropped only where the rest can never
+# be a formula (it starts with a digit, or is a signed number): '=A1, '@SUM(1) or '-1+A1 keep their quote,
+# so nothing read here turns into a formula that the file had disarmed.
+_EXCEL_GUARD = re.compile(r"^'(?=\d|[-+]\d[\d.,]*$)")
 # Columns whose values are identifiers, so a float-looking value there is damage, not data.
 _IDENTIFIER_HEADER = re.compile(
     r"(^|[\s/_(:])(id|sku|barcode|gtin|mpn|ean|upc|isbn|handle|артикул)($|[\s)_])|part number",
@@ -33,7 +35,7 @@ _HORIZONTAL_SPACE = re.compile(r"[^\S\n]+")
 
 
 def clean_cell(value: str) -> str:
-    """Trim a raw cell and drop Excel's formula guard, which is never part of the value."""
+    """Trim a raw cell and drop Excel's text prefix in front of a number, which is not part of the value."""
     return _EXCEL_GUARD.sub("", value.replace("\ufeff", "").strip())
 
 

@@ -19,6 +19,7 @@ from catalog.readers.errors import CatalogFormatError
 from catalog.readers.report import Report
 
 PREAMBLE_LIMIT = 50  # the header must start within this many lines
+HEADER_LINE_LIMIT = 64 * 1024  # characters; a preamble line longer than this is not a catalog's
 _DELIMITERS = (",", "\t", ";", "|")
 _SEP_DIRECTIVE = re.compile(r"sep=(.)")  # Excel's "sep=;" first line
 _FIELD_LIMIT = 64 * 1024 * 1024  # csv's default (128 KiB) is smaller than some HTML bodies
@@ -73,9 +74,14 @@ def locate_header(path: Path, encoding: str, accept: Callable[[list[str]], bool]
     forced: str | None = None
     junk = 0
     with path.open(encoding=encoding, errors="replace", newline="") as handle:
-        for number, line in enumerate(handle, start=1):
-            if number > PREAMBLE_LIMIT:
+        for number in range(1, PREAMBLE_LIMIT + 1):
+            line = handle.readline(HEADER_LINE_LIMIT + 1)
+            if not line:
                 break
+            if len(line) > HEADER_LINE_LIMIT:
+                raise CatalogFormatError(
+                    f"line {number} is longer than {HEADER_LINE_LIMIT} characters: no header row is that long",
+                    [], [])
             text = line.replace("\ufeff", "").rstrip("\r\n")
             if directive := _SEP_DIRECTIVE.fullmatch(text.strip()):
                 forced = directive[1]

@@ -36,3 +36,10 @@ def run_cli(*args: str) -> CliResult:
 async def run_cli_async(*args: str) -> CliResult:
     """From an async test: the command runs its own event loop, so it needs its own thread."""
     return await asyncio.to_thread(run_cli, *args)
+
+
+async def resolve_and_finish(client, task, *decision: str, timeout_s: float = 120) -> dict[str, Any]:
+    """`reelqueue resolve TASK <decision>` (exit 0), then the task's workflow outcome."""
+    decided = await run_cli_async("resolve", task.id, *decision)
+    assert decided.code == 0, decided.stdout + decided.stderr
+    return await asyncio.wait_for(client.get_workflow_handle(task.workflow_id).result(), timeout=timeout_s)

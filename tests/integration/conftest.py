@@ -67,10 +67,10 @@ async def client(stack: Settings):
 @pytest.fixture
 async def task_queue(stack: Settings, client) -> AsyncIterator[str]:
     """A worker for this test only, on its own task queue."""
-    from worker import build_worker
+    from stack_helpers import serving
 
     queue = f"test-{uuid.uuid4().hex[:12]}"
-    async with build_worker(client, stack, task_queue=queue):
+    async with serving(client, stack, queue):
         yield queue
 
 

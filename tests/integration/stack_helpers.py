@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -114,3 +116,45 @@ async def start_one_at_provider(settings, client, queue: str, folder: Path, prod
     await start_workflows(client, [task], summary.import_id, queue)
     await wait_for_status(settings, task.id, {"SUBMITTED", "RUNNING"})
     return task
+
+
+async def stop_gates_of(client, queue: str) -> None:
+    """After the last worker of `queue` stopped: end every provider's gate there (control/gates.py),
+    so none is left waiting on a queue nothing serves (a later `status` would find it mute)."""
+    from adapters.providers import HOSTED
+    from control.gates import stop_gates
+
+    await stop_gates(client, queue, ["emulator", *HOSTED])
+
+
+@contextlib.asynccontextmanager
+async def serving(client, settings, queue: str) -> AsyncIterator[None]:
+    """An in-process worker on `queue` for the block; afterwards no gate is left waiting there."""
+    from worker import build_worker
+
+    async with build_worker(client, settings, task_queue=queue):
+        yield
+    await stop_gates_of(client, queue)
+
+
+def gateway_log_after(settings, marker: str, timeout_s: float = 10.0) -> str:
+    """The `dev up` gateway's log once `marker` is in it (uvicorn writes an access line after the
+    response, so a test waits for its own requests to be logged before reading)."""
+    import time
+
+    path = Path(settings.home) / "logs" / "gateway.log"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = path.read_text(errors="replace")
+        if marker in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.1)
+
+
+def claim_dispatch(database_url: str, task_id: str) -> None:
+    """Put a task where the workflow has it just before a submit (DISPATCHING), for tests that run
+    the submit activity on its own: submit sends nothing for a task in any other status."""
+    from schema.state_machine import TaskStatus
+
+    with Database(database_url).transaction() as session:
+        session.get(Task, task_id).status = TaskStatus.DISPATCHING.value

@@ -8,7 +8,7 @@ import uuid
 import httpx
 import pytest
 from cli_helpers import run_cli_async
-from stack_helpers import import_small, run_all
+from stack_helpers import import_small, run_all, serving
 
 from schema.admission import GateSnapshot, ProviderLimits
 from workflows import api
@@ -17,9 +17,8 @@ pytestmark = pytest.mark.integration
 LIMIT = 3
 
 
+@pytest.mark.timeout(600)  # its run may take 300 s
 async def test_limit_holds_and_refusals_are_waited_out(stack, client, tmp_path, emulator_jobs):
-    from worker import build_worker
-
     settings = stack.model_copy(update={"provider_limits": {"emulator": ProviderLimits(max_concurrent=LIMIT)}})
     queue = f"test-{uuid.uuid4().hex[:12]}"
     products = [(f"A-{i}", f"Item {i}", f"Thing {i}") for i in range(12)]
@@ -28,7 +27,7 @@ async def test_limit_holds_and_refusals_are_waited_out(stack, client, tmp_path, 
     httpx.post(f"{stack.emulator_url}/_sim/faults", json={"submit_status": 429, "submit_status_count": 4},
                timeout=10).raise_for_status()
     try:
-        async with build_worker(client, settings, task_queue=queue):
+        async with serving(client, settings, queue):
             finished = await run_all(client, stack, summary.import_id, queue, timeout=300)
             gate = client.get_workflow_handle(api.gate_id("emulator", queue))
             snapshot = await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)

@@ -44,6 +44,7 @@ async def _until(check, timeout_s: float, what: str):  # noqa: ANN001, ANN202 - 
     pytest.fail(f"{what} within {timeout_s} s")
 
 
+@pytest.mark.timeout(600)  # its run may take 300 s, after a worker restart
 async def test_slots_survive_a_sigkilled_worker_and_come_back(stack, client, tmp_path, monkeypatch, emulator_jobs):
     queue = f"crash-{uuid.uuid4().hex[:10]}"
     monkeypatch.setenv("REELQUEUE_TASK_QUEUE", queue)  # the worker process reads these

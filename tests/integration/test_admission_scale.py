@@ -21,6 +21,7 @@ PLAN_LIMIT = 12  # [providers.emulator] max_concurrent in the plan
 EMULATOR = {"max_running": 2, "max_queued": 2, "job_seconds": 1.0}  # 2 + 2 < 12: the provider refuses
 
 
+@pytest.mark.timeout(1200)  # its run may take 900 s
 async def test_300_tasks_against_a_provider_that_answers_429(stack, client, task_queue, tmp_path, emulator_jobs):
     products = [(f"S-{i:03d}", f"Scale item {i}", f"Thing number {i}") for i in range(TASKS)]
     summary = import_small(stack, tmp_path, products, duration_s=1,

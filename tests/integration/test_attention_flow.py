@@ -5,11 +5,9 @@ after the provider recovers finishes it, and the decision is on record."""
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import pytest
-from cli_helpers import run_cli_async
+from cli_helpers import resolve_and_finish, run_cli_async
 from stack_helpers import import_small, wait_for_status
 
 from cli.starting import start_workflows
@@ -40,10 +38,7 @@ async def test_needs_attention_then_resolve_retry(stack, client, task_queue, tmp
     finally:
         httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
 
-    decided = await run_cli_async("resolve", task.id, "--retry", "--reason", "provider found the job",
-                                  "--by", "test")
-    assert decided.code == 0, decided.stdout + decided.stderr
-    outcome = await asyncio.wait_for(client.get_workflow_handle(task.workflow_id).result(), timeout=120)
+    outcome = await resolve_and_finish(client, task, "--retry", "--reason", "provider found the job", "--by", "test")
     assert outcome["status"] == "SUCCEEDED"
     with db.transaction() as session:
         detail = queries.task_detail(session, task.id)

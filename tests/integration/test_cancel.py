@@ -118,6 +118,7 @@ async def test_temporal_cancel_during_a_hung_submit_cancels_its_job(stack, clien
     assert moves[-4:] == ["SUBMIT_UNKNOWN", "SUBMITTED", "CANCEL_REQUESTED", "CANCELED"]
 
 
+@pytest.mark.timeout(600)  # two minutes of cancel errors, then the cancel
 async def test_temporal_cancel_survives_two_minutes_of_cancel_errors(stack, client, task_queue, tmp_path,
                                                                      emulator_jobs):
     detail = await _cancel_while_dispatching(stack, client, task_queue, tmp_path, emulator_jobs,

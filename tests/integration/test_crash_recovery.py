@@ -7,7 +7,7 @@ import signal
 import time
 
 import pytest
-from stack_helpers import assert_ledger_balanced, import_small, run_all
+from stack_helpers import assert_ledger_balanced, import_small, run_all, stop_gates_of
 
 import devstack
 from cli.starting import start_workflows
@@ -19,6 +19,7 @@ pytestmark = pytest.mark.integration
 IN_FLIGHT = {"DISPATCHING", "SUBMIT_UNKNOWN", "SUBMITTED", "RUNNING", "OUTPUT_FETCHING", "POST_PROCESSING"}
 
 
+@pytest.mark.timeout(600)  # its run may take 300 s, after a worker restart
 async def test_worker_sigkill_mid_run(stack, client, tmp_path, emulator_jobs):
     products = [(f"K-{i}", f"Item {i}", f"Thing number {i}") for i in range(3)]
     summary = import_small(stack, tmp_path, products, ratios=("9:16", "16:9"))
@@ -45,6 +46,7 @@ async def test_worker_sigkill_mid_run(stack, client, tmp_path, emulator_jobs):
         finished = await run_all(client, stack, summary.import_id, stack.task_queue, timeout=300)
     finally:
         devstack.kill_service(stack, "worker", signal.SIGTERM)
+        await stop_gates_of(client, stack.task_queue)  # the stack's queue has no worker after this test
 
     assert [t.status for t in finished] == ["SUCCEEDED"] * 6, counts
     keys = [j["request_key"] for j in emulator_jobs()]

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from minio import Minio
 from minio.error import S3Error
+from sqlalchemy.engine import make_url
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
@@ -81,7 +82,8 @@ def test_stack_json_is_what_settings_reads(stack: tuple[Settings, devstack.Stack
     assert fresh.temporal_ui_url == first.services["temporal_ui"].url
     ports = _stack_ports(settings)
     assert first.services["postgres"].url.endswith(f"127.0.0.1:{ports['postgres']}/reelqueue")
-    assert fresh.database_url == first.services["postgres"].url
+    assert make_url(fresh.database_url).render_as_string(hide_password=True) == first.services["postgres"].url
+    assert make_url(fresh.database_url).password  # the role's random password (scram-sha-256)
 
 
 def test_postgres_answers_sql(stack: tuple[Settings, devstack.StackStatus]) -> None:
@@ -90,6 +92,47 @@ def test_postgres_answers_sql(stack: tuple[Settings, devstack.StackStatus]) -> N
         assert conn.execute("select 1").fetchone() == (1,)
         assert conn.execute("select current_database(), current_user").fetchone() == ("reelqueue",) * 2
     assert devstack.ensure_database(settings) is False  # exists already: a no-op
+
+
+def _connects_within(conninfo: str, seconds: float) -> bool:
+    """True once a connection succeeds; False if none did within `seconds` (0: one try)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            psycopg.connect(conninfo, connect_timeout=5).close()
+            return True
+        except psycopg.OperationalError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+
+def test_a_data_dir_from_before_passwords_gets_the_stack_password(stack: tuple[Settings, devstack.StackStatus]) -> None:
+    """An older `dev up` made the cluster with `--auth=trust`: the first `up` of this version sets the
+    role's password (the one in stack.json) and asks every connection for it from then on."""
+    from devstack import postgres
+
+    settings = devstack.effective_settings(stack[0])
+    pgdata = Path(settings.home) / "data" / "postgres"
+    hba = pgdata / "pg_hba.conf"
+    scram = hba.read_text()
+    url = make_url(settings.database_url)
+    without = f"host={url.host} port={url.port} user={url.username} dbname={url.database}"  # no password
+    with psycopg.connect(psycopg_conninfo(settings.database_url), autocommit=True) as conn:
+        hba.write_text(scram.replace("scram-sha-256", "trust"))  # what initdb --auth=trust wrote
+        conn.execute("select pg_reload_conf()")
+    assert _connects_within(without, 10)  # trust: anyone local (once the postmaster has reloaded)
+    assert postgres.ensure_password(settings, pgdata) is True
+    assert "trust" not in [line.split()[-1] for line in hba.read_text().splitlines() if line.strip()
+                           and not line.startswith("#")]
+    deadline = time.monotonic() + 10
+    while _connects_within(without, 0) and time.monotonic() < deadline:  # the reload is asynchronous
+        time.sleep(0.1)
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(without, connect_timeout=5).close()
+    with psycopg.connect(psycopg_conninfo(settings.database_url)) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    assert postgres.ensure_password(settings, pgdata) is False  # done once
 
 
 def test_s3_enforces_the_configured_credentials(stack: tuple[Settings, devstack.StackStatus]) -> None:

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 
 from activities.failpoints import POINTS
 from devstack.drill import DrillResult, run_drills
+from workflows import api
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +70,7 @@ def test_every_point_has_expected_evidence():
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_drill(drills: dict[str, DrillResult], point: str):
+async def test_drill(drills: dict[str, DrillResult], point: str, client):
     r = drills[point]
     detail = (f"{point}: {r.error or 'no error'}; armed worker {r.worker_exit}; evidence {r.evidence_text}; "
               f"outcome {r.outcome}; provider jobs {r.provider_jobs}; ledger {r.ledger} {r.ledger_violations}; "
@@ -80,3 +82,5 @@ def test_drill(drills: dict[str, DrillResult], point: str):
     assert r.provider_jobs == 1, detail
     assert r.ledger_balanced, detail
     assert r.ok, detail
+    gate = await client.get_workflow_handle(api.gate_id("emulator", r.task_queue)).describe()
+    assert gate.status == WorkflowExecutionStatus.TERMINATED, f"{point}: the drill left its gate {gate.status.name}"

@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 from cli_helpers import run_cli, run_cli_async
 from sqlalchemy import delete, select, update
-from stack_helpers import import_small, run_all, start_one_at_provider
+from stack_helpers import import_small, run_all, serving, start_one_at_provider
 
 from schema import queries
 from schema.contracts import CancelRequest
@@ -25,12 +25,10 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 async def finished(stack, client, tmp_path_factory) -> tuple[str, list[str]]:
     """An import of three tasks, every one SUCCEEDED (shared: each test undoes what it seeds)."""
-    from worker import build_worker
-
     queue = f"test-{uuid.uuid4().hex[:12]}"
     products = [("L-1", "Lamp", "A lamp"), ("L-2", "Mug", "A mug"), ("L-3", "Vase", "A vase")]
     summary = import_small(stack, tmp_path_factory.mktemp("ledger-finished"), products)
-    async with build_worker(client, stack, task_queue=queue):
+    async with serving(client, stack, queue):
         tasks = await run_all(client, stack, summary.import_id, queue)
     assert [t.status for t in tasks] == ["SUCCEEDED"] * 3
     return summary.import_id, [t.id for t in tasks]

@@ -6,7 +6,7 @@ import asyncio
 import signal
 
 import pytest
-from stack_helpers import import_small, run_all
+from stack_helpers import import_small, run_all, stop_gates_of
 
 import devstack
 from bench.common import scrape, total, worker_metrics_url
@@ -35,6 +35,7 @@ async def test_worker_and_gateway_metrics_follow_the_run(stack, client, tmp_path
         worker_after = scrape(worker_url)
     finally:
         devstack.kill_service(stack, "worker", signal.SIGTERM)
+        await stop_gates_of(client, settings.task_queue)  # the stack's queue has no worker after this test
     gateway_after = scrape(gateway_url)
     assert [t.status for t in tasks] == ["SUCCEEDED"] * 4
 

@@ -85,6 +85,7 @@ async def test_expired_urls_and_a_failing_hls_still_end_succeeded_and_recoverabl
     assert (await run_cli_async("renditions", "no-such-task", "--json")).code == 2
 
 
+@pytest.mark.timeout(600)  # its run may take 400 s
 async def test_a_transcode_slower_than_the_old_heartbeat_timeout_succeeds(
     stack, client, task_queue, tmp_path, arm
 ):

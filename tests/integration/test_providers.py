@@ -20,7 +20,7 @@ import httpx
 import pytest
 from cli_helpers import run_cli_async
 from sqlalchemy import select
-from stack_helpers import assert_ledger_balanced, make_catalog, wait_for_status
+from stack_helpers import assert_ledger_balanced, make_catalog, serving, wait_for_status
 
 from adapters.storage import ObjectStorage
 from catalog.plan import load_plan
@@ -103,8 +103,6 @@ async def _first_attempt(db: Database, task_id: str, states: set[str], timeout_s
 
 @pytest.mark.parametrize("case", CASES, ids=[c.provider for c in CASES])
 async def test_provider_end_to_end(case: Case, stack, client, tmp_path, caplog):
-    from worker import build_worker
-
     caplog.set_level(logging.INFO)
     secret = f"rq-secret-{case.provider}-{uuid.uuid4().hex}"
     # A real-looking key on the emulated provider, and a short submit timeout for the lost answer.
@@ -115,7 +113,7 @@ async def test_provider_end_to_end(case: Case, stack, client, tmp_path, caplog):
     with db.transaction() as session:
         tasks = {t.product_id.split("-", 1)[1]: t for t in queries.list_tasks(session, summary.import_id)}
     queue = f"test-{uuid.uuid4().hex[:12]}"
-    async with build_worker(client, settings, task_queue=queue):
+    async with serving(client, settings, queue):
         _faults(stack, submit_status=429, submit_status_count=1)
         await start_workflows(client, [tasks["r429"]], summary.import_id, queue)
         await _first_attempt(db, tasks["r429"].id, {"FAILED_BEFORE_ACCEPT"})
@@ -196,8 +194,6 @@ async def test_provider_end_to_end(case: Case, stack, client, tmp_path, caplog):
 
 
 async def test_a_provider_without_a_key_ends_invalid_naming_the_variable(stack, client, tmp_path):
-    from worker import build_worker
-
     settings = stack.model_copy(update={"emulate_providers": False})  # as without --emulate-providers
     db = Database(settings.database_url)
     catalog = make_catalog(tmp_path, [("nokey-1", "Lamp", "A lamp")])
@@ -205,7 +201,7 @@ async def test_a_provider_without_a_key_ends_invalid_naming_the_variable(stack, 
     with db.transaction() as session:
         (task,) = queries.list_tasks(session, summary.import_id)
     queue = f"test-{uuid.uuid4().hex[:12]}"
-    async with build_worker(client, settings, task_queue=queue):
+    async with serving(client, settings, queue):
         await start_workflows(client, [task], summary.import_id, queue)
         assert await wait_for_status(settings, task.id, {"INVALID"}) == "INVALID"
     with db.transaction() as session:

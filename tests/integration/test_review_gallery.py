@@ -26,8 +26,9 @@ import httpx
 import pytest
 from cli_helpers import run_cli_async
 from sqlalchemy import select
-from stack_helpers import import_small, wait_for_status
+from stack_helpers import gateway_log_after, import_small, wait_for_status
 
+from control import review as review_queue
 from control import review_tokens
 from schema import queries
 from schema.db import Database
@@ -238,6 +239,16 @@ async def test_review_gallery_end_to_end(stack, client, task_queue, tmp_path, em
     assert sorted(e.payload["reason"] for e in by_event["review_rejected"]) == ["black video", "frozen picture"]
     [regenerated] = by_event["review_regenerate"]
     assert regenerated.task_id == regen and regenerated.payload["prompt"] == EDITED
+
+    # The gallery's pages are slices of the whole list, in its order (failed checks first).
+    with db.transaction() as session:
+        whole = [i.task_id for i in review_queue.review_items(session, imp, review_queue.Filters(status=None))]
+        paged = [i.task_id for n in range(3) for i in review_queue.review_items(
+            session, imp, review_queue.Filters(status=None), offset=3 * n, limit=3)]
+    assert paged == whole and len(whole) == 8 and set(whole[:2]) == {black[0], frozen[0]}
+    # Nothing the reviewer's link carried was logged by the gateway.
+    log = gateway_log_after(stack, f"/review/{imp}?[redacted]")
+    assert f"GET /review/{imp}?[redacted]" in log and link.json["url"].split("token=")[1] not in log
     assert regenerated.payload["by"] == REVIEWER and regenerated.to_status == "QUEUED"
     sums: dict[str, Counter] = {}
     for row in ledger:

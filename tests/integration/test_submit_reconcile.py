@@ -11,11 +11,11 @@ from decimal import Decimal
 
 import pytest
 from sqlalchemy import select, update
-from stack_helpers import import_small
+from stack_helpers import claim_dispatch, import_small
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.errors import NOT_YET_CONCLUSIVE, PROVIDER_REFUSED
+from activities.errors import DISPATCH_NOT_CLAIMED, NOT_YET_CONCLUSIVE, PROVIDER_REFUSED
 from activities.poll import PollActivities
 from activities.submit import SubmitActivities, request_key
 from adapters.providers.base import (
@@ -30,8 +30,16 @@ from adapters.providers.base import (
 )
 from adapters.providers.emulator import EmulatorProvider
 from adapters.storage import ObjectStorage
-from schema import queries
-from schema.contracts import AttemptRef, JobRef, ReconcileOutcome, StrayJobRef
+from schema import ledger_check, queries
+from schema.contracts import (
+    AttemptRef,
+    JobRef,
+    ReconcileOutcome,
+    StrayCostAcceptance,
+    StrayJobRef,
+    SubmitActivityResult,
+    TaskRef,
+)
 from schema.db import Database
 from schema.models import Attempt, CreditEntry, StrayJob, Task
 
@@ -65,6 +73,8 @@ class ScriptedProvider:
         return JobState(provider=self.name, job_id=job_id, status=JobStatus.RUNNING, raw_status="running")
 
     def cancel(self, job_id: str) -> JobState:
+        if self.status_error:
+            raise self.status_error
         return JobState(provider=self.name, job_id=job_id, status=JobStatus.CANCELED, raw_status="canceled",
                         usage=Usage(cost=0.5))
 
@@ -74,6 +84,7 @@ def one_task(stack, tmp_path) -> Task:
     summary = import_small(stack, tmp_path, [("S-1", "Stool", "A stool")], duration_s=1)
     with Database(stack.database_url).transaction() as session:
         (task,) = queries.list_tasks(session, summary.import_id)
+    claim_dispatch(stack.database_url, task.id)
     return task
 
 
@@ -94,6 +105,20 @@ def age_call(stack, task_id: str, seconds: float) -> None:
     with Database(stack.database_url).transaction() as session:
         session.execute(update(Attempt).where(Attempt.task_id == task_id).values(
             call_ended_at=datetime.now(UTC) - timedelta(seconds=seconds)))
+
+
+def test_a_task_not_dispatching_is_never_sent(stack, one_task):
+    """The last line of defence behind the state machine: a dispatch it refused sends nothing."""
+    provider = ScriptedProvider(one_task.provider)
+    sent: list[str] = []
+    provider.submit = lambda request: sent.append(request.request_key)  # type: ignore[method-assign]
+    submit, _ = activities(stack, provider)
+    with Database(stack.database_url).transaction() as session:
+        session.get(Task, one_task.id).status = "QUEUED"
+    with pytest.raises(ApplicationError) as refused:
+        ActivityEnvironment().run(submit.submit, AttemptRef(task_id=one_task.id, attempt_no=1))
+    assert refused.value.type == DISPATCH_NOT_CLAIMED and refused.value.non_retryable
+    assert sent == [] and attempt_row(stack, one_task.id) is None
 
 
 def test_absent_is_concluded_only_after_the_window_from_the_call_end(stack, one_task):
@@ -141,50 +166,120 @@ def test_a_provider_that_cannot_be_asked_is_never_concluded_absent(stack, one_ta
     assert attempt_row(stack, one_task.id).submit_state == "UNKNOWN"
 
 
+def late_job(task: Task) -> str:
+    return f"late-{task.id[:12]}"  # provider job ids are unique across tasks
+
+
+def late_answer(stack, task: Task, provider: ScriptedProvider, submit: SubmitActivities) -> SubmitActivityResult:
+    """A submit whose answer (job `late_job(task)` accepted) comes after reconcile concluded
+    "absent"; what that submit run returns."""
+    ref = AttemptRef(task_id=task.id, attempt_no=1)
+    provider.release = threading.Event()
+    provider.answer = SubmitResult(outcome=SubmitOutcome.ACCEPTED, provider=provider.name, request_key="",
+                                   job_id=late_job(task))
+    answers = []
+    slow = threading.Thread(target=lambda: answers.append(ActivityEnvironment().run(submit.submit, ref)))
+    slow.start()
+    for _ in range(100):
+        row = attempt_row(stack, task.id)
+        if row is not None:
+            break
+        threading.Event().wait(0.05)
+    with Database(stack.database_url).transaction() as session:
+        session.execute(update(Attempt).where(Attempt.task_id == task.id).values(
+            sent_at=datetime.now(UTC) - timedelta(minutes=5)))
+    assert ActivityEnvironment().run(submit.reconcile_submit, ref).outcome is ReconcileOutcome.ABSENT
+    provider.release.set()
+    slow.join(30)
+    return answers[0]
+
+
 def test_a_late_answer_cannot_overwrite_the_conclusion(stack, one_task):
     """The original submit's second write comes after reconcile concluded "absent": the conclusion
     stands (compare-and-set) and the job the late answer names is kept as a stray job."""
     provider = ScriptedProvider(one_task.provider, window_s=0)
     submit, _ = activities(stack, provider)
-    ref = AttemptRef(task_id=one_task.id, attempt_no=1)
-    provider.release = threading.Event()
-    provider.answer = SubmitResult(outcome=SubmitOutcome.ACCEPTED, provider=provider.name, request_key="",
-                                   job_id="late-job")
-    answers = []
-    slow = threading.Thread(target=lambda: answers.append(ActivityEnvironment().run(submit.submit, ref)))
-    slow.start()
-    for _ in range(100):
-        row = attempt_row(stack, one_task.id)
-        if row is not None:
-            break
-        threading.Event().wait(0.05)
-    with Database(stack.database_url).transaction() as session:
-        session.execute(update(Attempt).where(Attempt.task_id == one_task.id).values(
-            sent_at=datetime.now(UTC) - timedelta(minutes=5)))
-    assert ActivityEnvironment().run(submit.reconcile_submit, ref).outcome is ReconcileOutcome.ABSENT
-    provider.release.set()
-    slow.join(30)
-    assert answers[0].outcome is SubmitOutcome.REJECTED_RETRYABLE  # what the attempt says, not the late answer
+    answer = late_answer(stack, one_task, provider, submit)
+    assert answer.outcome is SubmitOutcome.REJECTED_RETRYABLE  # what the attempt says, not the late answer
     row = attempt_row(stack, one_task.id)
     assert row.submit_state == "FAILED_BEFORE_ACCEPT" and row.provider_job_id is None
     with Database(stack.database_url).transaction() as session:
         stray = session.scalar(select(StrayJob).where(StrayJob.task_id == one_task.id))
-    assert (stray.provider_job_id, stray.found_by, stray.accounted) == ("late-job", "late_answer", False)
+    assert (stray.provider_job_id, stray.found_by, stray.accounted) == (late_job(one_task), "late_answer", False)
+
+
+def stray_rules(stack, task: Task) -> list[str]:
+    """`ledger check`'s stray rule for the task, once it is finished."""
+    with Database(stack.database_url).transaction() as session:
+        session.execute(update(Task).where(Task.id == task.id).values(status="FAILED_FINAL"))
+        return [v.detail for v in ledger_check.check(session, task.import_id).violations
+                if v.rule is ledger_check.Rule.STRAY_UNACCOUNTED]
+
+
+def adjustments(stack, task: Task) -> list[tuple[str, Decimal, str]]:
+    with Database(stack.database_url).transaction() as session:
+        return [(c.provider_job_id, c.amount, c.note) for c in session.scalars(
+            select(CreditEntry).where(CreditEntry.task_id == task.id, CreditEntry.entry_type == "ADJUSTMENT"))]
+
+
+def test_a_late_answer_stray_is_found_and_accounted(stack, one_task):
+    """Nobody told the workflow about the late answer's job: it asks the database for the task's
+    unaccounted strays before its ledger closes, and accounts each (cancel, cost, ADJUSTMENT)."""
+    provider = ScriptedProvider(one_task.provider, window_s=0)
+    submit, poll = activities(stack, provider)
+    late_answer(stack, one_task, provider, submit)
+    env = ActivityEnvironment()
+    (stray,) = env.run(poll.unaccounted_strays, TaskRef(task_id=one_task.id))
+    assert stray == StrayJobRef(task_id=one_task.id, attempt_no=1, job_id=late_job(one_task))
+    assert len(stray_rules(stack, one_task)) == 1  # unaccounted: `ledger check` says so
+    assert env.run(poll.account_stray_job, stray).cost == 0.5
+    assert env.run(poll.unaccounted_strays, TaskRef(task_id=one_task.id)) == []
+    assert [(job, amount) for job, amount, _ in adjustments(stack, one_task)] == [(late_job(one_task), Decimal("0.5"))]
+    assert stray_rules(stack, one_task) == []
+
+
+def test_a_refused_stray_is_booked_at_the_estimate_on_a_persons_word(stack, one_task):
+    """The provider refuses to answer for the duplicate (cancel and status both 4xx): a person
+    accepts its cost as unknown; the task's estimate is booked once, noted, and the stray is
+    accounted for `ledger check`."""
+    provider = ScriptedProvider(one_task.provider, window_s=0)
+    submit, poll = activities(stack, provider)
+    late_answer(stack, one_task, provider, submit)
+    provider.status_error = ProviderError("POST /jobs/{id}/cancel: 404 no such job", retryable=False,
+                                          http_status=404)
+    env = ActivityEnvironment()
+    (stray,) = env.run(poll.unaccounted_strays, TaskRef(task_id=one_task.id))
+    with pytest.raises(ApplicationError) as refused:
+        env.run(poll.account_stray_job, stray)
+    assert refused.value.type == PROVIDER_REFUSED and refused.value.non_retryable
+    decision = StrayCostAcceptance(stray=stray, by="ops", reason="checked the dashboard")
+    assert env.run(poll.accept_stray_cost, decision) == float(one_task.estimated_cost)
+    assert env.run(poll.accept_stray_cost, decision) == float(one_task.estimated_cost)  # once
+    ((job, amount, note),) = adjustments(stack, one_task)
+    assert (job, amount) == (late_job(one_task), one_task.estimated_cost)
+    assert "cost unknown" in note and "accepted by ops: checked the dashboard" in note
+    assert stray_rules(stack, one_task) == []
+
+
+def two_jobs_for_one_key(stack, task: Task) -> tuple[EmulatorProvider, SubmitActivities, PollActivities, str, str]:
+    """An unknown submit (attempt 1) for which the emulator holds two jobs, oldest first."""
+    emulator = EmulatorProvider(stack.emulator_url, stack.emulator_api_key)
+    submit, poll = activities(stack, emulator)
+    request = GenerationRequest(request_key=request_key(task.id, 1), model=task.model, prompt="p",
+                                aspect_ratio="9:16", duration_s=1.0)
+    first, second = emulator.submit(request).job_id, emulator.submit(request).job_id
+    with Database(stack.database_url).transaction() as session:
+        session.add(Attempt(task_id=task.id, attempt_no=1, provider=emulator.name, model=task.model,
+                            request_key=request.request_key, submit_state="UNKNOWN", request_fingerprint="x",
+                            sent_at=datetime.now(UTC), call_ended_at=datetime.now(UTC), updated_at=datetime.now(UTC)))
+    return emulator, submit, poll, first, second
 
 
 def test_duplicates_are_kept_cancelled_and_costed(stack, one_task):
     """Two jobs at the emulator for one request key: reconcile follows the oldest and keeps the
     other as a stray job, which is cancelled and recorded as an ADJUSTMENT with its job id."""
-    emulator = EmulatorProvider(stack.emulator_url, stack.emulator_api_key)
-    submit, poll = activities(stack, emulator)
+    emulator, submit, poll, first, second = two_jobs_for_one_key(stack, one_task)
     ref = AttemptRef(task_id=one_task.id, attempt_no=1)
-    request = GenerationRequest(request_key=request_key(one_task.id, 1), model=one_task.model, prompt="p",
-                                aspect_ratio="9:16", duration_s=1.0)
-    first, second = emulator.submit(request).job_id, emulator.submit(request).job_id
-    with Database(stack.database_url).transaction() as session:
-        session.add(Attempt(task_id=one_task.id, attempt_no=1, provider=emulator.name, model=one_task.model,
-                            request_key=request.request_key, submit_state="UNKNOWN", request_fingerprint="x",
-                            sent_at=datetime.now(UTC), call_ended_at=datetime.now(UTC), updated_at=datetime.now(UTC)))
     env = ActivityEnvironment()
     found = env.run(submit.reconcile_submit, ref)
     assert (found.outcome, found.job_id, found.duplicates) == (ReconcileOutcome.FOUND, first, [second])
@@ -197,6 +292,22 @@ def test_duplicates_are_kept_cancelled_and_costed(stack, one_task):
         kept = session.scalar(select(StrayJob).where(StrayJob.provider_job_id == second))
     assert adjustment.provider_job_id == second and adjustment.amount == Decimal(str(stray.cost))
     assert kept.accounted
+    emulator.cancel(first)
+
+
+def test_a_retried_reconcile_returns_the_duplicates_it_found(stack, one_task):
+    """The first run commits its findings and its answer is lost (the worker killed after the
+    commit, or the timeout): the retry answers from what the database records, duplicates
+    included, so the workflow still accounts every one of them."""
+    emulator, submit, poll, first, second = two_jobs_for_one_key(stack, one_task)
+    ref = AttemptRef(task_id=one_task.id, attempt_no=1)
+    env = ActivityEnvironment()
+    lost = env.run(submit.reconcile_submit, ref)
+    retried = env.run(submit.reconcile_submit, ref)
+    assert retried == lost
+    assert (retried.outcome, retried.job_id, retried.duplicates) == (ReconcileOutcome.FOUND, first, [second])
+    env.run(poll.account_stray_job, StrayJobRef(task_id=one_task.id, attempt_no=1, job_id=second))
+    assert env.run(submit.reconcile_submit, ref).duplicates == []  # accounted: nothing left to do
     emulator.cancel(first)
 
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from cli_helpers import run_cli_async
 from sqlalchemy import select, update
-from stack_helpers import import_small, run_all
+from stack_helpers import claim_dispatch, import_small, run_all
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
@@ -237,6 +237,7 @@ async def test_a_webhook_before_the_submit_answer_is_claimed_by_the_submit(stack
     assert (await deliver(stack, job_json("job_elsewhere_" + uuid.uuid4().hex, key), early_key)).status_code == 200
     assert event_rows(stack, event_id=early_key)[0].state == "orphan"
 
+    claim_dispatch(stack.database_url, task.id)
     submit = SubmitActivities(db, ObjectStorage.from_settings(stack), build_providers(stack), "test-worker",
                               webhook_url=stack.webhook_url)
     ref = AttemptRef(task_id=task.id, attempt_no=1)

@@ -1,8 +1,11 @@
-"""docker-compose.yml stays in step with Settings: same variable names, ports that line up."""
+"""docker-compose.yml stays in step with Settings: same variable names, ports that line up; no
+literal secret and nothing but the gateway and the Temporal UI published, on loopback."""
 
 from __future__ import annotations
 
 import re
+import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -11,12 +14,20 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
+from cli.secrets import COMPOSE_SECRETS, init_env_file, read_env_file
+from config.secrets import PLACEHOLDERS
 from config.settings import Settings
 from devstack import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {"postgres", "temporal", "temporal-ui", "minio", "emulator", "gateway", "worker"}
 LOCAL_HOSTS = {"localhost", "127.0.0.1"}
+# Published only these, and only on loopback; never a database, S3, Temporal, emulator or metrics port.
+PUBLISHED = {"gateway", "temporal-ui"}
+INTERNAL_PORTS = {5432: "Postgres", 9000: "S3", 9001: "MinIO console", 7233: "Temporal", 9464: "metrics",
+                  8900: "emulator", 9090: "metrics"}
+SECRET_NAME = re.compile(r"(SECRET|PASSWORD|_PWD|TOKEN|API_KEY|ACCESS_KEY|ROOT_USER)")
+_REFERENCE = re.compile(r"\$\{([A-Z0-9_]+)(?::?([-?])([^}]*))?\}")
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +40,35 @@ def _app_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
     return {name: svc for name, svc in services.items() if "build" in svc}
 
 
-def _env(svc: dict[str, Any]) -> dict[str, str]:
+@lru_cache(maxsize=1)
+def _dotenv() -> dict[str, str]:
+    """What `make secrets` writes: the values compose substitutes for `${NAME:?...}`."""
+    with tempfile.TemporaryDirectory() as folder:
+        init_env_file(Path(folder) / ".env")
+        return read_env_file(Path(folder) / ".env")
+
+
+def _raw_env(svc: dict[str, Any]) -> dict[str, str]:
     env = svc.get("environment") or {}
     if isinstance(env, list):
         env = dict(item.split("=", 1) for item in env)
     return {k: str(v) for k, v in env.items()}
+
+
+def _interpolate(value: str, dotenv: dict[str, str]) -> str:
+    """Compose's `${NAME}`, `${NAME:-default}`, `${NAME:?error}` against the env file."""
+    def one(match: re.Match[str]) -> str:
+        name, kind, rest = match.groups()
+        if dotenv.get(name):
+            return dotenv[name]
+        assert kind != "?", f"{name} is required but .env has no value"
+        return rest if kind == "-" else ""
+
+    return _REFERENCE.sub(one, value)
+
+
+def _env(svc: dict[str, Any]) -> dict[str, str]:
+    return {k: _interpolate(v, _dotenv()) for k, v in _raw_env(svc).items()}
 
 
 def _port_pairs(svc: dict[str, Any]) -> list[tuple[int | None, int]]:
@@ -56,7 +91,7 @@ def _endpoints(env: dict[str, str]) -> list[tuple[str, str, int]]:
         if key in ("DATABASE_URL", "REELQUEUE_DATABASE_URL"):
             url = make_url(value)
             found.append((key, str(url.host), int(url.port or 5432)))
-        elif key.endswith("_URL"):
+        elif key.endswith("_URL") and value:
             parts = urlsplit(value)
             default = 443 if parts.scheme == "https" else 80
             found.append((key, str(parts.hostname), parts.port or default))
@@ -167,3 +202,65 @@ def test_dev_stack_registers_what_the_workflows_upsert() -> None:
     keys = pytest.importorskip("workflows.search_attributes")
     assert {key.name for key in keys.ALL} == set(SEARCH_ATTRIBUTES)
     assert all(kind == "Keyword" for kind in SEARCH_ATTRIBUTES.values())
+
+
+def test_no_secret_is_written_in_the_compose_file(services: dict[str, dict[str, Any]]) -> None:
+    """Every secret-named variable is a required reference to the env file (a default would ship it)."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    for placeholder in (p for p in PLACEHOLDERS if len(p) > 12):  # the ones this file used to ship
+        assert placeholder not in text, placeholder
+    for name, svc in services.items():
+        for key, value in _raw_env(svc).items():
+            if key == "DATABASE_URL":
+                password = make_url(value).password
+                assert password and _REFERENCE.fullmatch(str(password)), f"{name}: {key} has a literal password"
+            elif SECRET_NAME.search(key) and not key.endswith("_PREVIOUS") and "PROVIDER" not in key:
+                match = _REFERENCE.fullmatch(value)
+                assert match, f"{name}: {key} is a literal ({value[:4]}...)"
+                assert match.group(2) == "?" or not match.group(3), f"{name}: {key} has a default value"
+        for part in map(str, svc.get("command") or []):
+            for placeholder in PLACEHOLDERS:
+                assert placeholder not in part.split(), f"{name}: a literal secret in its command"
+
+
+def test_the_secrets_compose_requires_are_the_ones_make_secrets_writes() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    required = {m.group(1) for m in _REFERENCE.finditer(text) if m.group(2) == "?"}
+    assert required == set(COMPOSE_SECRETS)
+    example = read_env_file(ROOT / ".env.example")
+    assert set(example) >= {m.group(1) for m in _REFERENCE.finditer(text)}
+    assert not any(example.values()), ".env.example holds a value"
+    assert ".env" in (ROOT / ".gitignore").read_text().split()
+    assert ".env" in (ROOT / "docker" / "Dockerfile.dockerignore").read_text().split()
+    from config.secrets import problem
+
+    for name in COMPOSE_SECRETS:
+        if name != "REELQUEUE_S3_ACCESS_KEY":
+            assert problem(name.removeprefix("REELQUEUE_").lower(), _dotenv()[name]) is None, name
+
+
+def _published(entry: Any) -> tuple[str, int | None, int]:
+    """(host ip, host port, container port) of one `ports` entry."""
+    if isinstance(entry, dict):
+        return str(entry.get("host_ip", "")), int(entry["published"]) if entry.get("published") else None, \
+            int(entry["target"])
+    parts = str(entry).split("/")[0].split(":")
+    ip = parts[0] if len(parts) == 3 else ""
+    return ip, int(parts[-2]) if len(parts) > 1 else None, int(parts[-1])
+
+
+def test_only_the_gateway_and_the_temporal_ui_are_published_on_loopback(services) -> None:
+    for name, svc in services.items():
+        for entry in svc.get("ports") or []:
+            ip, host_port, target = _published(entry)
+            assert name in PUBLISHED, f"{name} publishes {entry}"
+            assert ip == "127.0.0.1", f"{name} publishes {entry} on every interface"
+            for port in (host_port, target):
+                assert port not in INTERNAL_PORTS, f"{name} publishes a {INTERNAL_PORTS.get(port)} port"
+    assert services["gateway"]["command"][:3] == ["python", "-m", "gateway"]  # checks its secrets (exit 2)
+
+
+def test_the_worker_metrics_stay_on_the_compose_network(services) -> None:
+    worker = services["worker"]
+    assert not worker.get("ports")
+    assert int(_env(worker)["REELQUEUE_WORKER_METRICS_PORT"]) in {t for _, t in _port_pairs(worker)}

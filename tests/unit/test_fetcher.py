@@ -256,7 +256,11 @@ def test_non_global_ipv4_is_refused_however_wrapped(v4: ipaddress.IPv4Address) -
         assert address_refusal(v6) is not None, v6
 
 
-@given(st.ip_addresses(v=4).filter(lambda ip: ip.is_global and not ip.is_multicast and not ip.is_reserved))
+_RELAY = ipaddress.IPv4Network("192.88.99.0/24")  # global to Python, refused here (deprecated relay anycast)
+
+
+@given(st.ip_addresses(v=4).filter(lambda ip: ip.is_global and not ip.is_multicast and not ip.is_reserved
+                                    and ip not in _RELAY))
 def test_global_ipv4_passes_plain_mapped_and_nat64(v4: ipaddress.IPv4Address) -> None:
     """IPv6-only networks reach IPv4 hosts through NAT64: those must keep working."""
     mapped, _, nat64 = _wrapped(v4)
@@ -266,6 +270,37 @@ def test_global_ipv4_passes_plain_mapped_and_nat64(v4: ipaddress.IPv4Address) ->
 @pytest.mark.parametrize("address", ["2606:4700:4700::1111", "8.8.8.8", "2002:808:808::1"])
 def test_global_addresses_pass(address: str) -> None:
     assert address_refusal(address) is None
+
+
+@pytest.mark.parametrize(("address", "why"), [
+    ("fec0::1", "site-local"),  # is_global in Python 3.11
+    ("feff:ffff::1", "site-local"),
+    ("3fff::1", "documentation"),  # is_global in Python 3.11
+    ("5f00::1", "segment routing"),
+    ("64:ff9b:1::a00:1", "local-use NAT64"),  # NAT64 of 10.0.0.1 in the local-use prefix
+    ("64:ff9b:1::808:808", "local-use NAT64"),  # ... and of a public address: local all the same
+    ("::10.0.0.1", "IPv4-compatible"),
+    ("::8.8.8.8", "IPv4-compatible"),
+    ("::ffff:0:a00:1", "IPv4-translated"),
+    ("192.88.99.1", "6to4 relay"),
+    ("2002:c058:6301::1", "6to4 relay"),  # 6to4 of the relay anycast address
+    ("2002:a00:1::1", "private"),  # 6to4 of 10.0.0.1
+    ("2002:7f00:1::1", "loopback"),  # 6to4 of 127.0.0.1
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "embeds 192.0.2.45"),  # Teredo, client 192.0.2.45
+    ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"),  # Teredo, client 10.0.0.1
+    ("64:ff9b::7f00:1", "loopback"),  # NAT64 of 127.0.0.1
+    ("::ffff:169.254.169.254", "link-local"),  # the cloud metadata address, mapped
+    ("fc00::1", "private"),
+    ("fe80::1", "link-local"),
+    ("ff02::1", "multicast"),
+    ("2001:db8::1", "private"),
+    ("100::1", "private"),  # discard-only
+    ("100.64.0.1", "not global"),
+])
+def test_special_ranges_are_refused(address: str, why: str) -> None:
+    """Each range the `ipaddress` module may miss, and each way IPv6 carries a private IPv4 address."""
+    refusal = address_refusal(address)
+    assert refusal is not None and why in refusal, refusal
 
 
 def test_backend_never_connects_to_an_unchecked_name() -> None:

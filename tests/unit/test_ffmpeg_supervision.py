@@ -126,3 +126,31 @@ def test_input_caps_and_budgets() -> None:
     assert budget(small.model_copy(update={"width": 1920, "height": 1080})) > budget(
         small.model_copy(update={"width": 1280, "height": 720}))
     assert RunOptions(read_rate=0.1).budget_s(small) >= budget(small) + 40
+
+
+def _fake_ffprobe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """ffprobe replaced by a shell script (it still runs through the real supervision)."""
+    script = tmp_path / "ffprobe"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    monkeypatch.setattr("adapters.media.ffmpeg_tools.ffprobe_path", lambda: str(script))
+
+
+def test_ffprobe_runs_under_the_same_caps_as_ffmpeg(clip: Path, tmp_path: Path, monkeypatch) -> None:
+    # the caps are set on the running child: the script reports its own after a moment
+    _fake_ffprobe(tmp_path, monkeypatch, 'sleep 0.5; echo "{\\"as_kib\\": \\"$(ulimit -v)\\", '
+                                         '\\"cpu_s\\": \\"$(ulimit -t)\\", \\"nice\\": \\"$(nice)\\"}"')
+    seen = probe_json(clip, timeout_s=20, limits=MediaLimits(threads=2, nice=7, max_memory_mb=512))
+    assert seen == {"as_kib": str(512 * 1024), "cpu_s": str(20 * 2 + 1), "nice": "7"}
+
+
+def test_an_ffprobe_past_its_time_is_killed(clip: Path, tmp_path: Path, monkeypatch) -> None:
+    marker = tmp_path / "pid"
+    _fake_ffprobe(tmp_path, monkeypatch, f"echo $$ > {marker}; exec sleep 30")
+    started = time.monotonic()
+    with pytest.raises(MediaTimeout) as info:
+        probe_json(clip, timeout_s=0.5)
+    assert info.value.retryable and time.monotonic() - started < 5
+    pid = int(marker.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

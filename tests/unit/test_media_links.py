@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from config.settings import Settings
 from delivery.download import file_name
 from delivery.export import ExportRow
-from delivery.links import LinkError, LinkSigner, signing_key
+from delivery.links import LinkError, LinkSigner
 from gateway.media import _range
 from gateway.problems import ProblemError
 
@@ -14,8 +15,8 @@ KEY = "tenants/t/tasks/abc/hls/v1/index.m3u8"
 NOW = 1_800_000_000.0
 
 
-def signer(secret: str = "s3-secret") -> LinkSigner:
-    return LinkSigner(signing_key("", secret), "http://gw.example/")
+def signer(secret: str = "media-link-secret", previous: str = "") -> LinkSigner:
+    return LinkSigner(secret.encode(), "http://gw.example/", previous.encode())
 
 
 def _token(url: str) -> str:
@@ -51,9 +52,34 @@ def test_a_token_never_reaches_outside_its_folder(name):
         signer().key_for(token, name, now=NOW)
 
 
-def test_a_configured_secret_wins_over_the_derived_one():
-    assert signing_key("mine", "s3") == b"mine"
-    assert signing_key("", "s3") != signing_key("", "s3-other")
+def test_no_key_is_derived_from_the_s3_secret(monkeypatch, tmp_path):
+    """The public default S3 secret used to key media links; now only the media-link secret does."""
+    monkeypatch.setenv("REELQUEUE_HOME", str(tmp_path))
+    public = Settings(s3_secret_key="reelqueue-secret", media_link_secret="")
+    with pytest.raises(LinkError, match="REELQUEUE_MEDIA_LINK_SECRET"):
+        LinkSigner.from_settings(public).link(KEY, 60)
+    forged = _token(LinkSigner(b"reelqueue-secret", "http://gw.example/").link(KEY, 60, now=NOW).url)
+    with pytest.raises(LinkError):
+        LinkSigner.from_settings(public).key_for(forged, "index.m3u8", now=NOW)
+    own = Settings(s3_secret_key="reelqueue-secret", media_link_secret="m" * 16 + "edia-link-secret-0123")
+    assert LinkSigner.from_settings(own).key_for(
+        _token(LinkSigner.from_settings(own).link(KEY, 60, now=NOW).url), "index.m3u8", now=NOW) == KEY
+
+
+def test_during_a_change_of_key_links_of_the_previous_key_still_open():
+    old = _token(signer("old-key").link(KEY, 60, now=NOW).url)
+    rotated = signer("new-key", previous="old-key")
+    assert rotated.key_for(old, "index.m3u8", now=NOW) == KEY
+    assert rotated.key_for(_token(rotated.link(KEY, 60, now=NOW).url), "index.m3u8", now=NOW) == KEY
+    assert _token(rotated.link(KEY, 60, now=NOW).url) == _token(signer("new-key").link(KEY, 60, now=NOW).url)
+    with pytest.raises(LinkError):  # once the previous key is dropped, its links close
+        signer("new-key").key_for(old, "index.m3u8", now=NOW)
+
+
+@pytest.mark.parametrize("token", ["é.ü", "abc.ü", "ü", "\x00.\x00", "a.%ff"])
+def test_non_ascii_or_malformed_tokens_are_refused_not_crashed(token):
+    with pytest.raises(LinkError):
+        signer().key_for(token, "index.m3u8", now=NOW)
 
 
 @pytest.mark.parametrize("header, expected", [

@@ -9,32 +9,11 @@ import socket
 from decimal import Decimal
 
 import pytest
-from typer.testing import CliRunner
 
 from activities.tasks import _invalid_reason
 from adapters.providers import build_providers
-from config.settings import Settings, get_settings
+from config.settings import Settings
 from schema.models import Task
-
-
-@pytest.fixture
-def cli(tmp_path, monkeypatch):
-    """Run the CLI with only the given REELQUEUE_* variables (and an empty home)."""
-    from starter import app
-
-    def run(*args: str, **env: str):  # noqa: ANN202 - a click Result
-        for key in [k for k in os.environ if k.startswith("REELQUEUE_")]:
-            monkeypatch.delenv(key)
-        monkeypatch.setenv("REELQUEUE_HOME", str(tmp_path))
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        get_settings.cache_clear()
-        try:
-            return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
-        finally:
-            get_settings.cache_clear()
-
-    return run
 
 
 def test_listing_names_every_provider_and_what_is_missing(cli):

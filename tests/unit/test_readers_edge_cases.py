@@ -137,7 +137,7 @@ def test_mangled_numbers_and_excel_guards() -> None:
         (3, "barcode", "4.6347E+11", IssueAction.WARNING),
     ]
     assert products[0].attributes["published"] == "-1"
-    assert products[1].attributes["note"] == "=SUM(A1)"
+    assert products[1].attributes["note"] == "'=SUM(A1)"  # the quote that disarms a formula is kept
 
 
 def test_merchant_feed_prefixed_headers_and_comma_urls() -> None:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import HISTORIES, RECORD
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
-from workflow_fakes import ending, outage
+from workflow_fakes import HISTORIES, RECORD, ending, outage
 
 from activities.errors import OUTPUT_INVALID
 from schema.contracts import RenditionOut, RenditionProfile, RenditionsResult, RenditionStatus, TranscodeInput

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-from temporalio.testing import WorkflowEnvironment
 from workflow_fakes import RUNNING, SUCCEEDED, accepted, ending, until, webhook
 
 from schema.contracts import JobStatus
@@ -20,13 +18,6 @@ from workflows.observations import SAFETY_NET_FIRST_S
 HISTORY_FOLDER = "safety-net-60s"  # the safety net's 60-s first wait (earlier folders hold the 30-s one)
 MAIN_LINE = ["VALIDATING", "QUOTA_RESERVED", "QUEUED", "DISPATCHING", "SUBMITTED", "RUNNING",
              "OUTPUT_FETCHING", "POST_PROCESSING", "SUCCEEDED"]
-
-
-@pytest.fixture
-def env(own_env: WorkflowEnvironment) -> WorkflowEnvironment:
-    """A server per test here: these tests skip past the safety net's first wait (60 s), which on
-    the server shared with the other workflow tests did not skip (the test waited it in real time)."""
-    return own_env
 
 
 async def _following(env, world, run_world):

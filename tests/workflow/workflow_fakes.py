@@ -45,6 +45,7 @@ from schema.contracts import (
     RenditionStatus,
     ReviewPolicy,
     SettleInput,
+    StrayCostAcceptance,
     StrayJobRef,
     StrayJobResult,
     SubmitActivityResult,
@@ -132,6 +133,7 @@ class World:
 
     status: sm.TaskStatus = sm.TaskStatus.CREATED
     version: int = 0
+    past: sm.Past = field(default_factory=sm.Past)  # what the guarded rows ask, as Postgres folds it
     valid: bool | BaseException = True  # an exception: validate_task raises it
     credit: bool = True
     deadline_s: float = 3600.0
@@ -156,6 +158,8 @@ class World:
     review: ReviewPolicy | None = None  # what validate_task reads from the task's template
     checks: list[Answer] = field(default_factory=lambda: [CHECKS_PASSED])
     transitions: list[TransitionInput] = field(default_factory=list)  # every applied move, as sent
+    strays: list[StrayJobRef] = field(default_factory=list)  # stray_jobs rows not accounted yet
+    stray_answers: list[Answer] = field(default_factory=lambda: [StrayJobResult(status=JobStatus.CANCELED, cost=1.0)])
 
     # -- script helpers ---------------------------------------------------------------------
 
@@ -214,6 +218,13 @@ class World:
             raise answer
         return answer
 
+    def _book_stray(self, ref: StrayJobRef, cost: Decimal) -> None:
+        """Accounted: an ADJUSTMENT with its job id (once), and no longer an open stray."""
+        key = f"adjustment:job:{ref.job_id}"
+        if not any(k == key for _, _, k in self.ledger):
+            self.ledger.append(("ADJUSTMENT", cost, key))
+        self.strays = [s for s in self.strays if s.job_id != ref.job_id]
+
     def activities(self) -> list[Callable[..., Any]]:
         world = self
 
@@ -222,8 +233,11 @@ class World:
             if req.source_event_id in world.seen:  # idempotent per source event, as in Postgres
                 return world.seen[req.source_event_id]
             to = sm.target(world.status, req.event)
+            if sm.refusal(world.status, req.event, world.past) is not None:
+                to = None
             world.events.append((req.event.value, (to or world.status).value, to is not None))
             if to is not None:
+                world.past = world.past.after(req.event, world.status, to)
                 world.status, world.version = to, world.version + 1
                 world.transitions.append(req)
             result = TransitionResult(applied=to is not None, status=world.status, version=world.version)
@@ -294,9 +308,20 @@ class World:
 
         @activity.defn(name="account_stray_job")
         async def account_stray_job(ref: StrayJobRef) -> StrayJobResult:
-            await world._enter("account_stray_job", ref)
-            world.ledger.append(("ADJUSTMENT", Decimal("1"), f"adjustment:job:{ref.job_id}"))
-            return StrayJobResult(status=JobStatus.CANCELED, cost=1.0)
+            result = await world._answer("account_stray_job", ref, world.stray_answers)
+            world._book_stray(ref, Decimal(str(result.cost)))
+            return result
+
+        @activity.defn(name="unaccounted_strays")
+        async def unaccounted_strays(ref: TaskRef) -> list[StrayJobRef]:
+            await world._enter("unaccounted_strays", ref)
+            return list(world.strays)
+
+        @activity.defn(name="accept_stray_cost")
+        async def accept_stray_cost(decision: StrayCostAcceptance) -> float:
+            await world._enter("accept_stray_cost", decision)
+            world._book_stray(decision.stray, RESERVED)
+            return float(RESERVED)
 
         @activity.defn(name="fetch_output")
         async def fetch_output(ref: JobRef) -> AssetRef:
@@ -339,8 +364,8 @@ class World:
             await ask_gate(world.client, inp, world.limit)
 
         return [request_slot, record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
-                abandon_attempt, poll_job, cancel_job, account_stray_job, fetch_output, transcode, transcode_proxy,
-                make_renditions, check_output]
+                abandon_attempt, poll_job, cancel_job, account_stray_job, unaccounted_strays, accept_stray_cost,
+                fetch_output, transcode, transcode_proxy, make_renditions, check_output]
 
 
 async def ask_gate(client: Any, inp: AdmissionInput, limit: int) -> None:

@@ -1,0 +1,106 @@
+"""What every request passes: tokens kept out of the access log, a cap on request bodies, the
+/metrics guard (docs/security.md, "Gateway")."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import re
+
+from fastapi import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.problems import ProblemError, problem_response
+
+REDACTED = "[redacted]"
+_MEDIA_TOKEN = re.compile(r"(/media/)[^/?#\s]+")
+_QUERY = re.compile(r"\?[^\s\"]*")
+ACCESS_LOGGER = "uvicorn.access"
+
+
+def redact(text: str) -> str:
+    """`text` without media tokens (a path segment) or query strings (reviewer tokens travel there)."""
+    return _QUERY.sub("?" + REDACTED, _MEDIA_TOKEN.sub(r"\g<1>" + REDACTED, text))
+
+
+class RedactTokens(logging.Filter):
+    """Rewrites uvicorn's access-log record (its path argument) before any handler formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        return True
+
+
+def install_log_redaction() -> None:
+    """Once per process: uvicorn configures its loggers before it imports the app, so this sticks."""
+    logger = logging.getLogger(ACCESS_LOGGER)
+    if not any(isinstance(f, RedactTokens) for f in logger.filters):
+        logger.addFilter(RedactTokens())
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `max_bytes`, by Content-Length or while it streams in."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.max_bytes:
+            refusal = ProblemError(413, f"request bodies are limited to {self.max_bytes} bytes", slug="body-too-large")
+            await problem_response(refusal.problem)(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise ProblemError(413, f"request bodies are limited to {self.max_bytes} bytes", slug="body-too-large")
+            return message
+
+        await self.app(scope, counted, send)
+
+
+async def read_body(request: Request, limit: int, *, what: str = "request bodies",
+                    slug: str = "body-too-large") -> bytes:
+    """The raw body, refused (413) past `limit` bytes without reading the rest; a route reads it only
+    once the caller is authenticated."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ProblemError(413, f"{what} are limited to {limit} bytes", slug=slug)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ProblemError(413, f"{what} are limited to {limit} bytes", slug=slug)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def check_metrics_access(request: Request, token: str) -> None:
+    """With a token: `Authorization: Bearer <token>` only. Without: loopback clients only."""
+    if token:
+        sent = request.headers.get("authorization", "")
+        scheme, _, value = sent.partition(" ")
+        if scheme.lower() != "bearer" or not value.isascii() or not hmac.compare_digest(value.encode(), token.encode()):
+            raise ProblemError(401, "a bearer token is required for /metrics", slug="metrics-token",
+                               headers={"WWW-Authenticate": "Bearer"})
+        return
+    host = request.client.host if request.client else ""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ProblemError(403, "/metrics answers loopback clients only unless REELQUEUE_METRICS_TOKEN is set",
+                           slug="metrics-forbidden")

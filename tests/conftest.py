@@ -1,0 +1,79 @@
+"""Fixtures every test layer may use, and the timeout hook: a test that runs past its timeout
+(pytest-timeout, see pyproject.toml) is named on the terminal with the line it waits on, even an
+async one, whose hang pytest-timeout's own report shows only as the event loop's select()."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import signal
+import struct
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings):
+    yield
+    if settings.method != "signal":
+        return
+    fail_the_test = signal.getsignal(signal.SIGALRM)
+
+    def name_then_fail(signum, frame):
+        __tracebackhide__ = True
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            terminal = item.config.get_terminal_writer()
+            terminal.line(f"\n+++ {item.nodeid} ran past its {settings.timeout:g}-s timeout +++", red=True)
+            loop = asyncio._get_running_loop()
+            for task in asyncio.all_tasks(loop) if loop else ():
+                code = getattr(task.get_coro(), "cr_code", None)
+                if code is not None and code.co_filename == str(item.path):
+                    for frame_ in task.get_stack():
+                        terminal.line(f"    waiting at {frame_.f_code.co_filename}:{frame_.f_lineno}")
+            terminal.flush()
+        fail_the_test(signum, frame)
+
+    signal.signal(signal.SIGALRM, name_then_fail)
+
+
+def _png_bomb(width: int = 20_000, height: int = 20_000) -> bytes:
+    """A valid 1-bit PNG of width x height zero pixels: about 50 KB on disk, 400 MP when decoded."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    row = b"\0" * (1 + (width + 7) // 8)
+    packer = zlib.compressobj(9)
+    idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+@pytest.fixture(scope="session")
+def png_bomb() -> Callable[..., bytes]:
+    """Makes decompression-bomb PNGs: `png_bomb()` is 20,000 x 20,000, `png_bomb(w, h)` any size."""
+    return _png_bomb
+
+
+@pytest.fixture
+def hostile_image_catalog(tmp_path: Path, png_bomb: Callable[..., bytes]) -> Path:
+    """A plain-CSV catalog in tmp_path/shop whose product OK-1 has a real PNG, HTML-1 an HTML page
+    named .png, BOMB-1 a 20,000 x 20,000 PNG and DOT-1 the path ../.secret (a file that exists)."""
+    folder = tmp_path / "shop"
+    (folder / "images").mkdir(parents=True)
+    shutil.copy(EXAMPLES / "images" / "aurora-lamp.png", folder / "images" / "good.png")
+    (folder / "images" / "page.png").write_text("<html><script>alert(document.cookie)</script></html>")
+    (folder / "images" / "bomb.png").write_bytes(png_bomb())
+    (tmp_path / ".secret").write_text("s3cr3t")
+    rows = (("OK-1", "images/good.png"), ("HTML-1", "images/page.png"), ("BOMB-1", "images/bomb.png"),
+            ("DOT-1", "../.secret"))
+    catalog = folder / "catalog.csv"
+    catalog.write_text("product_id,title,description,image_url,price,currency,category\n"
+                       + "".join(f"{pid},T {pid},d,{image},1.00,USD,Home\n" for pid, image in rows))
+    return catalog
