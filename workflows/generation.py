@@ -80,6 +80,7 @@ ADMISSION = "admission-v1"  # workflow.patched: ask the provider's gate for a sl
 WEBHOOKS = "webhooks-v1"  # workflow.patched: with webhooks on, polling is a safety net
 RENDITIONS = "renditions-v1"  # workflow.patched: the proxy decides SUCCEEDED; HLS/thumbnail retried on their own
 REVIEW = "review-v1"  # workflow.patched: automatic checks, then REVIEW until a person decides
+JOB_DEADLINE = "job-deadline-v1"  # workflow.patched: a job's deadline counts from its accepted submit (or its finding)
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
 MAX_POLL_INTERVAL_S = 15.0
@@ -165,7 +166,7 @@ class GenerationWorkflow:
         self._strays: list[asyncio.Task[Any]] = []
         self._stuck: str | None = None
         self._resolution: ResolveRequest | None = None
-        self._deadline = None  # set once validation has read the task's deadline
+        self._deadline = None  # the followed job's deadline: from its accepted submit (`_track`)
         self._in_review = False  # waiting in REVIEW for a reviewer's decision
         self._decision: ReviewRequest | None = None
         self._booked: float | None = None  # cost settled when the task entered REVIEW
@@ -529,8 +530,10 @@ class GenerationWorkflow:
             await self._move(E.CANCEL_REQUESTED, payload=self._cancel_payload())
             await self._end(E.CANCEL_CONFIRMED)
         await self._decide(self._decision)
-        # A new production window: the review wait does not count against the new attempt's deadlines.
-        self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
+        # A new production window: the review wait does not count against the new attempt's deadlines
+        # (`_track` restarts the job's deadline at its submit; older runs restart it here).
+        if not workflow.patched(JOB_DEADLINE):
+            self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
         self._task_deadline = max(self._task_deadline, workflow.now() + timedelta(seconds=self._info.task_deadline_s))
         await self._deliver(await self._generate())
 
@@ -709,7 +712,11 @@ class GenerationWorkflow:
     # -- bookkeeping ------------------------------------------------------------------------
 
     def _track(self, job_id: str | None) -> JobRef:
+        """Follow this job from now: its deadline counts from here, so queue time, retry waits and
+        earlier attempts never shorten it (runs from before job-deadline-v1 count from validation)."""
         self._live = JobRef(task_id=self._task_id, attempt_no=self._attempt_no, job_id=job_id or "")
+        if workflow.patched(JOB_DEADLINE):
+            self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
         return self._live
 
     async def _observe(self, job: JobRef, state: PollResult) -> None:

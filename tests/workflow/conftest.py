@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import sys
@@ -77,19 +78,49 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
         handles.append(handle)
         return handle
 
+    @contextlib.asynccontextmanager
+    async def worker_stopped() -> AsyncIterator[None]:
+        """No worker on the queue inside the block: what the server sends the workflow meanwhile
+        (timers that fire, updates, signals) reaches it in one activation when the worker is back."""
+        nonlocal worker
+        await worker.shutdown()
+        worker = None
+        yield
+        serve()
+
+    def serve() -> None:
+        nonlocal worker
+        worker = Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
+                        activities=world.activities(), workflow_runner=SandboxedWorkflowRunner())
+        running.append(asyncio.create_task(worker.run()))
+
     world.client = env.client
-    async with Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
-                      activities=world.activities(),
-                      workflow_runner=SandboxedWorkflowRunner()):
+    worker: Worker | None = None
+    running: list[asyncio.Task] = []
+    start.worker_stopped = worker_stopped
+    serve()
+    try:
         yield start
         # Nothing of this test may keep running: on a time-skipping server a workflow whose worker
         # is gone stops the clock for every later test.
         for leftover in [*handles, env.client.get_workflow_handle(api.gate_id("fake", queue))]:
             with contextlib.suppress(RPCError):
                 await leftover.terminate("test over")
-        if RECORD and handles:
-            history = await handles[0].fetch_history()
-            folder = HISTORIES.parent / getattr(request.module, "HISTORY_FOLDER", HISTORIES.name)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{request.node.name}.json").write_text(history.to_json())
+    finally:
+        if worker is not None:
+            await worker.shutdown()
+        for ended in await asyncio.gather(*running, return_exceptions=True):
+            if isinstance(ended, BaseException):
+                raise ended
+    if RECORD and handles:
+        history = await handles[0].fetch_history()
+        folder = HISTORIES.parent / history_folder(request)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{request.node.name}.json").write_text(history.to_json())
 
+
+def history_folder(request: pytest.FixtureRequest) -> str:
+    """Where a test's history is recorded: its `histories` marker (the patch its path exercises),
+    else its module's HISTORY_FOLDER, else the current version's folder."""
+    marker = request.node.get_closest_marker("histories")
+    return marker.args[0] if marker else getattr(request.module, "HISTORY_FOLDER", HISTORIES.name)
