@@ -81,6 +81,7 @@ WEBHOOKS = "webhooks-v1"  # workflow.patched: with webhooks on, polling is a saf
 RENDITIONS = "renditions-v1"  # workflow.patched: the proxy decides SUCCEEDED; HLS/thumbnail retried on their own
 REVIEW = "review-v1"  # workflow.patched: automatic checks, then REVIEW until a person decides
 JOB_DEADLINE = "job-deadline-v1"  # workflow.patched: a job's deadline counts from its accepted submit (or its finding)
+WEBHOOK_WAKE = "webhook-wake-v1"  # workflow.patched: a webhook that came during a step is acted on at once
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
 MAX_POLL_INTERVAL_S = 15.0
@@ -410,6 +411,9 @@ class GenerationWorkflow:
                 next_call = self._jittered(cadence.next() if polled is not None else OUTAGE_PAUSE_S)
             if workflow.now() >= self._deadline:
                 return await self._stop(job, E.DEADLINE_PASSED, error="provider job did not finish before the deadline")
+            if self._inbox.holds(job.job_id) and workflow.patched(WEBHOOK_WAKE):
+                slept_out = False  # a webhook came while the last step ran: act on it now, not at the next call
+                continue
             slept_out = await self._pause_until(next_call, wake_on_update=True)
 
     async def _reduce(self, status: JobStatus | None) -> bool:
