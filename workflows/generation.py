@@ -82,6 +82,7 @@ RENDITIONS = "renditions-v1"  # workflow.patched: the proxy decides SUCCEEDED; H
 REVIEW = "review-v1"  # workflow.patched: automatic checks, then REVIEW until a person decides
 JOB_DEADLINE = "job-deadline-v1"  # workflow.patched: a job's deadline counts from its accepted submit (or its finding)
 WEBHOOK_WAKE = "webhook-wake-v1"  # workflow.patched: a webhook that came during a step is acted on at once
+DECISION_WINS = "review-decision-wins-v1"  # workflow.patched: a decision landing with the review deadline wins
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
 MAX_POLL_INTERVAL_S = 15.0
@@ -523,12 +524,15 @@ class GenerationWorkflow:
             await workflow.wait_condition(lambda: self._decision is not None or self._cancel_pending(),
                                           timeout=timedelta(seconds=policy.deadline_s))
         except TimeoutError:
-            self._in_review = False
-            if policy.on_deadline == "approve":
-                await self._end(E.REVIEW_APPROVED, payload={"decision": "approve", "by": REVIEW_DEADLINE_BY,
-                                                            "reason": "review deadline passed"})
-            await self._end(E.DEADLINE_PASSED, error="no review decision before the review deadline",
-                            error_class="review_deadline")
+            # A decision accepted in the same activation as the deadline's timer wins: the reviewer
+            # was told it was taken, and its update must complete (runs from before ignored it).
+            if self._decision is None or not workflow.patched(DECISION_WINS):
+                self._in_review = False
+                if policy.on_deadline == "approve":
+                    await self._end(E.REVIEW_APPROVED, payload={"decision": "approve", "by": REVIEW_DEADLINE_BY,
+                                                                "reason": "review deadline passed"})
+                await self._end(E.DEADLINE_PASSED, error="no review decision before the review deadline",
+                                error_class="review_deadline")
         self._in_review = False
         if self._decision is None:  # a cancel: the video exists and is paid for, nothing to stop
             await self._move(E.CANCEL_REQUESTED, payload=self._cancel_payload())

@@ -18,6 +18,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
+from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from workflow_fakes import HISTORIES, RECORD, TASK_ID, World
 
@@ -25,6 +26,10 @@ from workflows import api
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
 from workflows.search_attributes import ALL
+
+# Off by default in temporalio 1.35, to be turned on in a later release: with it, a timer that fires
+# in the same activation as an update can wake its waiter before the update's handler is seen.
+SINGLE_BATCH = _WorkflowLogicFlag.PROCESS_WORKFLOW_ACTIVATION_JOBS_AS_SINGLE_BATCH
 
 
 @pytest.fixture(scope="session")
@@ -79,21 +84,31 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
         return handle
 
     @contextlib.asynccontextmanager
-    async def worker_stopped() -> AsyncIterator[None]:
+    async def worker_stopped(*, single_batch: bool = False) -> AsyncIterator[None]:
         """No worker on the queue inside the block: what the server sends the workflow meanwhile
-        (timers that fire, updates, signals) reaches it in one activation when the worker is back."""
+        (timers that fire, updates, signals) reaches it in one activation when the worker is back.
+        Needs the test's `worker_restarts` marker: no sticky queue of a gone worker to wait for, and
+        a server of the test's own (`own_env`). `single_batch`: the worker that comes back applies an
+        activation's jobs all before running workflow code (temporalio's announced next default)."""
         nonlocal worker
         await worker.shutdown()
         worker = None
         yield
-        serve()
+        serve(single_batch=single_batch)
 
-    def serve() -> None:
+    def serve(*, single_batch: bool = False) -> None:
         nonlocal worker
         worker = Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
-                        activities=world.activities(), workflow_runner=SandboxedWorkflowRunner())
+                        activities=world.activities(), workflow_runner=SandboxedWorkflowRunner(),
+                        **sticky)
+        if single_batch:
+            worker._set_default_workflow_logic_flag(SINGLE_BATCH, enabled=True)
         running.append(asyncio.create_task(worker.run()))
 
+    restarts = request.node.get_closest_marker("worker_restarts") is not None
+    if restarts:  # a server of its own: a workflow without a worker stops that server's clock for a while
+        env = request.getfixturevalue("own_env")
+    sticky = {"max_cached_workflows": 0} if restarts else {}
     world.client = env.client
     worker: Worker | None = None
     running: list[asyncio.Task] = []
