@@ -264,6 +264,18 @@ async def test_an_earlier_attempt_does_not_shorten_the_next_jobs_deadline(world,
     assert cancelled_jobs(world) == [] and [r.job_id for r in world.called("fetch_output")] == ["job-2"]
 
 
+@pytest.mark.histories("job-deadline-v1")
+async def test_a_job_found_late_by_reconcile_gets_its_whole_deadline(world, run_world):
+    """An unknown submit whose reconcile took longer than the job deadline (provider errors retried):
+    the job it found counts its deadline from then."""
+    world.deadline_s = 60
+    world.submits = [unknown()]
+    world.reconciles = [outage()] * 6 + [FOUND]
+    assert await ending(await run_world()) == "completed"
+    found_after = world.times("poll_job")[0] - world.times("validate_task")[0]
+    assert found_after > timedelta(seconds=world.deadline_s) and cancelled_jobs(world) == []
+
+
 def runs_for(world: World, seconds: float, endings: dict[int, PollResult]):
     """A poll answer: each attempt's job runs `seconds` after its submit, then ends as `endings` says."""
     def answer() -> PollResult:
