@@ -11,6 +11,8 @@ fresh server.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 
@@ -19,12 +21,17 @@ from server_clock import SharedServer, clock_skips, terminate_between_tasks, tim
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
+from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from workflow_fakes import HISTORIES, RECORD, TASK_ID, World
 
 from workflows import api
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
+
+# Off by default in temporalio 1.35, to be turned on in a later release: with it, a timer that fires
+# in the same activation as an update can wake its waiter before the update's handler is seen.
+SINGLE_BATCH = _WorkflowLogicFlag.PROCESS_WORKFLOW_ACTIVATION_JOBS_AS_SINGLE_BATCH
 
 
 @pytest.fixture(scope="session")
@@ -75,19 +82,59 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
         handles.append(handle)
         return handle
 
+    @contextlib.asynccontextmanager
+    async def worker_stopped(*, single_batch: bool = False) -> AsyncIterator[None]:
+        """No worker on the queue inside the block: what the server sends the workflow meanwhile
+        (timers that fire, updates, signals) reaches it in one activation when the worker is back.
+        Needs the test's `worker_restarts` marker: no sticky queue of a gone worker to wait for, and
+        a server of the test's own (`own_env`). `single_batch`: the worker that comes back applies an
+        activation's jobs all before running workflow code (temporalio's announced next default)."""
+        nonlocal worker
+        await worker.shutdown()
+        worker = None
+        yield
+        serve(single_batch=single_batch)
+
+    def serve(*, single_batch: bool = False) -> None:
+        nonlocal worker
+        worker = Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
+                        activities=world.activities(), workflow_runner=SandboxedWorkflowRunner(),
+                        **sticky)
+        if single_batch:
+            worker._set_default_workflow_logic_flag(SINGLE_BATCH, enabled=True)
+        running.append(asyncio.create_task(worker.run()))
+
+    restarts = request.node.get_closest_marker("worker_restarts") is not None
+    if restarts:  # a server of its own: a workflow without a worker stops that server's clock for a while
+        env = request.getfixturevalue("own_env")
+    sticky = {"max_cached_workflows": 0} if restarts else {}
     world.client = env.client
-    async with Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
-                      activities=world.activities(),
-                      workflow_runner=SandboxedWorkflowRunner()):
+    worker: Worker | None = None
+    running: list[asyncio.Task] = []
+    start.worker_stopped = worker_stopped
+    serve()
+    try:
         yield start
         # Nothing of this test may keep running (a workflow whose worker is gone would hold the
         # clock at its next task); held activities go on so that they end before the terminate.
         for name in list(world.gates):
             world.release(name)
         await terminate_between_tasks([*handles, env.client.get_workflow_handle(api.gate_id("fake", queue))])
-        if RECORD and handles:
-            history = await handles[0].fetch_history()
-            folder = HISTORIES.parent / getattr(request.module, "HISTORY_FOLDER", HISTORIES.name)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{request.node.name}.json").write_text(history.to_json())
+    finally:
+        if worker is not None:
+            await worker.shutdown()
+        for ended in await asyncio.gather(*running, return_exceptions=True):
+            if isinstance(ended, BaseException):
+                raise ended
+    if RECORD and handles:
+        history = await handles[0].fetch_history()
+        folder = HISTORIES.parent / history_folder(request)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{request.node.name}.json").write_text(history.to_json())
 
+
+def history_folder(request: pytest.FixtureRequest) -> str:
+    """Where a test's history is recorded: its `histories` marker (the patch its path exercises),
+    else its module's HISTORY_FOLDER, else the current version's folder."""
+    marker = request.node.get_closest_marker("histories")
+    return marker.args[0] if marker else getattr(request.module, "HISTORY_FOLDER", HISTORIES.name)
