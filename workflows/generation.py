@@ -87,6 +87,9 @@ STRAYS = "strays-v1"
 STRAY = "stray"  # the stuck step of a task held up by duplicate jobs the provider refuses to answer for
 JOB_DEADLINE = "job-deadline-v1"  # workflow.patched: a job's deadline counts from its accepted submit (or its finding)
 WEBHOOK_WAKE = "webhook-wake-v1"  # workflow.patched: a webhook that came during a step is acted on at once
+# workflow.patched: an accepted duplicate risk after a failed reconcile goes on to a new attempt (the
+# abandoned one was reconciled again, found "absent" and un-counted though it may still bill)
+ACCEPTED_RISK_ENDS = "accepted-risk-ends-reconcile-v1"
 DECISION_WINS = "review-decision-wins-v1"  # workflow.patched: a decision landing with the review deadline wins
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
@@ -366,7 +369,10 @@ class GenerationWorkflow:
             except ActivityError as exc:
                 if _error_type(exc) == TASK_NOT_FOUND:
                     raise
-                await self._attention("reconcile", f"cannot ask the provider: {_describe(exc)}")
+                decision = await self._attention("reconcile", f"cannot ask the provider: {_describe(exc)}")
+                if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK and workflow.patched(ACCEPTED_RISK_ENDS):
+                    await self._release_slot()  # the attempt is abandoned: asking again would call it absent
+                    return None
                 continue
             if found.outcome is ReconcileOutcome.FOUND:
                 self._unknown = None

@@ -219,6 +219,21 @@ async def test_reconcile_outage_goes_to_attention_not_a_second_submit(env, world
     assert world.abandoned == [1] and world.sums() == {"RESERVE": 4, "RELEASE": 4}
 
 
+@pytest.mark.histories("accepted-risk-ends-reconcile-v1")
+async def test_accepting_the_duplicate_risk_after_a_reconcile_outage_submits_anew(env, world, run_world):
+    """The operator accepts that the unknown submit may have made a job: its attempt is abandoned and
+    still counts as paid; it is not reconciled again (that would call it absent and un-count it)."""
+    world.submits, world.reconciles = [unknown(), accepted("job-2")], [outage("list API down")]
+    world.polls = [SUCCEEDED]
+    handle = await run_world()
+    await until(env, lambda: world.status is S.NEEDS_ATTENTION)
+    asked = len(world.called("reconcile_submit"))
+    await resolve(handle, ResolveAction.ACCEPT_DUPLICATE_RISK, "support says at most one job")
+    assert await ending(handle) == "completed"
+    assert len(world.called("reconcile_submit")) == asked and len(world.called("submit")) == 2
+    assert world.abandoned == [1]
+
+
 async def test_provider_refuses_status_stops_retrying(env, world, run_world):
     """A non-retryable provider error is not retried 30 times; a person decides."""
     world.polls = [refusal()]
