@@ -300,6 +300,9 @@ def retry(
     status_filter: str = typer.Option("FAILED_FINAL,EXPIRED", "--status",
                                       help="comma-separated: FAILED_FINAL, EXPIRED, CANCELED"),
     task_id: str | None = typer.Option(None, "--task", help="only this task"),
+    with_video: bool = typer.Option(False, "--with-video",
+                                    help="also tasks that ended with a paid video (expired or cancelled in "
+                                         "REVIEW): rendered and paid for again"),
     reason: str = typer.Option("re-run by an operator", "--reason"),
     by: str | None = typer.Option(None, "--by", help="who decided (default: your user name)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="list what would be re-run; change nothing"),
@@ -312,8 +315,8 @@ def retry(
 
     statuses = [s.strip().upper() for s in status_filter.split(",") if s.strip()]
     try:
-        plan = asyncio.run(redrive(get_settings(), import_id, statuses, task_id=task_id, dry_run=dry_run,
-                                   by=by or getpass.getuser(), reason=reason))
+        plan = asyncio.run(redrive(get_settings(), import_id, statuses, task_id=task_id, with_video=with_video,
+                                   dry_run=dry_run, by=by or getpass.getuser(), reason=reason))
     except RedriveRefused as exc:
         fail(str(exc), EXIT_BAD_INPUT, as_json=as_json)
     if as_json:

@@ -2,7 +2,8 @@
 CANCELED). Each redrive is a state event naming who and why; the task goes back to CREATED with its
 run number raised, so the new run has its own workflow id (`gen-{task}-run{n}`), its own
 reservation and ledger keys (each run balances on its own) and continues the attempt numbering
-(new request keys). SUCCEEDED and REJECTED tasks are never re-run.
+(new request keys). SUCCEEDED and REJECTED tasks are never re-run; a task that ended with a paid
+video (expired or cancelled in REVIEW) only when asked for with `with_video`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class RedrivePlan(BaseModel):
     dry_run: bool = False
 
 
-def select_tasks(db: Database, import_id: str, statuses: list[str], task_id: str | None) -> list[Task]:
+def select_tasks(db: Database, import_id: str, statuses: list[str], task_id: str | None, *,
+                 with_video: bool = False) -> list[Task]:
+    """The tasks to re-run; those with a video (already rendered and paid for) only `with_video`."""
     wrong = sorted(set(statuses) - {s.value for s in REDRIVABLE})
     if wrong:
         raise RedriveRefused(f"only {', '.join(sorted(s.value for s in REDRIVABLE))} can be re-run, not "
@@ -45,13 +48,16 @@ def select_tasks(db: Database, import_id: str, statuses: list[str], task_id: str
         tasks = [t for t in tasks if t.id == task_id]
         if not tasks:
             raise RedriveRefused(f"task {task_id} is not in {import_id} with status {', '.join(statuses)}")
-    return tasks
+        if tasks[0].output_asset_id is not None and not with_video:
+            raise RedriveRefused(f"task {task_id} ended with a paid video (it expired or was cancelled in "
+                                 f"{TaskStatus.REVIEW.value}); pass --with-video to render and pay for it again")
+    return [t for t in tasks if with_video or t.output_asset_id is None]
 
 
 async def redrive(settings: Settings, import_id: str, statuses: list[str], *, task_id: str | None = None,
-                  dry_run: bool = False, by: str, reason: str) -> RedrivePlan:
+                  with_video: bool = False, dry_run: bool = False, by: str, reason: str) -> RedrivePlan:
     db = Database(settings.database_url)
-    tasks = select_tasks(db, import_id, statuses, task_id)
+    tasks = select_tasks(db, import_id, statuses, task_id, with_video=with_video)
     plan = RedrivePlan(import_id=import_id, dry_run=dry_run,
                        tasks=[{**queries.task_summary(t), "next_run": t.run_no + 1} for t in tasks])
     if dry_run or not tasks:

@@ -85,6 +85,12 @@ REVIEW = "review-v1"  # workflow.patched: automatic checks, then REVIEW until a 
 # closes; one the provider refuses to answer for waits for a person instead of failing the workflow.
 STRAYS = "strays-v1"
 STRAY = "stray"  # the stuck step of a task held up by duplicate jobs the provider refuses to answer for
+JOB_DEADLINE = "job-deadline-v1"  # workflow.patched: a job's deadline counts from its accepted submit (or its finding)
+WEBHOOK_WAKE = "webhook-wake-v1"  # workflow.patched: a webhook that came during a step is acted on at once
+# workflow.patched: an accepted duplicate risk after a failed reconcile goes on to a new attempt (the
+# abandoned one was reconciled again, found "absent" and un-counted though it may still bill)
+ACCEPTED_RISK_ENDS = "accepted-risk-ends-reconcile-v1"
+DECISION_WINS = "review-decision-wins-v1"  # workflow.patched: a decision landing with the review deadline wins
 # workflow.patched: the task deadline bounds the wait for a slot, a waiting task re-asks its gate (which
 # may have been reset or terminated), and NEEDS_ATTENTION gives the slot back while no job may run
 ADMISSION_BOUNDED = "admission-bounded-v1"
@@ -177,7 +183,7 @@ class GenerationWorkflow:
         self._strays: list[asyncio.Task[Any]] = []  # strays-v1: each gives (stray, refusal) or None
         self._stuck: str | None = None
         self._resolution: ResolveRequest | None = None
-        self._deadline = None  # set once validation has read the task's deadline
+        self._deadline = None  # the followed job's deadline: from its accepted submit (`_track`)
         self._in_review = False  # waiting in REVIEW for a reviewer's decision
         self._decision: ReviewRequest | None = None
         self._booked: float | None = None  # cost settled when the task entered REVIEW
@@ -368,7 +374,10 @@ class GenerationWorkflow:
             except ActivityError as exc:
                 if _error_type(exc) == TASK_NOT_FOUND:
                     raise
-                await self._attention("reconcile", f"cannot ask the provider: {_describe(exc)}")
+                decision = await self._attention("reconcile", f"cannot ask the provider: {_describe(exc)}")
+                if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK and workflow.patched(ACCEPTED_RISK_ENDS):
+                    await self._release_slot()  # the attempt is abandoned: asking again would call it absent
+                    return None
                 continue
             if found.outcome is ReconcileOutcome.FOUND:
                 self._unknown = None
@@ -425,6 +434,9 @@ class GenerationWorkflow:
                 next_call = self._jittered(cadence.next() if polled is not None else OUTAGE_PAUSE_S)
             if workflow.now() >= self._deadline:
                 return await self._stop(job, E.DEADLINE_PASSED, error="provider job did not finish before the deadline")
+            if self._inbox.holds(job.job_id) and workflow.patched(WEBHOOK_WAKE):
+                slept_out = False  # a webhook came while the last step ran: act on it now, not at the next call
+                continue
             slept_out = await self._pause_until(next_call, wake_on_update=True)
 
     async def _reduce(self, status: JobStatus | None) -> bool:
@@ -534,19 +546,24 @@ class GenerationWorkflow:
             await workflow.wait_condition(lambda: self._decision is not None or self._cancel_pending(),
                                           timeout=timedelta(seconds=policy.deadline_s))
         except TimeoutError:
-            self._in_review = False
-            if policy.on_deadline == "approve":
-                await self._end(E.REVIEW_APPROVED, payload={"decision": "approve", "by": REVIEW_DEADLINE_BY,
-                                                            "reason": "review deadline passed"})
-            await self._end(E.DEADLINE_PASSED, error="no review decision before the review deadline",
-                            error_class="review_deadline")
+            # A decision accepted in the same activation as the deadline's timer wins: the reviewer
+            # was told it was taken, and its update must complete (runs from before ignored it).
+            if self._decision is None or not workflow.patched(DECISION_WINS):
+                self._in_review = False
+                if policy.on_deadline == "approve":
+                    await self._end(E.REVIEW_APPROVED, payload={"decision": "approve", "by": REVIEW_DEADLINE_BY,
+                                                                "reason": "review deadline passed"})
+                await self._end(E.DEADLINE_PASSED, error="no review decision before the review deadline",
+                                error_class="review_deadline")
         self._in_review = False
         if self._decision is None:  # a cancel: the video exists and is paid for, nothing to stop
             await self._move(E.CANCEL_REQUESTED, payload=self._cancel_payload())
             await self._end(E.CANCEL_CONFIRMED)
         await self._decide(self._decision)
-        # A new production window: the review wait does not count against the new attempt's deadlines.
-        self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
+        # A new production window: the review wait does not count against the new attempt's deadlines
+        # (`_track` restarts the job's deadline at its submit; older runs restart it here).
+        if not workflow.patched(JOB_DEADLINE):
+            self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
         self._task_deadline = max(self._task_deadline, workflow.now() + timedelta(seconds=self._info.task_deadline_s))
         await self._deliver(await self._generate())
 
@@ -857,8 +874,10 @@ class GenerationWorkflow:
     # -- bookkeeping ------------------------------------------------------------------------
 
     def _track(self, job_id: str | None) -> JobRef:
+        """Follow this job from now: its deadline counts from here, so queue time, retry waits and
+        earlier attempts never shorten it (runs from before job-deadline-v1 count from validation)."""
         self._live = JobRef(task_id=self._task_id, attempt_no=self._attempt_no, job_id=job_id or "")
-        if workflow.patched(ADMISSION_BOUNDED):  # the job deadline counts from the accepted submit
+        if workflow.patched(JOB_DEADLINE):
             self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
         return self._live
 

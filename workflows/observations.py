@@ -81,6 +81,10 @@ class Inbox:
         self._latest[update.job_id] = update
         return True
 
+    def holds(self, job_id: str) -> bool:
+        """Whether an observation of `job_id` waits to be acted on."""
+        return job_id in self._latest
+
     def take(self, job_id: str) -> ProviderUpdate | None:
         return self._latest.pop(job_id, None)
 

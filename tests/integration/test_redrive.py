@@ -12,8 +12,9 @@ from sqlalchemy import select
 from stack_helpers import import_small, run_all
 
 from schema import queries
+from schema.assets import record_asset
 from schema.db import Database
-from schema.models import CreditEntry
+from schema.models import CreditEntry, Task
 from workflows import api
 
 pytestmark = pytest.mark.integration
@@ -57,3 +58,25 @@ async def test_failed_task_is_redriven_to_success(stack, client, task_queue, tmp
     assert check.code == 0 and check.json["ok"], check.stdout
     again = await run_cli_async("retry", summary.import_id, "--json")  # SUCCEEDED now: nothing to re-run
     assert again.code == 0 and again.json["tasks"] == []
+
+
+async def test_a_task_with_a_paid_video_is_re_run_only_when_asked(stack, tmp_path):
+    """A task that expired in REVIEW has its video (rendered and paid for): the default re-run
+    leaves it alone; --with-video (or nothing for a --task naming it) is the explicit ask."""
+    summary = import_small(stack, tmp_path, [("V-1", "Vase", "A vase"), ("V-2", "Vane", "A vane")], duration_s=1)
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        with_video, without = queries.list_tasks(session, summary.import_id)
+        proxy = record_asset(session, business_key=f"test:proxy:{with_video.id}", kind="PROXY", bucket="b",
+                             key=f"{with_video.id}/proxy.mp4", size=1, sha256="0" * 64,
+                             tenant_id=with_video.tenant_id, task_id=with_video.id)
+        for task in (with_video, without):
+            session.get(Task, task.id).status = "EXPIRED"
+        session.get(Task, with_video.id).output_asset_id = proxy.id
+
+    default = await run_cli_async("retry", summary.import_id, "--dry-run", "--json")
+    assert default.code == 0 and [t["id"] for t in default.json["tasks"]] == [without.id], default.stdout
+    asked = await run_cli_async("retry", summary.import_id, "--with-video", "--dry-run", "--json")
+    assert asked.code == 0 and {t["id"] for t in asked.json["tasks"]} == {with_video.id, without.id}, asked.stdout
+    named = await run_cli_async("retry", summary.import_id, "--task", with_video.id, "--dry-run", "--json")
+    assert named.code == 2 and "--with-video" in named.json["error"], named.stdout

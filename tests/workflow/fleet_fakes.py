@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from server_clock import terminate_between_tasks
 from temporalio import activity
 from temporalio.client import WorkflowHandle
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -36,6 +36,7 @@ from schema.contracts import (
     PollResult,
     RenditionsResult,
     SettleInput,
+    StrayJobRef,
     SubmitActivityResult,
     SubmitOutcome,
     TaskInfo,
@@ -169,12 +170,16 @@ class Fleet:
             return AssetRef(asset_id=f"p-{req.task_id}", kind="PROXY", key=f"proxy/{req.task_id}.mp4",
                             sha256="1" * 64, size=5)
 
+        @activity.defn(name="unaccounted_strays")
+        async def unaccounted_strays(ref: TaskRef) -> list[StrayJobRef]:
+            return []  # one job per task: no duplicates
+
         @activity.defn(name="make_renditions")
         async def make_renditions(req: TranscodeInput) -> RenditionsResult:
             return RenditionsResult(renditions=[])
 
         return [record_transition, validate_task, reserve_credit, settle, request_slot, submit, poll_job,
-                cancel_job, fetch_output, transcode_proxy, make_renditions]
+                cancel_job, fetch_output, transcode_proxy, make_renditions, unaccounted_strays]
 
 
 @dataclass
@@ -200,15 +205,11 @@ class FleetRun:
 @contextlib.asynccontextmanager
 async def running_fleet(env: WorkflowEnvironment, fleet: Fleet) -> AsyncIterator[FleetRun]:
     """A worker for the fleet on a queue of its own. Whatever still runs afterwards (tasks, the
-    gate) is terminated: on a time-skipping server a workflow without a worker stops the clock."""
+    gate) is terminated, between its tasks (tests/workflow/server_clock.py says why)."""
     run = FleetRun(env=env, queue=f"fleet-{uuid.uuid4().hex[:10]}")
     fleet.client = env.client
     async with Worker(env.client, task_queue=run.queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
                       activities=fleet.activities(), workflow_runner=SandboxedWorkflowRunner(),
                       max_concurrent_activities=200, max_concurrent_local_activities=200):
-        try:
-            yield run
-        finally:
-            for leftover in [*run.handles, run.gate]:
-                with contextlib.suppress(RPCError):
-                    await leftover.terminate("test over")
+        yield run
+        await terminate_between_tasks([*run.handles, run.gate])

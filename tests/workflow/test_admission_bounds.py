@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import pytest
 from fleet_fakes import Fleet, FleetRun, running_fleet
+from server_clock import terminate_between_tasks
 from temporalio.client import WorkflowHandle
 from test_generation_paths import FOUND, NOT_ASKABLE, resolve
 from workflow_fakes import HISTORIES, RECORD, SUCCEEDED, outage, unknown, until
@@ -94,7 +95,7 @@ async def test_tasks_waiting_on_a_gate_that_is_terminated_still_get_their_slots(
         await until(own_env, lambda: sum(fleet.status[t] is S.SUCCEEDED for t in tasks) >= 2, step_s=10)
         before = await snapshot(run.gate)
         assert before.waiting > 0
-        await run.gate.terminate("operator terminated the gate")
+        await terminate_between_tasks([run.gate])  # as an operator would (between tasks: the test server's clock)
         if restarted:
             await own_env.client.start_workflow(ProviderGateWorkflow.run, GateInput(provider="fake", limit=2),
                                                 id=run.gate.id, task_queue=run.queue)

@@ -9,6 +9,7 @@ tests/fixtures/histories/ for the replay test.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -34,6 +35,7 @@ from schema.admission import PlanLimits
 from schema.contracts import (
     ErrorClass,
     JobStatus,
+    PollResult,
     ReconcileOutcome,
     ReconcileResult,
     ResolveAction,
@@ -217,6 +219,21 @@ async def test_reconcile_outage_goes_to_attention_not_a_second_submit(env, world
     assert world.abandoned == [1] and world.sums() == {"RESERVE": 4, "RELEASE": 4}
 
 
+@pytest.mark.histories("accepted-risk-ends-reconcile-v1")
+async def test_accepting_the_duplicate_risk_after_a_reconcile_outage_submits_anew(env, world, run_world):
+    """The operator accepts that the unknown submit may have made a job: its attempt is abandoned and
+    still counts as paid; it is not reconciled again (that would call it absent and un-count it)."""
+    world.submits, world.reconciles = [unknown(), accepted("job-2")], [outage("list API down")]
+    world.polls = [SUCCEEDED]
+    handle = await run_world()
+    await until(env, lambda: world.status is S.NEEDS_ATTENTION)
+    asked = len(world.called("reconcile_submit"))
+    await resolve(handle, ResolveAction.ACCEPT_DUPLICATE_RISK, "support says at most one job")
+    assert await ending(handle) == "completed"
+    assert len(world.called("reconcile_submit")) == asked and len(world.called("submit")) == 2
+    assert world.abandoned == [1]
+
+
 async def test_provider_refuses_status_stops_retrying(env, world, run_world):
     """A non-retryable provider error is not retried 30 times; a person decides."""
     world.polls = [refusal()]
@@ -235,6 +252,52 @@ async def test_deadline_cancels_and_accounts_the_job(world, run_world):
     assert await ending(await run_world()) == "failed:EXPIRED"
     assert cancelled_jobs(world) == ["job-1"]
     assert world.sums() == {"RESERVE": 4, "SETTLE": Decimal("1.5"), "RELEASE": Decimal("2.5")}
+
+
+@pytest.mark.histories("job-deadline-v1")
+async def test_a_long_retry_wait_leaves_the_next_job_its_whole_deadline(world, run_world):
+    """The job deadline counts from the accepted submit: waiting (here a provider's Retry-After
+    longer than the deadline) must not expire the job that follows."""
+    world.deadline_s = 600
+    world.submits = [refused(retry_after_s=900.0), accepted("job-2")]
+    world.polls = [RUNNING, SUCCEEDED]
+    assert await ending(await run_world()) == "completed"
+    waited = world.times("submit")[1] - world.times("validate_task")[0]
+    assert waited.total_seconds() > world.deadline_s  # the job came after its old deadline had passed
+    assert cancelled_jobs(world) == [] and world.status is S.SUCCEEDED
+
+
+@pytest.mark.histories("job-deadline-v1")
+async def test_an_earlier_attempt_does_not_shorten_the_next_jobs_deadline(world, run_world):
+    """A first job that ran most of the deadline before failing leaves the second its own."""
+    world.deadline_s = 60
+    world.submits = [accepted("job-1"), accepted("job-2")]
+    failed = job(JobStatus.FAILED, cost=0.0, error_class=ErrorClass.RETRYABLE, error="INTERNAL.GPU")
+    world.polls = [runs_for(world, 50, {1: failed, 2: SUCCEEDED})]
+    assert await ending(await run_world()) == "completed"
+    assert world.times("poll_job")[-1] - world.times("validate_task")[0] > timedelta(seconds=world.deadline_s)
+    assert cancelled_jobs(world) == [] and [r.job_id for r in world.called("fetch_output")] == ["job-2"]
+
+
+@pytest.mark.histories("job-deadline-v1")
+async def test_a_job_found_late_by_reconcile_gets_its_whole_deadline(world, run_world):
+    """An unknown submit whose reconcile took longer than the job deadline (provider errors retried):
+    the job it found counts its deadline from then."""
+    world.deadline_s = 60
+    world.submits = [unknown()]
+    world.reconciles = [outage()] * 6 + [FOUND]
+    assert await ending(await run_world()) == "completed"
+    found_after = world.times("poll_job")[0] - world.times("validate_task")[0]
+    assert found_after > timedelta(seconds=world.deadline_s) and cancelled_jobs(world) == []
+
+
+def runs_for(world: World, seconds: float, endings: dict[int, PollResult]):
+    """A poll answer: each attempt's job runs `seconds` after its submit, then ends as `endings` says."""
+    def answer() -> PollResult:
+        ref = world.called("poll_job")[-1]
+        ran = world.times("poll_job")[-1] - world.times("submit")[ref.attempt_no - 1]
+        return RUNNING if ran < timedelta(seconds=seconds) else endings[ref.attempt_no]
+    return answer
 
 
 # -- cancellation, by signal and from Temporal -----------------------------------------------

@@ -9,6 +9,7 @@ history into tests/fixtures/histories/review-v1/ for the replay test.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -147,6 +148,34 @@ async def test_review_deadline(world, run_world, on_deadline, closes, status):
     if on_deadline == "approve":
         assert decision_event(world, "review_approved")["by"] == "review-deadline"
     assert world.balanced()
+
+
+@pytest.mark.histories("review-decision-wins-v1")
+@pytest.mark.worker_restarts
+@pytest.mark.parametrize("single_batch", [False, True], ids=["handlers-first", "single-batch"])
+async def test_a_decision_that_lands_with_the_review_deadline_wins(own_env, world, run_world, single_batch):
+    """The deadline's timer and the reviewer's update in one activation: the decision was accepted,
+    so it is carried out, the reviewer's call returns and the workflow closes. With single-batch
+    activations the timer wakes the wait before the handler's decision is looked at."""
+    env = own_env
+    handle = await in_review(env, world, run_world)
+    fires_at = await review_deadline(handle)
+    await env.sleep((fires_at - await env.get_current_time()).total_seconds() - 5)
+    async with run_world.worker_stopped(single_batch=single_batch):  # both reach the workflow when it is back
+        await env.sleep(6)  # the deadline's timer fires; no worker sees it (the clock stops there)
+        decision = asyncio.create_task(review(handle, ReviewAction.APPROVE, reason="looks right"))
+        await asyncio.sleep(2)  # the update waits at the server
+    result = await asyncio.wait_for(decision, timeout=30)
+    assert result.status is S.SUCCEEDED and await ending(handle) == "completed"
+    assert decision_event(world, "review_approved")["by"] == "alice" and world.balanced()
+
+
+async def review_deadline(handle: WorkflowHandle) -> datetime:
+    """When the review deadline's timer (the workflow's latest) fires."""
+    timers = [e async for e in handle.fetch_history_events() if e.HasField("timer_started_event_attributes")]
+    started = timers[-1]
+    timeout = started.timer_started_event_attributes.start_to_fire_timeout
+    return started.event_time.ToDatetime(UTC) + timeout.ToTimedelta()
 
 
 async def test_cancel_in_review(env, world, run_world):

@@ -8,7 +8,7 @@ import asyncio
 import uuid
 from datetime import timedelta
 
-from conftest import clock_skips, terminate_between_tasks
+from server_clock import clock_skips, terminate_between_tasks
 from temporalio import activity, workflow
 from temporalio.worker import Worker
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from workflow_fakes import RUNNING, SUCCEEDED, accepted, ending, until, webhook
 
 from schema.contracts import JobStatus
@@ -71,3 +72,19 @@ async def test_an_unsigned_webhook_is_only_a_hint_to_ask(env, world, run_world):
     assert await ending(handle) == "completed"
     assert world.moves() == MAIN_LINE and len(world.called("poll_job")) == 2
 
+
+
+@pytest.mark.histories("webhook-wake-v1")
+async def test_an_ending_that_comes_during_a_status_call_is_acted_on_at_once(env, world, run_world):
+    """A webhook landing while a step runs is in the inbox when the step ends: the task confirms it
+    then, not at the safety net's next call (120 s later here)."""
+    world.submits = [accepted("job-1", webhooks=True)]
+    world.polls = [RUNNING, SUCCEEDED]
+    world.hold("poll_job")
+    handle = await _following(env, world, run_world)
+    await until(env, lambda: world.entered["poll_job"].is_set(), step_s=1.0)  # the safety net's first call
+    await handle.signal(api.SIGNAL_PROVIDER_UPDATE, webhook(JobStatus.SUCCEEDED, "e1", at_s=1))
+    world.release("poll_job")  # it answers RUNNING: the webhook came after the provider's answer
+    assert await ending(handle) == "completed"
+    first, second = world.times("poll_job")
+    assert second - first < timedelta(seconds=5)  # the floor between calls, not the safety net's interval

