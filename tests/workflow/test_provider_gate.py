@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from pydantic import BaseModel
@@ -216,23 +217,17 @@ async def test_requests_that_arrive_while_the_gate_continues_as_new_are_kept(own
     """A burst of requests against a gate that continues as new every few events: every one is
     granted (a signal that lands with the continue-as-new is handled in the run that ends, whose
     state the next run gets)."""
-    from workflows import provider_gate
-
     queue = f"gate-{uuid.uuid4().hex[:8]}"
-    limit_before = provider_gate.HISTORY_LIMIT
-    provider_gate.HISTORY_LIMIT = 12
-    try:
+    with mock.patch("workflows.provider_gate.HISTORY_LIMIT", 12):
         async with worker(own_env, queue):
             gate = await start_gate(own_env, queue, limit=3)
             handles = await asyncio.gather(*(own_env.client.start_workflow(
                 HolderWorkflow.run, HoldInput(gate_id=gate.id, hold_s=2), id=f"burst-{i}-{uuid.uuid4().hex[:6]}",
                 task_queue=queue) for i in range(15)))
             held = [await h.result() for h in handles]  # one at a time: many at once skip time too eagerly
-            latest = own_env.client.get_workflow_handle(gate.id)
-            snapshot = await latest.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+            snapshot = await own_env.client.get_workflow_handle(gate.id).query(api.QUERY_GATE_SNAPSHOT,
+                                                                               result_type=GateSnapshot)
             runs = await gate_runs(own_env, gate)
-    finally:
-        provider_gate.HISTORY_LIMIT = limit_before
     assert runs > 2  # it continued as new several times during the burst
     assert sorted(h.token for h in held) == list(range(1, 16)) and max_overlap(list(held)) <= 3
     assert snapshot.granted == 15 and snapshot.in_use == 0 and snapshot.waiting == 0
