@@ -59,6 +59,8 @@ class TaskActivities:
         updates["next_retry_at"] = req.next_retry_at  # set while RETRY_WAIT, cleared by any other move
         if req.prompt_override is not None:
             updates["prompt_override"] = req.prompt_override
+        if req.deadline_at is not None:
+            updates["deadline_at"] = req.deadline_at
         payload = dict(req.payload)
         if req.error:
             payload.setdefault("error", req.error)

@@ -168,6 +168,7 @@ class TransitionInput(BaseModel):
     cancel_outcome: str | None = None
     next_retry_at: datetime | None = None  # RETRY_WAIT: when the next attempt is due (shown by `show`)
     prompt_override: str | None = None  # a reviewer's edited prompt for the next attempts
+    deadline_at: datetime | None = None  # the task deadline, recorded for `ledger check` (set on QUEUED)
 
 
 class TransitionResult(BaseModel):

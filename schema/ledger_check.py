@@ -9,6 +9,7 @@ The rules are listed in docs/architecture.md ("Money").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, timedelta
 from decimal import Decimal
 from enum import StrEnum
 
@@ -25,6 +26,11 @@ LEDGER_FINAL: frozenset[str] = frozenset(s.value for s in (*TERMINAL, TaskStatus
 # A person decides on these; their reservation is held on purpose while they wait.
 HELD_ON_PURPOSE: frozenset[str] = frozenset({TaskStatus.NEEDS_ATTENTION.value})
 BUSINESS_ENTRIES = ("RESERVE", "SETTLE", "RELEASE")
+# No provider job runs in these, so nothing but the task deadline (`tasks.deadline_at`, recorded by
+# the workflow on QUEUED) bounds the wait; past it (and this slack for the workflow's own timer and
+# its ledger step) the reservation is money nobody will use.
+WAITING: frozenset[str] = frozenset({TaskStatus.QUEUED.value, TaskStatus.RETRY_WAIT.value})
+DEADLINE_SLACK = timedelta(minutes=15)
 
 
 class Rule(StrEnum):
@@ -33,6 +39,7 @@ class Rule(StrEnum):
     OPEN_ATTEMPT = "open_attempt"  # finished task with an attempt whose job may still bill
     STRAY_UNACCOUNTED = "stray_unaccounted"  # duplicate provider job without accounted + ADJUSTMENT
     RESERVATION_WITHOUT_WORKFLOW = "reservation_without_workflow"  # open hold, nobody to close it
+    HELD_PAST_DEADLINE = "held_past_deadline"  # open hold of a waiting task past its task deadline
 
 
 class Violation(BaseModel):
@@ -63,6 +70,7 @@ def check(session: Session, import_id: str | None = None) -> LedgerFindings:
     violations, holds = _ledger_rules(session, import_id)
     violations += _open_attempts(session, import_id)
     violations += _unaccounted_strays(session, import_id)
+    violations += _held_past_deadline(session, import_id)
     count = _scoped(select(func.count()).select_from(Task), import_id)
     return LedgerFindings(import_id=import_id, tasks_checked=session.scalar(count) or 0,
                           violations=sorted(violations, key=lambda v: (v.task_id, v.rule)), open_holds=holds)
@@ -153,6 +161,28 @@ def _unaccounted_strays(session: Session, import_id: str | None) -> list[Violati
                              detail=f"duplicate job {job} (found by {found_by}, provider status "
                                     f"{provider_status or 'unknown'}): {' and '.join(missing)}"))
     return out
+
+
+def _held_past_deadline(session: Session, import_id: str | None) -> list[Violation]:
+    """Waiting tasks (QUEUED, RETRY_WAIT) whose current run still holds its reservation past the
+    task deadline: the workflow should have ended them EXPIRED (seen whether or not it runs)."""
+    def entry(*kinds: str):  # noqa: ANN202 - a SQL expression
+        return exists().where(CreditEntry.task_id == Task.id, CreditEntry.run_no == Task.run_no,
+                              CreditEntry.entry_type.in_(kinds))
+
+    stmt = _scoped(select(Task.id, Task.status, Task.deadline_at, func.now() - Task.deadline_at), import_id).where(
+        Task.status.in_(WAITING), Task.deadline_at < func.now() - DEADLINE_SLACK,
+        entry("RESERVE"), ~entry("SETTLE", "RELEASE"))
+    return [
+        Violation(task_id=task_id, status=status, rule=Rule.HELD_PAST_DEADLINE,
+                  detail=f"reservation held {status} {_hours(late)} past the task deadline "
+                         f"({deadline.astimezone(UTC):%Y-%m-%d %H:%M} UTC): the wait outlived the task")
+        for task_id, status, deadline, late in session.execute(stmt.order_by(Task.id))
+    ]
+
+
+def _hours(late: timedelta) -> str:
+    return f"{late.total_seconds() / 3600:.1f} h"
 
 
 def fmt_amount(amount: Decimal | int) -> str:

@@ -91,6 +91,10 @@ WEBHOOK_WAKE = "webhook-wake-v1"  # workflow.patched: a webhook that came during
 # abandoned one was reconciled again, found "absent" and un-counted though it may still bill)
 ACCEPTED_RISK_ENDS = "accepted-risk-ends-reconcile-v1"
 DECISION_WINS = "review-decision-wins-v1"  # workflow.patched: a decision landing with the review deadline wins
+# workflow.patched: the task deadline bounds the wait for a slot, a waiting task re-asks its gate (which
+# may have been reset or terminated), and NEEDS_ATTENTION gives the slot back while no job may run
+ADMISSION_BOUNDED = "admission-bounded-v1"
+REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
 MAX_POLL_INTERVAL_S = 15.0
@@ -302,7 +306,8 @@ class GenerationWorkflow:
                 raise
             await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class="credit")
         await self._move(E.VALIDATION_PASSED)
-        await self._move(E.QUEUED)
+        bounded = workflow.patched(ADMISSION_BOUNDED)
+        await self._move(E.QUEUED, deadline_at=self._task_deadline if bounded else None)
 
     async def _generate(self) -> JobRef:
         """Submit attempts until a job succeeds; every other ending raises TaskEnded."""
@@ -629,7 +634,7 @@ class GenerationWorkflow:
                          payload={"stuck": stuck, "evidence": evidence,
                                   "job_id": self._live.job_id if self._live else None,
                                   "unknown_attempt": self._unknown.attempt_no if self._unknown else None, **more})
-        await workflow.wait_condition(lambda: self._resolution is not None)
+        released = await self._wait_for_decision()
         decision, self._stuck = self._resolution, None
         if stuck == STRAY:
             self._resolution = None
@@ -647,7 +652,35 @@ class GenerationWorkflow:
                 await self._move(RESUME_EVENT[stuck], payload=decided)
         finally:
             self._resolution = None
+        if released and decision.action is ResolveAction.RETRY:
+            await self._await_slot(None, reask=True)  # the step runs again under a slot (or a cancel came)
         return decision
+
+    async def _wait_for_decision(self) -> bool:
+        """Wait for the operator, holding the slot only while a job of this task may be running at the
+        provider; True if the slot was given back meanwhile."""
+        hold = self._slot_hold() if workflow.patched(ADMISSION_BOUNDED) else None
+        if self._slot is not None and hold is not None:
+            if hold:
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(lambda: self._resolution is not None, timeout=hold)
+            if self._resolution is None:
+                await self._release_slot()
+                await workflow.wait_condition(lambda: self._resolution is not None)
+                return True
+        await workflow.wait_condition(lambda: self._resolution is not None)
+        return False
+
+    def _slot_hold(self) -> timedelta | None:
+        """How long a task waiting for a person keeps its slot; None: until the person decides.
+        A followed job (stuck at poll or cancel) is alive at the provider: kept. An unknown submit
+        may have created a job we cannot see or stop; such a job ends at the provider on its own,
+        so the slot is kept for one job deadline and then given back. Otherwise nothing runs."""
+        if self._live is not None:
+            return None
+        if self._unknown is not None:
+            return timedelta(seconds=self._info.deadline_s)
+        return timedelta(0)
 
     # -- endings ----------------------------------------------------------------------------
 
@@ -770,21 +803,47 @@ class GenerationWorkflow:
 
     async def _admit(self) -> bool:
         """Wait, QUEUED, until the provider's gate grants a slot (oldest first); False when a cancel
-        came first. Waiting is a blocked workflow: it costs nothing however many tasks wait."""
+        came first. Waiting is a blocked workflow: it costs nothing however many tasks wait. The task
+        deadline bounds the wait (the task ends EXPIRED and leaves the queue)."""
         if self._slot is not None or not workflow.patched(ADMISSION):
             return True
+        bounded = workflow.patched(ADMISSION_BOUNDED)
+        granted = await self._await_slot(self._task_deadline if bounded else None, reask=bounded)
+        if granted is None and not self._cancel_pending():
+            await self._end(E.DEADLINE_PASSED, error="the task's deadline passed while it waited for a slot")
+        return granted is not None
+
+    async def _await_slot(self, until: datetime | None, *, reask: bool) -> SlotGrant | None:
+        """Ask the gate and wait for its grant; None when a cancel came first or `until` passed (the
+        request is then withdrawn). With `reask`, the request is sent again every REASK_EVERY with its
+        first `requested_at`: a gate that still has it ignores it, a gate that lost it (reset,
+        terminated) puts it back in its place in line."""
         self._asked_at = self._asked_at or workflow.now()
         self._granted = None
         request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
                               requested_at=self._asked_at)
-        await self._run(AdmissionActivities.request_slot, AdmissionInput(
-            provider=self._info.provider, request=request, plan_limits=self._info.plan_limits))
-        await workflow.wait_condition(lambda: self._granted is not None or self._cancel_pending())
+        await self._request_slot(request)
+        while True:
+            every = REASK_EVERY * workflow.random().uniform(0.8, 1.2)  # spread: tasks queued together re-ask apart
+            wait = None if not reask else every if until is None else min(every, until - workflow.now())
+            try:
+                await workflow.wait_condition(lambda: self._granted is not None or self._cancel_pending(),
+                                              timeout=wait if wait is None else max(wait, timedelta(seconds=1)))
+                break
+            except TimeoutError:
+                if until is not None and workflow.now() >= until:
+                    break
+                if not await self._signal_gate(api.SIGNAL_GATE_REQUEST, request):
+                    await self._request_slot(request)  # no gate runs: bring one up
         if self._granted is None:
             await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id))
-            return False
+            return None
         self._slot, self._renewed_at = self._granted, workflow.now()
-        return True
+        return self._slot
+
+    async def _request_slot(self, request: SlotRequest) -> None:
+        await self._run(AdmissionActivities.request_slot, AdmissionInput(
+            provider=self._info.provider, request=request, plan_limits=self._info.plan_limits))
 
     async def _renew_slot(self, *, accepted: bool = False) -> None:
         if self._slot is None or not (accepted or workflow.now() - self._renewed_at >= RENEW_EVERY):
@@ -801,14 +860,16 @@ class GenerationWorkflow:
         self._slot = None
         await self._signal_gate(api.SIGNAL_GATE_RELEASE, release)
 
-    async def _signal_gate(self, signal: str, message: object) -> None:
-        """Tell the gate; a gate that is gone (terminated by hand) holds nothing to give back, and the
-        next request starts a new one."""
+    async def _signal_gate(self, signal: str, message: object) -> bool:
+        """Tell the gate; False when no gate runs. A gate that is gone (terminated by hand) holds
+        nothing to give back, and the next request starts a new one."""
         gate = api.gate_id(self._info.provider, workflow.info().task_queue)
         try:
             await workflow.get_external_workflow_handle(gate).signal(signal, message)
         except ApplicationError as exc:
             workflow.logger.warning("gate %s did not take %s: %s", gate, signal, exc)
+            return False
+        return True
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -849,7 +910,8 @@ class GenerationWorkflow:
 
     async def _move(self, event: E, *, error: str | None = None, error_class: str | None = None,
                     payload: dict | None = None, cancel_outcome: str | None = None,
-                    next_retry_at: datetime | None = None, prompt_override: str | None = None) -> TransitionResult:
+                    next_retry_at: datetime | None = None, prompt_override: str | None = None,
+                    deadline_at: datetime | None = None) -> TransitionResult:
         self._seq += 1
         result: TransitionResult = await workflow.execute_local_activity_method(
             TaskActivities.record_transition,
@@ -858,6 +920,7 @@ class GenerationWorkflow:
                 source_event_id=f"{self._task_id}{run_suffix(self._run_no)}:{self._seq}:{event.value}",
                 attempt_no=self._attempt_no or None, payload=payload or {}, error=error, error_class=error_class,
                 cancel_outcome=cancel_outcome, next_retry_at=next_retry_at, prompt_override=prompt_override,
+                deadline_at=deadline_at,
             ),
             start_to_close_timeout=timedelta(seconds=15),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -143,6 +144,43 @@ def test_an_open_reservation_needs_a_running_workflow_or_a_person(stack, tmp_pat
         session.execute(update(Task).where(Task.id == task.id).values(status="NEEDS_ATTENTION"))
     code, report = _check(summary.import_id)
     assert code == 0 and report["workflows_described"] == 0
+
+
+def test_a_reservation_held_while_waiting_past_the_task_deadline_is_reported(stack, finished, tmp_path):
+    """The workflow records the task deadline on QUEUED; a QUEUED or RETRY_WAIT task still holding
+    its reservation past it is reported, whether or not its workflow runs."""
+    db = Database(stack.database_url)
+    with db.transaction() as session:  # a real run recorded it: 24 h (the default task_hours) from QUEUED
+        recorded = session.get(Task, finished[1][0]).deadline_at
+    assert recorded is not None
+    assert timedelta(hours=23) < recorded - datetime.now(UTC) <= timedelta(hours=24)
+
+    summary = import_small(stack, tmp_path, [("L-6", "Shelf", "A shelf")])
+    with db.transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)
+        session.add(CreditEntry(tenant_id=task.tenant_id, task_id=task.id, entry_type="RESERVE",
+                                amount=Decimal(3), business_key=f"reserve:{task.id}"))
+        session.execute(update(Task).where(Task.id == task.id).values(
+            status="QUEUED", deadline_at=datetime.now(UTC) - timedelta(hours=2)))
+    code, report = _check(summary.import_id)
+    assert code == 1 and _rules(report, task.id) == {"held_past_deadline", "reservation_without_workflow"}
+    (late,) = [v for v in report["violations"] if v["rule"] == "held_past_deadline"]
+    assert "QUEUED 2.0 h past the task deadline" in late["detail"]
+
+    for status, deadline in (("RETRY_WAIT", timedelta(minutes=-5)), ("RUNNING", timedelta(hours=-2)),
+                             ("RETRY_WAIT", timedelta(hours=-2))):
+        with db.transaction() as session:
+            session.execute(update(Task).where(Task.id == task.id).values(
+                status=status, deadline_at=datetime.now(UTC) + deadline))
+        # within the slack, or a job may run (its own deadline bounds it): only the workflow is missing
+        expected = {"reservation_without_workflow"} | ({"held_past_deadline"} if deadline < -timedelta(hours=1)
+                                                       and status == "RETRY_WAIT" else set())
+        assert _rules(_check(summary.import_id)[1], task.id) == expected, status
+
+    with db.transaction() as session:  # settled: nothing is held any more
+        session.add(CreditEntry(tenant_id=task.tenant_id, task_id=task.id, entry_type="RELEASE",
+                                amount=Decimal(3), business_key=f"release:{task.id}"))
+    assert _rules(_check(summary.import_id)[1], task.id) == set()
 
 
 async def test_an_open_reservation_of_a_running_workflow_is_fine(stack, client, task_queue, tmp_path):

@@ -4,11 +4,13 @@ comes back when its lease expires, and a stale release changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from pydantic import BaseModel
@@ -101,6 +103,18 @@ async def hold(env, queue: str, gate: WorkflowHandle, n: int, **kw) -> list[Work
 def worker(env, queue: str) -> Worker:
     return Worker(env.client, task_queue=queue, workflows=[ProviderGateWorkflow, HolderWorkflow],
                   workflow_runner=UnsandboxedWorkflowRunner())
+
+
+async def gate_runs(env, gate: WorkflowHandle) -> int:
+    """How many runs the gate's chain of continue-as-new has had so far."""
+    runs, run_id = 0, gate.result_run_id
+    while run_id:
+        runs += 1
+        history = await env.client.get_workflow_handle(gate.id, run_id=run_id).fetch_history()
+        last = history.events[-1]
+        run_id = (last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+                  if last.HasField("workflow_execution_continued_as_new_event_attributes") else None)
+    return runs
 
 
 def max_overlap(held: list[Held]) -> int:
@@ -196,3 +210,24 @@ async def test_gate_carries_its_state_across_continue_as_new(own_env):
     assert current_run != gate.result_run_id  # it continued as new at least once
     assert sorted(h.token for h in held) == list(range(1, 9)) and max_overlap(list(held)) <= 2
     assert snapshot.granted == 8 and snapshot.in_use == 0
+
+
+@pytest.mark.unrecorded
+async def test_requests_that_arrive_while_the_gate_continues_as_new_are_kept(own_env):
+    """A burst of requests against a gate that continues as new every few events: every one is
+    granted (a signal that lands with the continue-as-new is handled in the run that ends, whose
+    state the next run gets)."""
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    with mock.patch("workflows.provider_gate.HISTORY_LIMIT", 12):
+        async with worker(own_env, queue):
+            gate = await start_gate(own_env, queue, limit=3)
+            handles = await asyncio.gather(*(own_env.client.start_workflow(
+                HolderWorkflow.run, HoldInput(gate_id=gate.id, hold_s=2), id=f"burst-{i}-{uuid.uuid4().hex[:6]}",
+                task_queue=queue) for i in range(15)))
+            held = [await h.result() for h in handles]  # one at a time: many at once skip time too eagerly
+            snapshot = await own_env.client.get_workflow_handle(gate.id).query(api.QUERY_GATE_SNAPSHOT,
+                                                                               result_type=GateSnapshot)
+            runs = await gate_runs(own_env, gate)
+    assert runs > 2  # it continued as new several times during the burst
+    assert sorted(h.token for h in held) == list(range(1, 16)) and max_overlap(list(held)) <= 3
+    assert snapshot.granted == 15 and snapshot.in_use == 0 and snapshot.waiting == 0

@@ -361,17 +361,22 @@ class World:
         @activity.defn(name="request_slot")
         async def request_slot(inp: AdmissionInput) -> None:
             await world._enter("request_slot", inp)
-            queue = activity.info().task_queue
-            # The time-skipping test server drops signal-with-start's signal: start, then signal.
-            gate = await world.client.start_workflow(
-                api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=world.limit),
-                id=api.gate_id(inp.provider, queue), task_queue=queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-            await gate.signal(api.SIGNAL_GATE_REQUEST, inp.request)
+            await ask_gate(world.client, inp, world.limit)
 
         return [request_slot, record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
                 abandon_attempt, poll_job, cancel_job, account_stray_job, unaccounted_strays, accept_stray_cost,
                 fetch_output, transcode, transcode_proxy, make_renditions, check_output]
+
+
+async def ask_gate(client: Any, inp: AdmissionInput, limit: int) -> None:
+    """What `request_slot` does, from inside a fake activity. The time-skipping test server drops
+    signal-with-start's signal: start, then signal."""
+    queue = activity.info().task_queue
+    gate = await client.start_workflow(
+        api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=limit),
+        id=api.gate_id(inp.provider, queue), task_queue=queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    await gate.signal(api.SIGNAL_GATE_REQUEST, inp.request)
 
 
 # -- driving a run from a test ---------------------------------------------------------------

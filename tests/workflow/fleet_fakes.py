@@ -1,0 +1,215 @@
+"""Many GenerationWorkflows behind one real provider gate: fakes under the real activity names that
+keep each task's facts apart (status through the real state machine, ledger, provider jobs).
+
+A fake provider job runs `job_s` from its submit (the time-skipping server's clock, read from the
+activity's scheduled time) and then succeeds; the workflow finds out by its status calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from server_clock import terminate_between_tasks
+from temporalio import activity
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from workflow_fakes import ask_gate
+
+from schema import state_machine as sm
+from schema.admission import AdmissionInput
+from schema.contracts import (
+    AssetRef,
+    AttemptRef,
+    GenerationInput,
+    JobRef,
+    JobStatus,
+    LedgerResult,
+    PollResult,
+    RenditionsResult,
+    SettleInput,
+    StrayJobRef,
+    SubmitActivityResult,
+    SubmitOutcome,
+    TaskInfo,
+    TaskRef,
+    TranscodeInput,
+    TransitionInput,
+    TransitionResult,
+    ValidationResult,
+)
+from workflows import api
+from workflows.generation import GenerationWorkflow
+from workflows.provider_gate import ProviderGateWorkflow
+
+PROVIDER = "fake"
+RESERVED = Decimal("4")
+JOB_COST = Decimal("3")
+
+
+@dataclass
+class Job:
+    task_id: str
+    submitted_at: datetime
+    cancelled: bool = False
+
+
+@dataclass
+class Fleet:
+    """The facts of every task, and how the fake provider behaves."""
+
+    limit: int = 5
+    job_s: float = 180.0
+    deadline_s: float = 3600.0  # [deadlines] job_minutes, 60 by default
+    task_deadline_s: float = 86_400.0  # [deadlines] task_hours, 24 by default
+    webhooks: bool = True  # polling as a safety net: few status calls per job
+    client: Any = None
+    status: dict[str, sm.TaskStatus] = field(default_factory=lambda: defaultdict(lambda: sm.TaskStatus.CREATED))
+    validated_at: dict[str, datetime] = field(default_factory=dict)  # server time (local activities see wall time)
+    settled_at: dict[str, datetime] = field(default_factory=dict)  # the ledger closed: the task is ending
+    ledger: dict[str, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(dict))
+    jobs: dict[str, Job] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # request_slot runs per task
+    seen: dict[str, TransitionResult] = field(default_factory=dict)
+
+    def cancelled(self) -> list[str]:
+        return [job_id for job_id, j in self.jobs.items() if j.cancelled]
+
+    def jobs_of(self, task_id: str) -> int:
+        return sum(j.task_id == task_id for j in self.jobs.values())
+
+    def balanced(self, task_id: str) -> bool:
+        rows = self.ledger[task_id]
+        return rows.get("RESERVE", 0) == rows.get("SETTLE", 0) + rows.get("RELEASE", 0)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        fleet = self
+
+        def now() -> datetime:
+            return activity.info().scheduled_time
+
+        @activity.defn(name="record_transition")
+        async def record_transition(req: TransitionInput) -> TransitionResult:
+            if req.source_event_id in fleet.seen:  # idempotent per source event, as in Postgres
+                return fleet.seen[req.source_event_id]
+            to = sm.target(fleet.status[req.task_id], req.event)
+            if to is not None:
+                fleet.status[req.task_id] = to
+            result = TransitionResult(applied=to is not None, status=fleet.status[req.task_id], version=0)
+            fleet.seen[req.source_event_id] = result
+            return result
+
+        @activity.defn(name="validate_task")
+        async def validate_task(ref: TaskRef) -> ValidationResult:
+            fleet.validated_at.setdefault(ref.task_id, now())
+            info = TaskInfo(task_id=ref.task_id, tenant_id="default", status=fleet.status[ref.task_id].value,
+                            provider=PROVIDER, model="m", aspect_ratio="9:16", duration_s=2.0,
+                            estimated_cost=float(RESERVED), min_poll_interval_s=1.0, deadline_s=fleet.deadline_s,
+                            task_deadline_s=fleet.task_deadline_s, current_attempt_no=0)
+            return ValidationResult(ok=True, info=info)
+
+        @activity.defn(name="reserve_credit")
+        async def reserve_credit(ref: TaskRef) -> LedgerResult:
+            fleet.ledger[ref.task_id].setdefault("RESERVE", RESERVED)
+            return LedgerResult(reserved=float(RESERVED), settled=0, released=0)
+
+        @activity.defn(name="settle")
+        async def settle(req: SettleInput) -> LedgerResult:
+            rows = fleet.ledger[req.task_id]
+            fleet.settled_at.setdefault(req.task_id, now())
+            if "SETTLE" not in rows and "RELEASE" not in rows:
+                cost = min(Decimal(str(req.cost)), rows["RESERVE"])
+                rows["SETTLE"], rows["RELEASE"] = cost, rows["RESERVE"] - cost
+            return LedgerResult(reserved=float(rows["RESERVE"]), settled=float(rows["SETTLE"]),
+                                released=float(rows["RELEASE"]))
+
+        @activity.defn(name="request_slot")
+        async def request_slot(inp: AdmissionInput) -> None:
+            fleet.requests[inp.request.task_id] += 1
+            await ask_gate(fleet.client, inp, fleet.limit)
+
+        @activity.defn(name="submit")
+        async def submit(ref: AttemptRef) -> SubmitActivityResult:
+            job_id = f"{ref.task_id}-a{ref.attempt_no}"
+            fleet.jobs.setdefault(job_id, Job(task_id=ref.task_id, submitted_at=now()))
+            return SubmitActivityResult(outcome=SubmitOutcome.ACCEPTED, job_id=job_id, webhooks=fleet.webhooks)
+
+        def state(job_id: str) -> PollResult:
+            job = fleet.jobs[job_id]
+            if job.cancelled:
+                return PollResult(status=JobStatus.CANCELED, raw_status="canceled", cost=0.0)
+            if now() - job.submitted_at >= timedelta(seconds=fleet.job_s):
+                return PollResult(status=JobStatus.SUCCEEDED, raw_status="succeeded", cost=float(JOB_COST))
+            return PollResult(status=JobStatus.RUNNING, raw_status="running")
+
+        @activity.defn(name="poll_job")
+        async def poll_job(ref: JobRef) -> PollResult:
+            return state(ref.job_id)
+
+        @activity.defn(name="cancel_job")
+        async def cancel_job(ref: JobRef) -> PollResult:
+            if not state(ref.job_id).terminal:
+                fleet.jobs[ref.job_id].cancelled = True
+            return state(ref.job_id)
+
+        @activity.defn(name="fetch_output")
+        async def fetch_output(ref: JobRef) -> AssetRef:
+            return AssetRef(asset_id=f"raw-{ref.job_id}", kind="RAW_OUTPUT", key=f"raw/{ref.job_id}.mp4",
+                            sha256="0" * 64, size=10)
+
+        @activity.defn(name="transcode_proxy")
+        async def transcode_proxy(req: TranscodeInput) -> AssetRef:
+            return AssetRef(asset_id=f"p-{req.task_id}", kind="PROXY", key=f"proxy/{req.task_id}.mp4",
+                            sha256="1" * 64, size=5)
+
+        @activity.defn(name="unaccounted_strays")
+        async def unaccounted_strays(ref: TaskRef) -> list[StrayJobRef]:
+            return []  # one job per task: no duplicates
+
+        @activity.defn(name="make_renditions")
+        async def make_renditions(req: TranscodeInput) -> RenditionsResult:
+            return RenditionsResult(renditions=[])
+
+        return [record_transition, validate_task, reserve_credit, settle, request_slot, submit, poll_job,
+                cancel_job, fetch_output, transcode_proxy, make_renditions, unaccounted_strays]
+
+
+@dataclass
+class FleetRun:
+    """A fleet's worker is up: start tasks on its queue; `gate` is the provider's gate there."""
+
+    env: WorkflowEnvironment
+    queue: str
+    handles: list[WorkflowHandle] = field(default_factory=list)
+
+    @property
+    def gate(self) -> WorkflowHandle:
+        return self.env.client.get_workflow_handle(api.gate_id(PROVIDER, self.queue))
+
+    async def start(self, task_id: str) -> WorkflowHandle:
+        handle = await self.env.client.start_workflow(
+            GenerationWorkflow.run, GenerationInput(task_id=task_id), id=f"gen-{task_id}-{uuid.uuid4().hex[:8]}",
+            task_queue=self.queue)
+        self.handles.append(handle)
+        return handle
+
+
+@contextlib.asynccontextmanager
+async def running_fleet(env: WorkflowEnvironment, fleet: Fleet) -> AsyncIterator[FleetRun]:
+    """A worker for the fleet on a queue of its own. Whatever still runs afterwards (tasks, the
+    gate) is terminated, between its tasks (tests/workflow/server_clock.py says why)."""
+    run = FleetRun(env=env, queue=f"fleet-{uuid.uuid4().hex[:10]}")
+    fleet.client = env.client
+    async with Worker(env.client, task_queue=run.queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
+                      activities=fleet.activities(), workflow_runner=SandboxedWorkflowRunner(),
+                      max_concurrent_activities=200, max_concurrent_local_activities=200):
+        yield run
+        await terminate_between_tasks([*run.handles, run.gate])

@@ -1,0 +1,150 @@
+"""The wait for a slot is bounded and survives its gate, on the time-skipping server: a long queue
+behind a small limit all succeeds within the task deadline; a task whose deadline passes while
+QUEUED ends EXPIRED and leaves the gate's queue; tasks waiting on a gate that is terminated (or
+replaced by a fresh run) still get their slots; NEEDS_ATTENTION gives the slot back while no job of
+the task may run.
+
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/admission-bounded-v1/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from fleet_fakes import Fleet, FleetRun, running_fleet
+from server_clock import terminate_between_tasks
+from temporalio.client import WorkflowHandle
+from test_generation_paths import FOUND, NOT_ASKABLE, resolve
+from workflow_fakes import HISTORIES, RECORD, SUCCEEDED, outage, unknown, until
+
+from schema.admission import GateInput, GateSnapshot
+from schema.contracts import ResolveAction
+from schema.state_machine import TERMINAL
+from schema.state_machine import TaskStatus as S
+from workflows import api
+from workflows.generation import ADMISSION_BOUNDED
+from workflows.provider_gate import ProviderGateWorkflow
+
+HISTORY_FOLDER = ADMISSION_BOUNDED  # run_world records this module's single-task paths here
+FOLDER = HISTORIES.parent / ADMISSION_BOUNDED
+
+
+async def record(handle: WorkflowHandle, name: str) -> None:
+    if RECORD:
+        FOLDER.mkdir(parents=True, exist_ok=True)
+        (FOLDER / f"{name}.json").write_text((await handle.fetch_history()).to_json())
+
+
+async def snapshot(gate: WorkflowHandle) -> GateSnapshot:
+    return await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+
+
+async def finish(env, fleet: Fleet, run: FleetRun, step_s: float = 60) -> None:
+    """Let skipped time pass until every task of the run has ended (awaiting many results at once
+    on the time-skipping server stalls its clock)."""
+    tasks = [h.id.split("-")[1] for h in run.handles]
+    await until(env, lambda: all(fleet.status[t] in TERMINAL for t in tasks), step_s=step_s)
+
+
+async def test_200_tasks_behind_a_limit_of_5_all_succeed_within_their_deadlines(own_env):
+    """Hours of queue (200 x 3-minute jobs / 5): no fresh job is cancelled as 'past its deadline'."""
+    fleet = Fleet(limit=5, job_s=180.0)
+    async with running_fleet(own_env, fleet) as run:
+        tasks = [f"t{i:03d}" for i in range(200)]
+        await asyncio.gather(*(run.start(task_id) for task_id in tasks))
+        await finish(own_env, fleet, run, step_s=300)
+        last = await snapshot(run.gate)
+        await record(next(h for h in run.handles if h.id.startswith("gen-t199-")), "two_hundred_tasks_last_in_line")
+    assert {fleet.status[t] for t in tasks} == {S.SUCCEEDED}
+    assert fleet.cancelled() == [] and {fleet.jobs_of(t) for t in tasks} == {1}
+    assert all(fleet.balanced(t) for t in tasks)
+    validated, ended = fleet.validated_at, fleet.settled_at
+    queue_h = (max(ended.values()) - min(validated.values())).total_seconds() / 3600
+    assert queue_h > 2, queue_h  # the queue lasted hours: longer than a job deadline
+    assert all(ended[t] - validated[t] < timedelta(seconds=fleet.task_deadline_s) for t in tasks)
+    assert last.in_use == 0 and last.waiting == 0 and last.granted == 200
+
+
+async def test_a_task_whose_deadline_passes_while_queued_expires_and_leaves_the_queue(own_env):
+    fleet = Fleet(limit=1, job_s=40 * 60.0, task_deadline_s=3600.0)
+    async with running_fleet(own_env, fleet) as run:
+        for task_id in ("first", "second", "third"):
+            await run.start(task_id)
+            await own_env.sleep(1)  # asks in this order
+        await until(own_env, lambda: fleet.status["third"] in (S.EXPIRED, S.DISPATCHING, S.SUBMITTED))
+        gate = await snapshot(run.gate)
+        await finish(own_env, fleet, run)
+        await record(run.handles[-1], "deadline_passes_while_queued")
+    assert fleet.status["third"] is S.EXPIRED and fleet.jobs_of("third") == 0
+    assert fleet.ledger["third"] == {"RESERVE": 4, "SETTLE": 0, "RELEASE": 4}
+    assert gate.waiting == 0 and gate.in_use == 1  # it left the queue; "second" holds the slot
+    assert fleet.status["first"] is S.SUCCEEDED and fleet.status["second"] is S.SUCCEEDED
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["terminated", "terminated-then-restarted"])
+async def test_tasks_waiting_on_a_gate_that_is_terminated_still_get_their_slots(own_env, restarted):
+    """Terminated: nothing answers the re-ask signal, so the task's request starts a new gate.
+    Restarted at once (as a reset would leave it): a gate that runs but has never heard of them."""
+    fleet = Fleet(limit=2, job_s=180.0)
+    async with running_fleet(own_env, fleet) as run:
+        tasks = [f"w{i:02d}" for i in range(10)]
+        for task_id in tasks:
+            await run.start(task_id)
+        await until(own_env, lambda: sum(fleet.status[t] is S.SUCCEEDED for t in tasks) >= 2, step_s=10)
+        before = await snapshot(run.gate)
+        assert before.waiting > 0
+        await terminate_between_tasks([run.gate])  # as an operator would (between tasks: the test server's clock)
+        if restarted:
+            await own_env.client.start_workflow(ProviderGateWorkflow.run, GateInput(provider="fake", limit=2),
+                                                id=run.gate.id, task_queue=run.queue)
+        await finish(own_env, fleet, run)
+        after = await snapshot(run.gate)
+        await record(run.handles[-1], f"gate_{'restarted' if restarted else 'terminated'}_while_waiting")
+    assert {fleet.status[t] for t in tasks} == {S.SUCCEEDED}
+    assert {fleet.jobs_of(t) for t in tasks} == {1} and fleet.cancelled() == []
+    assert max(fleet.requests.values()) >= (1 if restarted else 2)  # terminated: asked again by activity
+    assert after.waiting == 0 and after.in_use == 0
+
+
+async def gate_of(env, handle: WorkflowHandle) -> WorkflowHandle:
+    queue = (await handle.describe()).task_queue
+    return env.client.get_workflow_handle(api.gate_id("fake", queue))
+
+
+async def test_attention_after_an_unknown_submit_gives_the_slot_back_and_asks_again_on_retry(env, world,
+                                                                                           run_world):
+    """An unknown submit may have made a job we cannot see: the slot is kept for one job deadline,
+    then given back; `resolve --retry` asks the gate again before the step runs again."""
+    world.deadline_s = 1800
+    world.submits, world.reconciles = [unknown()], [NOT_ASKABLE, FOUND]
+    handle = await run_world()
+    gate = await gate_of(env, handle)
+    await until(env, lambda: world.status is S.NEEDS_ATTENTION)
+    assert (await snapshot(gate)).in_use == 1  # a job of it may still run
+    await env.sleep(world.deadline_s + 60)
+    assert (await snapshot(gate)).in_use == 0 and world.status is S.NEEDS_ATTENTION
+    await resolve(handle, ResolveAction.RETRY, "provider's lookup is back")
+    await until(env, lambda: len(world.called("reconcile_submit")) == 2)
+    assert len(world.called("request_slot")) == 2
+    assert await asyncio.wait_for(handle.result(), timeout=60)
+    assert world.status is S.SUCCEEDED and len(world.called("submit")) == 1
+    assert (await snapshot(gate)).in_use == 0
+
+
+async def test_attention_with_a_live_job_keeps_the_slot(env, world, run_world):
+    world.deadline_s = 900
+    up = {"ok": False}
+    world.polls = [lambda: SUCCEEDED if up["ok"] else outage()]
+
+    handle = await run_world()
+    gate = await gate_of(env, handle)
+    await until(env, lambda: world.status is S.NEEDS_ATTENTION)
+    await env.sleep(3 * 3600)
+    assert (await snapshot(gate)).in_use == 1 and len(world.called("request_slot")) == 1
+    up["ok"] = True
+    await resolve(handle, ResolveAction.RETRY, "status API is back")
+    assert await asyncio.wait_for(handle.result(), timeout=60)
+    assert (await snapshot(gate)).in_use == 0 and len(world.called("request_slot")) == 1
+
