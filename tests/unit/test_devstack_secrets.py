@@ -23,6 +23,17 @@ OLD_STACK = {  # what an older `dev up` kept: the public defaults
 }
 
 
+@pytest.fixture(autouse=True)
+def no_stack_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `dev up` makes depends on the settings it starts from: not on a stack an earlier test
+    (the integration suite, in the same session) pointed the environment at."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("REELQUEUE_") or key in ("DATABASE_URL", "DATABASE_URL_FILE"):
+            monkeypatch.delenv(key)
+
+
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
