@@ -29,7 +29,7 @@ lint: install
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 test: install lint
-	$(BIN)/pytest -q -p no:cacheprovider tests
+	$(BIN)/pytest -q -p no:cacheprovider --durations=15 tests
 
 bench: install
 	$(BIN)/python -m bench.import_bench $(ARGS)
