@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
 
 LEASE = timedelta(minutes=15)  # the default; GateInput.lease_s sets it
 LEASE_PROBE = "lease-probe-v1"  # expired leases are checked with the holder before they are taken back
+NO_LOST_WAKEUP = "gate-wakeup-v1"  # a change during a round's grants starts the next round at once
 IDLE_WAKE = timedelta(hours=1)
 HISTORY_LIMIT = 8_000  # events before the gate continues as new with its state
 
@@ -111,6 +112,11 @@ class ProviderGateWorkflow:
     @workflow.run
     async def run(self, inp: GateInput) -> None:
         while True:
+            # A request or release that lands while grants are being delivered (`_grant` awaits the
+            # signals) must wake the next round: clear the flag before the round, not after it.
+            keep_changes = workflow.patched(NO_LOST_WAKEUP)
+            if keep_changes:
+                self._changed = False
             await self._expire_leases()
             await self._grant()
             if workflow.info().get_current_history_length() > HISTORY_LIMIT or \
@@ -119,7 +125,8 @@ class ProviderGateWorkflow:
                 workflow.continue_as_new(GateInput(provider=inp.provider, limit=self._limit,
                                                    submits_per_minute=self._per_minute, state=self._state,
                                                    lease_s=inp.lease_s))
-            self._changed = False
+            if not keep_changes:
+                self._changed = False
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self._changed, timeout=self._next_wake())
 

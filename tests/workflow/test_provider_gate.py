@@ -67,7 +67,7 @@ class HolderWorkflow:
 
 
 # With REELQUEUE_RECORD_HISTORIES=1 each test's gate history is kept for the replay test.
-HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "gate-lease-probe-v1"
+HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "gate-wakeup-v1"
 _gates: list[WorkflowHandle] = []
 
 
