@@ -25,7 +25,9 @@ def run_and_exit(command: Callable[[], None]) -> None:
 
     The hard exit is registered before the command runs, so atexit runs it after every handler the
     command registered and after the interpreter joined the command's threads: only what comes
-    after atexit (the finalization that crashes) is skipped."""
+    after atexit (the finalization that crashes) is skipped. Only a process's entry point may call
+    it: in any other process (a test run calling the CLI in-process) it would end that process too,
+    with this command's status."""
     outcome = {"status": EXIT_FAILURE}  # an exception that escapes `command` exits 1, as Python does
     atexit.register(_exit_before_finalizing, outcome)
     try:
