@@ -16,8 +16,8 @@ import pytest
 from fleet_fakes import Fleet, FleetRun, running_fleet
 from server_clock import terminate_between_tasks
 from temporalio.client import WorkflowHandle
-from test_generation_paths import FOUND, NOT_ASKABLE, resolve
-from workflow_fakes import HISTORIES, RECORD, SUCCEEDED, outage, unknown, until
+from test_generation_paths import FOUND, NOT_ASKABLE
+from workflow_fakes import HISTORIES, RECORD, SUCCEEDED, outage, resolve, unknown, until
 
 from schema.admission import GateInput, GateSnapshot
 from schema.contracts import ResolveAction

@@ -27,6 +27,7 @@ from workflow_fakes import (
     outage,
     refusal,
     refused,
+    resolve,
     unknown,
     until,
 )
@@ -39,8 +40,6 @@ from schema.contracts import (
     ReconcileOutcome,
     ReconcileResult,
     ResolveAction,
-    ResolveRequest,
-    ResolveResult,
 )
 from schema.state_machine import TaskStatus as S
 from workflows import api
@@ -77,11 +76,6 @@ async def cancel_during(world: World, run_world, step: str, how: str) -> Workflo
 
 def closed_as_canceled(how: str) -> str:
     return "completed" if how == "signal" else "canceled"
-
-
-async def resolve(handle: WorkflowHandle, action: ResolveAction, reason: str = "") -> ResolveResult:
-    return await handle.execute_update(api.UPDATE_RESOLVE, ResolveRequest(action=action, reason=reason, by="ops"),
-                                       result_type=ResolveResult)
 
 
 async def refusal_of(handle: WorkflowHandle, action: ResolveAction, reason: str = "") -> str:

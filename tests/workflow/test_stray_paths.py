@@ -7,16 +7,13 @@ was going to, its video kept. Histories go to tests/fixtures/histories/strays-v1
 from __future__ import annotations
 
 import pytest
-from temporalio.client import WorkflowHandle
-from workflow_fakes import TASK_ID, World, ending, refusal, review_policy, unknown, until
+from workflow_fakes import TASK_ID, World, ending, refusal, resolve, review_policy, unknown, until
 
 from schema.contracts import (
     JobStatus,
     ReconcileOutcome,
     ReconcileResult,
     ResolveAction,
-    ResolveRequest,
-    ResolveResult,
     ReviewAction,
     ReviewRequest,
     ReviewResult,
@@ -36,11 +33,6 @@ def duplicate(world: World, job_id: str = "job-1b") -> None:
     world.submits = [unknown()]
     world.reconciles = [ReconcileResult(outcome=ReconcileOutcome.FOUND, job_id="job-1", duplicates=[job_id])]
     world.strays = [StrayJobRef(task_id=TASK_ID, attempt_no=1, job_id=job_id)]
-
-
-async def resolve(handle: WorkflowHandle, action: ResolveAction, reason: str = "") -> ResolveResult:
-    return await handle.execute_update(api.UPDATE_RESOLVE, ResolveRequest(action=action, reason=reason, by="ops"),
-                                       result_type=ResolveResult)
 
 
 def attention_payloads(world: World) -> list[dict]:

@@ -43,6 +43,9 @@ from schema.contracts import (
     RenditionProfile,
     RenditionsResult,
     RenditionStatus,
+    ResolveAction,
+    ResolveRequest,
+    ResolveResult,
     ReviewPolicy,
     SettleInput,
     StrayCostAcceptance,
@@ -400,3 +403,9 @@ async def until(env, check: Callable[[], bool], *, step_s: float = 5.0, tries: i
             return
         await env.sleep(step_s)
     raise AssertionError("condition never held")
+
+
+async def resolve(handle: WorkflowHandle, action: ResolveAction, reason: str = "") -> ResolveResult:
+    """An operator's decision on a task in NEEDS_ATTENTION (the `resolve` update), by "ops"."""
+    return await handle.execute_update(api.UPDATE_RESOLVE, ResolveRequest(action=action, reason=reason, by="ops"),
+                                       result_type=ResolveResult)
