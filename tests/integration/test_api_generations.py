@@ -23,7 +23,7 @@ from adapters.storage import ObjectStorage
 from adapters.temporal_client import connect
 from catalog.images import ImageOutcome, image_key, record_image_asset
 from config.settings import Settings
-from control.outbox import start_pending
+from control.outbox import run_sweeper, start_pending
 from delivery.links import LinkSigner
 from gateway.app import create_app
 from gateway.deps import ApiLimits, GatewayDeps, TemporalConnection
@@ -184,8 +184,17 @@ async def test_credit_refusal_and_a_create_left_unstarted_is_started_by_the_swee
         assert int(busy.value.headers["retry-after"]) > 0
         assert _count(db, Task, tenant_id=tenant) == 1
 
-        counts = await start_pending(db, client, task_queue, task_ids=[gen.id])
-        assert counts["started"] == 1
+        stop = asyncio.Event()  # the worker's sweeper, as worker.py runs it (no age: the row is ours)
+        sweeper = asyncio.create_task(run_sweeper(db, client, task_queue, stop, every_s=0.2, min_age_s=0.0))
+        try:
+            for _ in range(100):
+                with db.transaction() as session:
+                    if session.get(TaskOutbox, gen.id, populate_existing=True).started_at is not None:
+                        break
+                await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await sweeper
         again = await start_pending(db, client, task_queue, task_ids=[gen.id])
         assert sum(again.values()) == 0  # marked: the next sweep leaves it alone
         await client.get_workflow_handle(f"gen-{gen.id}").describe()  # it exists
