@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import uuid
 
+import httpx
 import pytest
 from cli_helpers import run_cli
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text
+from stack_helpers import gateway_log_after
 
 from config.settings import Settings
 from gateway.app import create_app
@@ -102,3 +104,12 @@ def test_over_the_rate_is_429_with_retry_after(http: TestClient) -> None:
     assert 1 <= int(limited.value.headers["retry-after"]) <= 60
     other = new_tenant("--rate-per-minute", "3")  # another tenant's budget is its own
     assert api(http, other["api_key"]).me().tenant_id == other["tenant_id"]
+
+
+def test_the_request_id_of_an_answer_is_in_the_gateway_log(stack: Settings) -> None:
+    """The `dev up` gateway process: the id it answers with is on the request's line of its log."""
+    marker = f"probe-{uuid.uuid4().hex[:12]}"
+    resp = httpx.get(f"{stack.gateway_url}/v1/me", headers={"X-Request-ID": marker}, timeout=10)
+    assert resp.status_code == 401 and resp.headers["x-request-id"] == marker
+    line = next(line for line in gateway_log_after(stack, marker).splitlines() if marker in line)
+    assert "GET /v1/me 401" in line
