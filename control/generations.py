@@ -59,10 +59,18 @@ class GenerationBody(BaseModel):
             raise ValueError("the prompt is empty")
         return prompt
 
+    @field_validator("duration_s")
+    @classmethod
+    def _milliseconds(cls, duration_s: float) -> float:
+        """Kept to the millisecond: the task, its reservation and the request's hash see one value."""
+        if round(duration_s, 3) <= 0:
+            raise ValueError("the duration is shorter than a millisecond")
+        return round(duration_s, 3)
+
     def normalised(self) -> dict[str, Any]:
         """Equal requests hash equal: surrounding blanks and runs of blanks in the prompt do not
-        count, nor the spelling of the duration (2, 2.0, 2.0000001)."""
-        return {**self.model_dump(), "prompt": " ".join(self.prompt.split()), "duration_s": round(self.duration_s, 3)}
+        count, nor the spelling of the duration (2, 2.0, 2.0001: kept to the millisecond)."""
+        return {**self.model_dump(), "prompt": " ".join(self.prompt.split())}
 
     def sha256(self) -> str:
         return sha256_text(canonical_json(self.normalised()))

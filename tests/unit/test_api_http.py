@@ -54,3 +54,16 @@ def test_the_openapi_document_declares_the_bearer_key_and_the_idempotency_header
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     create = spec["paths"]["/v1/generations"]["post"]
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in create["parameters"])
+
+
+def test_equal_requests_hash_equal_and_different_ones_do_not() -> None:
+    from control.generations import GenerationBody
+
+    base = GenerationBody(prompt="A lamp on a desk", image_asset_id="a1", duration_s=2)
+    same = GenerationBody(prompt="  A lamp\n on   a desk ", image_asset_id="a1", duration_s=2.0001)
+    assert same.sha256() == base.sha256() and same.duration_s == 2.0
+    for change in ({"prompt": "A lamp on a table"}, {"duration_s": 3}, {"aspect_ratio": "1:1"},
+                   {"image_asset_id": "a2"}, {"model": "other"}):
+        assert base.model_copy(update=change).sha256() != base.sha256(), change
+    with pytest.raises(ValueError):
+        GenerationBody(prompt="p", image_asset_id="a1", duration_s=0.0001)
