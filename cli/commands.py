@@ -139,7 +139,7 @@ def start_import(settings: Settings, db: Database, import_id: str, total: int, *
     from cli.starting import start_with_progress
 
     async def start() -> dict[str, int]:
-        client = await connect(settings.temporal_address, settings.temporal_namespace)
+        client = await connect(settings)
         return await start_with_progress(client, queries.iter_tasks_to_start(db, import_id), total, import_id,
                                          settings.task_queue, show=show)
 

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     )
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
+    # Read the temporalio.envconfig profile (TOML file, TEMPORAL_* variables: TLS, mTLS, API key;
+    # docs/deploy.md); `dev up` turns it off for its own plain-gRPC dev server in stack.json.
+    temporal_envconfig: bool = True
     temporal_ui_url: str = "http://127.0.0.1:8233"
     task_queue: str = DEFAULT_TASK_QUEUE
 

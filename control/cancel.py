@@ -18,7 +18,7 @@ NOT_STARTED = "not_started"
 
 async def cancel_workflow(settings: Settings, workflow_id: str, reason: str) -> str:
     """Ask Temporal to cancel the task's workflow; NOT_STARTED when no workflow ever ran for it."""
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     handle = client.get_workflow_handle(workflow_id)
     try:
         desc = await handle.describe()

@@ -72,7 +72,7 @@ def review_deps_from_settings() -> ReviewDeps:
     return ReviewDeps(db=Database(settings.database_url), storage=ObjectStorage.from_settings(settings),
                       secret=settings.review_secret, previous_secret=settings.review_secret_previous,
                       public_url=settings.public_url, page_size=settings.review_page_size,
-                      connect=lambda: connect(settings.temporal_address, settings.temporal_namespace))
+                      connect=lambda: connect(settings))
 
 
 def _deps(request: Request) -> ReviewDeps:
