@@ -55,8 +55,12 @@ def _wait_for_port(port: int, process: subprocess.Popen, what: str, log: Path) -
     pytest.fail(f"{what} did not listen on {port} within 30 s: {log.read_text()[-2000:]}")
 
 
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
+def _stop(process: subprocess.Popen, *, kill: bool = False) -> None:
+    """Terminate (or kill: an in-memory dev server has nothing to save and stops slowly) and reap."""
+    if kill:
+        process.kill()
+    else:
+        process.terminate()
     try:
         process.wait(10)
     except subprocess.TimeoutExpired:
@@ -84,19 +88,7 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             time.sleep(0.1)
         yield f"127.0.0.1:{port}"
     finally:
-        _stop(process)
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
-    """No REELQUEUE_* or TEMPORAL_* variable from the session (the stack's home has its own
-    stack.json), and no user profile file: each test sets what it configures."""
-    for key in [k for k in os.environ if k.startswith(("REELQUEUE_", "TEMPORAL_"))]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("REELQUEUE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    return monkeypatch
+        _stop(process, kill=True)
 
 
 # --- TLS and mTLS through nginx ------------------------------------------------------------------
@@ -171,20 +163,20 @@ async def _namespace_answers(settings: Settings) -> str:
 
 
 async def test_connects_over_tls_with_the_server_ca_from_variables(
-    proxy: dict[str, str], pki: dict[str, Path], clean_env: pytest.MonkeyPatch,
+    proxy: dict[str, str], pki: dict[str, Path], temporal_env: pytest.MonkeyPatch,
 ) -> None:
-    clean_env.setenv("TEMPORAL_ADDRESS", proxy["tls"])
-    clean_env.setenv("TEMPORAL_TLS_SERVER_NAME", SERVER_NAME)
-    clean_env.setenv("TEMPORAL_TLS_SERVER_CA_CERT_PATH", str(pki["ca"]))
+    temporal_env.setenv("TEMPORAL_ADDRESS", proxy["tls"])
+    temporal_env.setenv("TEMPORAL_TLS_SERVER_NAME", SERVER_NAME)
+    temporal_env.setenv("TEMPORAL_TLS_SERVER_CA_CERT_PATH", str(pki["ca"]))
     assert await _namespace_answers(Settings()) == "default"
-    clean_env.delenv("TEMPORAL_TLS_SERVER_CA_CERT_PATH")  # the system's roots do not know our CA
-    clean_env.setenv("TEMPORAL_TLS", "true")
+    temporal_env.delenv("TEMPORAL_TLS_SERVER_CA_CERT_PATH")  # the system's roots do not know our CA
+    temporal_env.setenv("TEMPORAL_TLS", "true")
     with pytest.raises(RuntimeError, match="UnknownIssuer"):
         await _namespace_answers(Settings())
 
 
 async def test_connects_over_mtls_with_a_profile_file(
-    proxy: dict[str, str], pki: dict[str, Path], clean_env: pytest.MonkeyPatch, tmp_path: Path,
+    proxy: dict[str, str], pki: dict[str, Path], temporal_env: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
     profile = tmp_path / "temporal.toml"
     tls = f'server_name = "{SERVER_NAME}"\nserver_ca_cert_path = "{pki["ca"]}"\n'
@@ -192,10 +184,10 @@ async def test_connects_over_mtls_with_a_profile_file(
     profile.write_text(f'[profile.prod]\naddress = "{proxy["mtls"]}"\nnamespace = "default"\n'
                        f"[profile.prod.tls]\n{tls}{client_cert}"
                        f'[profile.nocert]\naddress = "{proxy["mtls"]}"\n[profile.nocert.tls]\n{tls}')
-    clean_env.setenv("TEMPORAL_CONFIG_FILE", str(profile))
-    clean_env.setenv("TEMPORAL_PROFILE", "prod")
+    temporal_env.setenv("TEMPORAL_CONFIG_FILE", str(profile))
+    temporal_env.setenv("TEMPORAL_PROFILE", "prod")
     assert await _namespace_answers(Settings()) == "default"
-    clean_env.setenv("TEMPORAL_PROFILE", "nocert")  # the proxy asks for a client certificate
+    temporal_env.setenv("TEMPORAL_PROFILE", "nocert")  # the proxy asks for a client certificate
     with pytest.raises(RuntimeError, match="400 Bad Request"):  # nginx: "No required SSL certificate was sent"
         await _namespace_answers(Settings())
 

@@ -4,7 +4,6 @@ stack `dev up` writes; and what `reelqueue temporal setup` tells a Temporal Clou
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,52 +16,43 @@ from config.settings import STACK_FILE, Settings
 from control.temporal_setup import REQUIRED, _instructions, setup_namespace
 
 
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
-    """No REELQUEUE_* / TEMPORAL_* variable and no user profile file unless a test sets one."""
-    for key in [k for k in os.environ if k.startswith(("REELQUEUE_", "TEMPORAL_"))]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("REELQUEUE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    return monkeypatch
-
-
-def test_without_any_configuration_it_is_the_local_default(env: pytest.MonkeyPatch) -> None:
+def test_without_any_configuration_it_is_the_local_default(temporal_env: pytest.MonkeyPatch) -> None:
     assert connect_options(Settings()) == {"target_host": "127.0.0.1:7233", "namespace": "default"}
 
 
-def test_temporal_variables_give_address_namespace_and_api_key_over_tls(env: pytest.MonkeyPatch) -> None:
-    env.setenv("TEMPORAL_ADDRESS", "us-east-1.aws.api.temporal.io:7233")
-    env.setenv("TEMPORAL_NAMESPACE", "prod.a1b2c")
-    env.setenv("TEMPORAL_API_KEY", "key-1")
+def test_temporal_variables_give_address_namespace_and_api_key_over_tls(temporal_env: pytest.MonkeyPatch) -> None:
+    temporal_env.setenv("TEMPORAL_ADDRESS", "us-east-1.aws.api.temporal.io:7233")
+    temporal_env.setenv("TEMPORAL_NAMESPACE", "prod.a1b2c")
+    temporal_env.setenv("TEMPORAL_API_KEY", "key-1")
     options = connect_options(Settings())
     assert (options["target_host"], options["namespace"], options["api_key"], options["tls"]) == (
         "us-east-1.aws.api.temporal.io:7233", "prod.a1b2c", "key-1", True)
 
 
-def test_reelqueue_settings_that_are_set_win_over_the_profile_and_keep_its_tls(env: pytest.MonkeyPatch) -> None:
-    env.setenv("TEMPORAL_ADDRESS", "profile-host:7233")
-    env.setenv("TEMPORAL_NAMESPACE", "profile-ns")
-    env.setenv("TEMPORAL_API_KEY", "key-1")
-    env.setenv("REELQUEUE_TEMPORAL_ADDRESS", "temporal.internal:7233")
+def test_reelqueue_settings_that_are_set_win_over_the_profile_and_keep_its_tls(
+    temporal_env: pytest.MonkeyPatch,
+) -> None:
+    temporal_env.setenv("TEMPORAL_ADDRESS", "profile-host:7233")
+    temporal_env.setenv("TEMPORAL_NAMESPACE", "profile-ns")
+    temporal_env.setenv("TEMPORAL_API_KEY", "key-1")
+    temporal_env.setenv("REELQUEUE_TEMPORAL_ADDRESS", "temporal.internal:7233")
     options = connect_options(Settings())
     assert (options["target_host"], options["namespace"], options["api_key"]) == (
         "temporal.internal:7233", "profile-ns", "key-1")
 
 
-def test_the_stack_dev_up_started_ignores_the_users_profile(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_stack_dev_up_started_ignores_the_users_profile(temporal_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """stack.json names the embedded dev server (plain gRPC): a Cloud profile must not add TLS to it."""
     home = tmp_path / "home"
     home.mkdir()
     (home / STACK_FILE).write_text(json.dumps({"settings": {"temporal_address": "127.0.0.1:41000",
                                                             "temporal_envconfig": False}}))
-    env.setenv("TEMPORAL_ADDRESS", "prod.a1b2c.tmprl.cloud:7233")
-    env.setenv("TEMPORAL_API_KEY", "key-1")
+    temporal_env.setenv("TEMPORAL_ADDRESS", "prod.a1b2c.tmprl.cloud:7233")
+    temporal_env.setenv("TEMPORAL_API_KEY", "key-1")
     assert connect_options(Settings()) == {"target_host": "127.0.0.1:41000", "namespace": "default"}
 
 
-def test_a_profile_file_gives_mtls_with_the_certificates_read(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_profile_file_gives_mtls_with_the_certificates_read(temporal_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     ca = trustme.CA()
     client = ca.issue_cert("worker")
     ca_file, cert, key = tmp_path / "ca.pem", tmp_path / "client.pem", tmp_path / "client-key.pem"
@@ -73,8 +63,8 @@ def test_a_profile_file_gives_mtls_with_the_certificates_read(env: pytest.Monkey
     profile.write_text(f'[profile.prod]\naddress = "prod.a1b2c.tmprl.cloud:7233"\nnamespace = "prod.a1b2c"\n'
                        f'[profile.prod.tls]\nserver_ca_cert_path = "{ca_file}"\nclient_cert_path = "{cert}"\n'
                        f'client_key_path = "{key}"\n')
-    env.setenv("TEMPORAL_CONFIG_FILE", str(profile))
-    env.setenv("TEMPORAL_PROFILE", "prod")
+    temporal_env.setenv("TEMPORAL_CONFIG_FILE", str(profile))
+    temporal_env.setenv("TEMPORAL_PROFILE", "prod")
     options = connect_options(Settings())
     assert options["target_host"] == "prod.a1b2c.tmprl.cloud:7233"
     tls = options["tls"]
@@ -89,11 +79,11 @@ def test_a_profile_file_gives_mtls_with_the_certificates_read(env: pytest.Monkey
     ("TEMPORAL_TLS_CLIENT_CERT_PATH", "/nonexistent/client.pem", "client.pem"),
 ])
 def test_a_profile_that_cannot_be_used_is_an_error_not_a_local_connection(
-    env: pytest.MonkeyPatch, variable: str, value: str, message: str,
+    temporal_env: pytest.MonkeyPatch, variable: str, value: str, message: str,
 ) -> None:
-    env.setenv(variable, value)
+    temporal_env.setenv(variable, value)
     if variable == "TEMPORAL_TLS_CLIENT_CERT_PATH":
-        env.setenv("TEMPORAL_TLS_CLIENT_KEY_PATH", "/nonexistent/client-key.pem")
+        temporal_env.setenv("TEMPORAL_TLS_CLIENT_KEY_PATH", "/nonexistent/client-key.pem")
     with pytest.raises(TemporalConfigError, match=message):
         connect_options(Settings())
 
