@@ -50,8 +50,9 @@ def profile_options() -> dict[str, Any]:
 
 
 def is_temporal_cloud(address: str) -> bool:
-    """Whether `address` is a Temporal Cloud endpoint (namespace or regional, mTLS or API key)."""
-    host = address.rsplit(":", 1)[0].lower()
+    """Whether `address` (host:port, or a TLS server name) is a Temporal Cloud endpoint (namespace
+    or regional, mTLS or API key)."""
+    host = address.rsplit(":", 1)[0].lower() if ":" in address else address.lower()
     return host.endswith(CLOUD_HOST_SUFFIXES)
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, computed_field
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, RegisterNamespaceRequest
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from adapters.temporal_client import connect, is_temporal_cloud
 from config.settings import Settings
@@ -57,8 +57,10 @@ async def setup_temporal(settings: Settings, *, create_namespace: bool = False,
 async def setup_namespace(client: Client, *, create_namespace: bool = False,
                           retention_days: int = 30) -> TemporalSetupReport:
     """The work of `setup_temporal` on a connected client."""
-    address, namespace = client.service_client.config.target_host, client.namespace
-    cloud = is_temporal_cloud(address)
+    config = client.service_client.config
+    address, namespace = config.target_host, client.namespace
+    server_name = config.tls.domain if isinstance(config.tls, TLSConfig) else None  # PrivateLink: a VPC address
+    cloud = is_temporal_cloud(address) or is_temporal_cloud(server_name or "")
     created = await _ensure_namespace(client, cloud, create_namespace, retention_days)
     try:
         registered = await _registered(client)

@@ -106,12 +106,15 @@ def test_on_temporal_cloud_the_missing_attributes_come_as_one_tcld_command() -> 
 
 
 class _RefusingCloud:
-    """A Temporal Cloud namespace whose API key may neither list nor add search attributes."""
+    """A Temporal Cloud namespace, reached over PrivateLink (a VPC endpoint address, Cloud's name
+    in TLS), whose credentials may neither list nor add search attributes."""
 
     namespace = "prod.a1b2c"
 
     def __init__(self) -> None:
-        self.service_client = SimpleNamespace(config=SimpleNamespace(target_host="prod.a1b2c.tmprl.cloud:7233"))
+        self.service_client = SimpleNamespace(config=SimpleNamespace(
+            target_host="vpce-0a1b2c.vpce-svc-0123.us-east-1.vpce.amazonaws.com:7233",
+            tls=TLSConfig(domain="prod.a1b2c.tmprl.cloud")))
         self.workflow_service = SimpleNamespace(describe_namespace=self._answer)
         self.operator_service = SimpleNamespace(list_search_attributes=self._refuse, add_search_attributes=self._refuse)
         self.add_requests = 0
