@@ -22,8 +22,6 @@ from workflows.search_attributes import ALL, type_name
 # key, a self-hosted cluster with an authorizer) answers with one of these.
 REFUSED = {RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.UNAUTHENTICATED}
 NAMESPACE_WAIT = timedelta(seconds=30)  # a new namespace reaches every frontend's cache within this
-
-
 REQUIRED: dict[str, int] = {key.name: key.indexed_value_type for key in ALL}  # name -> IndexedValueType
 
 
