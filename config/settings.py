@@ -93,7 +93,8 @@ class Settings(BaseSettings):
     fal_prices: dict[str, float] = Field(default_factory=dict)
 
     # Webhooks: submits ask providers that offer them to POST to {public_url}/webhooks/{provider}.
-    # public_url is the gateway as providers reach it (empty: gateway_url).
+    # public_url is the gateway as providers, reviewers and players reach it (empty: gateway_url);
+    # the emulator, which runs beside the gateway, posts to gateway_url (webhook_url).
     public_url: str = ""
     webhooks_enabled: bool = Field(  # REELQUEUE_WEBHOOKS=false: submits ask for none, polling only
         default=True,
@@ -166,7 +167,13 @@ class Settings(BaseSettings):
         """Where `provider` should send its webhooks (the gateway's route); None when they are off."""
         if not self.webhooks_enabled:
             return None
-        return f"{(self.public_url or self.gateway_url).rstrip('/')}/webhooks/{provider}"
+        base = self.gateway_url if self.emulated(provider) else (self.public_url or self.gateway_url)
+        return f"{base.rstrip('/')}/webhooks/{provider}"
+
+    def emulated(self, provider: str) -> bool:
+        """Whether `provider`'s calls go to the emulator (ours, on the gateway's own network, where
+        the public URL may not be reachable: behind a proxy, or `localhost` in docker-compose)."""
+        return provider == "emulator" or (self.emulate_providers and not getattr(self, f"{provider}_base_url", ""))
 
     def media_base_url(self) -> str:
         """Where clients reach the gateway's media routes (the public URL, else the gateway's)."""

