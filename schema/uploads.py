@@ -1,0 +1,52 @@
+"""Upload rows: every read carries the tenant (an unguessable id is not authorization), and a status
+moves only forward: PENDING -> VALIDATING -> READY | REJECTED."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from schema.models import Asset, Upload
+
+PENDING, VALIDATING, READY, REJECTED = "PENDING", "VALIDATING", "READY", "REJECTED"
+OPEN = (PENDING, VALIDATING)
+
+
+def find_upload(session: Session, tenant_id: str, upload_id: str) -> Upload | None:
+    return session.scalar(select(Upload).where(Upload.id == upload_id, Upload.tenant_id == tenant_id))
+
+
+def ready_asset(session: Session, tenant_id: str, asset_id: str, *, kind: str | None = "IMAGE") -> Asset | None:
+    """The stored asset of upload `asset_id` if it is READY, belongs to `tenant_id` and is of `kind`
+    (IMAGE, VIDEO, CATALOG; None: any), else None. What a generation or an import may refer to."""
+    stmt = (select(Asset).join(Upload, Upload.asset_id == Asset.id)
+            .where(Upload.id == asset_id, Upload.tenant_id == tenant_id, Asset.tenant_id == tenant_id,
+                   Upload.status == READY))
+    if kind is not None:
+        stmt = stmt.where(Upload.kind == kind)
+    return session.scalar(stmt)
+
+
+def move(session: Session, upload_id: str, to: str, *, allowed_from: tuple[str, ...], reason: str | None = None,
+         asset_id: str | None = None) -> bool:
+    """Set the status if the row is still in one of `allowed_from` (a concurrent complete may have
+    ended it); True when this call moved it."""
+    values: dict = {"status": to, "updated_at": func.now()}
+    if reason is not None:
+        values["reason"] = reason
+    if asset_id is not None:
+        values["asset_id"] = asset_id
+    result = session.execute(update(Upload).where(Upload.id == upload_id, Upload.status.in_(allowed_from))
+                             .values(**values))
+    return result.rowcount == 1
+
+
+def expired_pending_uploads(session: Session, now: datetime | None = None, limit: int = 500) -> list[Upload]:
+    """Uploads never completed before their deadline (the partial index ix_uploads_open). One left
+    VALIDATING by an interrupted complete waits for the client's repeated complete instead."""
+    now = now or datetime.now(UTC)
+    return list(session.scalars(select(Upload).where(Upload.status == PENDING, Upload.expires_at < now)
+                                .order_by(Upload.expires_at).limit(limit)))
+
