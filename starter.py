@@ -13,6 +13,7 @@ from cli.drill import drill
 from cli.providers import providers_app
 from cli.review import review
 from cli.secrets import secrets_app
+from cli.tenants import tenants_app
 
 app = typer.Typer(help="reelqueue: product catalogs to stored, transcoded videos through durable workflows.",
                   no_args_is_help=True, add_completion=False)
@@ -35,6 +36,7 @@ app.command("gc")(delivery.gc)
 app.command("review")(review)
 app.add_typer(providers_app, name="providers")
 app.add_typer(secrets_app, name="secrets")
+app.add_typer(tenants_app, name="tenants")
 
 # The CLI reports problems in its own output (tables, reports, --json); library warnings such as
 # fetch refusals are already in the validation report, so only errors reach stderr by default.

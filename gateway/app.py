@@ -1,5 +1,6 @@
 """The HTTP gateway (FastAPI): health, provider webhooks (gateway/webhooks.py), media behind
-signed links (gateway/media.py), the review gallery (gateway/review.py) and /metrics.
+signed links (gateway/media.py), the review gallery (gateway/review.py), the tenant API under /v1
+(gateway/v1/) and /metrics.
 
 `create_app` is a small factory: tests hand it their dependencies; `app`, which uvicorn serves
 (`python -m gateway`: `reelqueue dev up`, docker-compose), builds them from Settings on the first
@@ -21,6 +22,7 @@ from gateway.media import router as media_router
 from gateway.problems import install_problem_handlers
 from gateway.review import ReviewDeps, review_deps_from_settings
 from gateway.review import router as review_router
+from gateway.v1 import router as v1_router
 from gateway.webhooks import router as webhooks_router
 
 MAX_BODY_BYTES = 1024 * 1024  # no route takes more (webhooks have their own, smaller cap)
@@ -64,6 +66,7 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
     application.include_router(webhooks_router)
     application.include_router(media_router)
     application.include_router(review_router)
+    application.include_router(v1_router)
 
     @application.get("/healthz")
     def healthz() -> dict[str, bool]:

@@ -40,10 +40,60 @@ def _now_column() -> Mapped[datetime]:
 
 class Tenant(Base):
     __tablename__ = "tenants"
+    __table_args__ = (CheckConstraint("max_concurrent >= 1 AND rate_per_minute >= 1", name="ck_tenants_limits"),)
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     credit_limit: Mapped[Decimal]
+    max_concurrent: Mapped[int] = mapped_column(Integer, server_default=text("10"))  # tasks past admission
+    rate_per_minute: Mapped[int] = mapped_column(Integer, server_default=text("600"))  # API requests
     created_at: Mapped[datetime] = _now_column()
+
+
+class ApiKey(Base):
+    """A tenant's API key: only its sha256 is kept (the key itself is shown once, at issue)."""
+
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    key_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))  # the key's first characters, to tell keys apart
+    created_at: Mapped[datetime] = _now_column()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class IdempotencyRecord(Base):
+    """One create per (tenant, Idempotency-Key): the request's hash and the first answer, written in
+    the create's own transaction; the primary key is the last line against concurrent duplicates."""
+
+    __tablename__ = "idempotency_keys"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"))
+    response_status: Mapped[int] = mapped_column(Integer)
+    response_body: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = _now_column()
+
+
+class TaskOutbox(Base):
+    """A task the API committed; `started_at` is set once its workflow is known to exist. The worker's
+    sweeper starts the rows the gateway left (control/outbox.py)."""
+
+    __tablename__ = "task_outbox"
+    __table_args__ = (Index("ix_task_outbox_pending", "created_at", postgresql_where=text("started_at IS NULL")),)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    created_at: Mapped[datetime] = _now_column()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TenantRateWindow(Base):
+    """The tenant's request count in its current one-minute window (one row per tenant)."""
+
+    __tablename__ = "tenant_rate_windows"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    count: Mapped[int] = mapped_column(Integer)
 
 
 class Plan(Base):
