@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.v1 import account
+from gateway.v1 import account, events, imports, uploads
 
 router = APIRouter(prefix="/v1")
 router.include_router(account.router)
+router.include_router(uploads.router)
+router.include_router(imports.router)
+router.include_router(events.router)

@@ -1,0 +1,32 @@
+"""The tenant API on a real uvicorn server (streams need one: the test client waits for the end of a
+response), and tenants made with `reelqueue tenants create`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from asgi_server import serving
+from cli_helpers import run_cli
+
+from config.settings import Settings
+from gateway.app import create_app
+from gateway.deps import GatewayDeps
+from reelqueue_client import ReelqueueClient
+from schema.db import Database
+
+
+@contextmanager
+def api_server(stack: Settings) -> Iterator[str]:
+    """A fresh gateway (nothing in memory from an earlier one: a restart); yields its base URL."""
+    app = create_app(GatewayDeps(db=Database(stack.database_url), providers={}, signaler=None), settings=stack)
+    with serving(app) as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+def new_tenant_client(base_url: str) -> tuple[str, ReelqueueClient]:
+    """A new tenant (its id) and a client with its key."""
+    created = run_cli("tenants", "create", f"t-{uuid.uuid4().hex[:10]}", "--json")
+    assert created.code == 0, created.stdout + created.stderr
+    return created.json["tenant_id"], ReelqueueClient(base_url, created.json["api_key"])
