@@ -153,25 +153,35 @@ def _observe(req: TransitionInput, out: task_store.TransitionOutcome) -> None:
         STATE_SECONDS.labels(out.from_status).observe(out.left_after_s)
 
 
+def route_problem(name: str, provider: VideoProvider | None, model: str, duration_s: float,
+                  aspect_ratio: str) -> str | None:
+    """Why `provider` cannot make this video (model, duration, ratio, configuration), or None. The
+    API refuses such a create at once; an imported task ends INVALID at validation."""
+    if provider is None:
+        return f"no adapter for provider {name!r}"
+    missing = getattr(provider, "missing_setting", None)  # hosted providers need a key
+    if missing:
+        return (f"{name} is not configured: set {missing} "
+                "(or point it at the emulator with `reelqueue dev up --emulate-providers`)")
+    caps = provider.capabilities
+    if caps.models is not None and model not in caps.models:
+        return (f"{name} has no model {model!r} (known: {', '.join(caps.models)}; a price in "
+                f"REELQUEUE_{name.upper()}_PRICES adds one)")
+    if caps.durations_s is not None and duration_s not in caps.durations_s:
+        return f"{name} offers durations {caps.durations_s} s, not {duration_s:g} s"
+    if aspect_ratio not in caps.aspect_ratios:
+        return f"{name} does not render {aspect_ratio}"
+    if not caps.min_duration_s <= duration_s <= caps.max_duration_s:
+        return f"duration {duration_s:g}s outside {caps.min_duration_s}-{caps.max_duration_s}s"
+    return None
+
+
 def _invalid_reason(
     task: Task, provider: VideoProvider | None, image: Asset | None, storage: ObjectStorage
 ) -> str | None:
-    if provider is None:
-        return f"no adapter for provider {task.provider!r}"
-    missing = getattr(provider, "missing_setting", None)  # hosted providers need a key
-    if missing:
-        return (f"{task.provider} is not configured: set {missing} "
-                "(or point it at the emulator with `reelqueue dev up --emulate-providers`)")
-    caps = provider.capabilities
-    if caps.models is not None and task.model not in caps.models:
-        return (f"{task.provider} has no model {task.model!r} (known: {', '.join(caps.models)}; a price in "
-                f"REELQUEUE_{task.provider.upper()}_PRICES adds one)")
-    if caps.durations_s is not None and float(task.duration_s) not in caps.durations_s:
-        return f"{task.provider} offers durations {caps.durations_s} s, not {task.duration_s} s"
-    if task.aspect_ratio not in caps.aspect_ratios:
-        return f"{task.provider} does not render {task.aspect_ratio}"
-    if not caps.min_duration_s <= float(task.duration_s) <= caps.max_duration_s:
-        return f"duration {task.duration_s}s outside {caps.min_duration_s}-{caps.max_duration_s}s"
+    route = route_problem(task.provider, provider, task.model, float(task.duration_s), task.aspect_ratio)
+    if route:
+        return route
     if not task.prompt.strip():
         return "empty prompt"
     if image is None:

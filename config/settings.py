@@ -155,6 +155,12 @@ class Settings(BaseSettings):
     # The interactive API pages (/docs, /redoc) are off unless asked for; /openapi.json stays.
     api_docs: bool = False
 
+    # The tenant API (/v1): its JSON body cap, the backlog age past which creates answer 503 (0: off),
+    # and the credits a generation reserves per second of video.
+    api_max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    api_backlog_max_age_s: float = Field(default=1800.0, ge=0)
+    api_credits_per_second: float = Field(default=1.0, ge=0)
+
     tenant: str = "default"
     tenant_credit_limit: float = 1_000_000.0
     worker_id: str = ""

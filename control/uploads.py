@@ -26,15 +26,12 @@ from adapters.media.transcode import check_input_caps, probe
 from adapters.storage import ObjectStorage, file_sha256
 from catalog.images import (
     MAX_IMAGE_BYTES,
-    ImageOutcome,
     ImageRejected,
     image_format,
     image_key,
     normalised_image,
-    record_image_asset,
 )
 from schema import uploads as rows
-from schema.assets import record_asset
 from schema.db import Database
 from schema.models import Asset, Upload
 
@@ -244,7 +241,7 @@ class Uploads:
                 self._reject(upload, str(exc))
                 return self.view(tenant_id, upload_id)
         with self.db.transaction() as session:
-            asset = asset_fields(session)
+            asset = rows.record_upload_asset(session, upload, bucket=self.storage.bucket, **asset_fields)
             rows.move(session, upload.id, rows.READY, allowed_from=(rows.VALIDATING,), asset_id=asset.id)
         self.storage.remove(upload.quarantine_key)
         return self.view(tenant_id, upload_id)
@@ -271,8 +268,8 @@ class Uploads:
         self.storage.remove(upload.quarantine_key)
 
     # validation ------------------------------------------------------------------------------
-    def _validated(self, upload: Upload, path: Path, sha: str):  # noqa: ANN202 - Session -> Asset
-        """Check the bytes for their kind and store them out of quarantine; returns the row writer."""
+    def _validated(self, upload: Upload, path: Path, sha: str) -> dict:
+        """Check the bytes for their kind and store them out of quarantine; the asset row's fields."""
         with path.open("rb") as handle:
             head = handle.read(64)
         if upload.kind == IMAGE:
@@ -284,32 +281,29 @@ class Uploads:
             if not info.video_codec:
                 raise AssetRejected("not a video: no video stream")
             check_input_caps(info, max_pixels=self.max_pixels, max_duration_s=self.max_duration_s)
-            return self._promoted(upload, sha, "INPUT_VIDEO", suffix=PurePosixPath(upload.filename).suffix.lower(),
+            return self._promoted(upload, sha, "INPUT_VIDEO", PurePosixPath(upload.filename).suffix.lower(),
                                   duration_s=info.duration_s, width=info.width, height=info.height,
                                   codec=info.video_codec)
         _check_text(path)
         suffix = PurePosixPath(upload.filename).suffix.lower()
-        return self._promoted(upload, sha, "CATALOG_UPLOAD", suffix=suffix if suffix in CATALOG_SUFFIXES else ".csv")
+        return self._promoted(upload, sha, "CATALOG_UPLOAD", suffix if suffix in CATALOG_SUFFIXES else ".csv")
 
-    def _image(self, upload: Upload, path: Path):  # noqa: ANN202
+    def _image(self, upload: Upload, path: Path) -> dict:
+        """The catalog's image checks; the re-encoded bytes go where the catalog keeps images (by sha256)."""
         data = path.read_bytes()
         if image_format(data) is None:
             raise AssetRejected("not an image: the file is not a JPEG, PNG or WebP (by its first bytes)")
         clean, content_type = normalised_image(data)
-        image = ImageOutcome(source=f"upload:{upload.id}", size=len(clean), content_type=content_type)
-        image.sha256 = _sha(clean)
-        image.key = self.storage.put_bytes(image_key(upload.tenant_id, image.sha256, content_type), clean,
-                                           content_type).key
-        return lambda session: record_image_asset(session, self.storage.bucket, upload.tenant_id, image)
+        sha = hashlib.sha256(clean).hexdigest()
+        key = self.storage.put_bytes(image_key(upload.tenant_id, sha, content_type), clean, content_type).key
+        return {"kind": "INPUT_IMAGE", "key": key, "size": len(clean), "sha256": sha, "mime": content_type}
 
-    def _promoted(self, upload: Upload, sha: str, asset_kind: str, *, suffix: str, **fields):  # noqa: ANN003, ANN202
+    def _promoted(self, upload: Upload, sha: str, asset_kind: str, suffix: str, **fields) -> dict:  # noqa: ANN003
+        """Checked as they are: copied out of quarantine to a key of their sha256."""
         key = f"tenants/{upload.tenant_id}/uploads/{asset_kind.lower()}/{sha}{suffix}"
         self.storage.promote(upload.quarantine_key, key, sha, upload.declared_type)
-        return lambda session: record_asset(
-            session, business_key=f"upload:{upload.tenant_id}:{asset_kind}:{sha}", tenant_id=upload.tenant_id,
-            kind=asset_kind, bucket=self.storage.bucket, key=key, size=upload.declared_size, sha256=sha,
-            mime=upload.declared_type, meta={"source": f"upload:{upload.id}", "filename": upload.filename},
-            **fields)
+        return {"kind": asset_kind, "key": key, "size": upload.declared_size, "sha256": sha,
+                "mime": upload.declared_type, **fields}
 
     # read and sweep --------------------------------------------------------------------------
     def view(self, tenant_id: str, upload_id: str) -> AssetView | None:
@@ -356,8 +350,4 @@ def _check_text(path: Path) -> None:
         head = handle.read(TEXT_PROBE_BYTES)
     if head.startswith(_BINARY_MAGIC) or image_format(head) is not None or b"\x00" in head:
         raise AssetRejected("not a catalog: the file is binary, not CSV or TSV text")
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 

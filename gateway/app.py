@@ -20,6 +20,7 @@ from gateway.deps import GatewayDeps, LazyDeps, deps_from_settings
 from gateway.guards import BodyLimit, check_metrics_access, install_log_redaction
 from gateway.media import router as media_router
 from gateway.problems import install_problem_handlers
+from gateway.request_ids import RequestIds, install_request_log
 from gateway.review import ReviewDeps, review_deps_from_settings
 from gateway.review import router as review_router
 from gateway.v1 import router as v1_router
@@ -50,11 +51,13 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
     `settings` (default: from the environment) decide the docs pages, the /metrics token, the body cap."""
     settings = settings or Settings()
     install_log_redaction()
+    install_request_log()
     docs = settings.api_docs
     application = FastAPI(title="reelqueue gateway", docs_url="/docs" if docs else None,
                           redoc_url="/redoc" if docs else None,
                           lifespan=_secrets_checked if require_secrets else None)
     application.add_middleware(BodyLimit, max_bytes=max(MAX_BODY_BYTES, settings.webhook_max_body_bytes))
+    application.add_middleware(RequestIds)  # added last: outermost, so even a 413 carries the id
     application.state.review_factory = review_deps or review_deps_from_settings
     application.state.review_deps = None
     if isinstance(deps, GatewayDeps):

@@ -4,8 +4,10 @@ moves only forward: PENDING -> VALIDATING -> READY | REJECTED."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from schema.models import Asset, Upload
@@ -41,6 +43,18 @@ def move(session: Session, upload_id: str, to: str, *, allowed_from: tuple[str, 
     result = session.execute(update(Upload).where(Upload.id == upload_id, Upload.status.in_(allowed_from))
                              .values(**values))
     return result.rowcount == 1
+
+
+def record_upload_asset(session: Session, upload: Upload, **fields: Any) -> Asset:
+    """The asset row of a validated upload, under the upload's own id: the id the client holds is the
+    asset id a generation names (`assets.id`), and the row exists only once the upload is READY."""
+    session.execute(insert(Asset).values(id=upload.id, business_key=f"upload:{upload.id}",
+                                         tenant_id=upload.tenant_id,
+                                         meta={"source": f"upload:{upload.id}", "filename": upload.filename},
+                                         **fields).on_conflict_do_nothing(index_elements=["business_key"]))
+    asset = session.get(Asset, upload.id)
+    assert asset is not None
+    return asset
 
 
 def expired_pending_uploads(session: Session, now: datetime | None = None, limit: int = 500) -> list[Upload]:

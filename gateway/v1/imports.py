@@ -11,7 +11,6 @@ from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client
 
 from adapters.storage import ObjectStorage
-from adapters.temporal_client import connect
 from catalog.importer import ImportSummary
 from catalog.plan import PlanError
 from catalog.readers import CatalogFormatError
@@ -45,14 +44,10 @@ def _settings(request: Request) -> Settings:
     return settings
 
 
-async def _temporal(request: Request) -> Client:
-    """One Temporal client per app, connected on the first run or cancel (the gateway starts without it)."""
-    client = getattr(request.app.state, "imports_temporal", None)
-    if client is None:
-        settings = _settings(request)
-        client = request.app.state.imports_temporal = await connect(settings.temporal_address,
-                                                                    settings.temporal_namespace)
-    return client
+async def _temporal(deps: GatewayDeps) -> Client:
+    if deps.temporal is None:
+        raise ProblemError(503, "workflows cannot be started by this gateway", slug="temporal-unavailable")
+    return await deps.temporal.get()
 
 
 def _not_found() -> ProblemError:
@@ -86,23 +81,22 @@ def get_import(import_id: ImportId, principal: Tenant, deps: Deps) -> ImportView
 
 
 @router.post("/imports/{import_id}/run")
-async def run_import_tasks(import_id: ImportId, principal: Tenant, deps: Deps, request: Request) -> dict[str, Any]:
+async def run_import_tasks(import_id: ImportId, principal: Tenant, deps: Deps) -> dict[str, Any]:
     """Start every task's workflow, as `reelqueue run` does (started ones are left alone)."""
     total = await run_in_threadpool(owned_import_total, deps.db, principal.tenant_id, import_id)
     if total is None:
         raise _not_found()
-    started = await start_import_workflows(await _temporal(request), deps.db, import_id, total,
-                                           _settings(request).task_queue)
+    started = await start_import_workflows(await _temporal(deps), deps.db, import_id, total, deps.task_queue)
     return {"import_id": import_id, "tasks": total, **started}
 
 
 @router.post("/imports/{import_id}/cancel")
-async def cancel_import(import_id: ImportId, principal: Tenant, deps: Deps, request: Request) -> dict[str, Any]:
+async def cancel_import(import_id: ImportId, principal: Tenant, deps: Deps) -> dict[str, Any]:
     """Cancel every task of the import that has not ended, each as `reelqueue cancel` does."""
     total = await run_in_threadpool(owned_import_total, deps.db, principal.tenant_id, import_id)
     if total is None:
         raise _not_found()
-    counts = await cancel_import_tasks(await _temporal(request), deps.db, import_id, "canceled through the API",
+    counts = await cancel_import_tasks(await _temporal(deps), deps.db, import_id, "canceled through the API",
                                        by="api")
     return {"import_id": import_id, "tasks": total, **counts}
 
@@ -114,6 +108,6 @@ def export_import(import_id: ImportId, principal: Tenant, deps: Deps, request: R
     if owned_import_total(deps.db, principal.tenant_id, import_id) is None:
         raise _not_found()
     settings = _settings(request)
-    signer = LinkSigner.from_settings(settings)
+    signer = deps.links or LinkSigner.from_settings(settings)
     rows = export_rows(deps.db, signer, import_id, settings.media_link_ttl_s)
     return StreamingResponse(json_chunks(rows, import_id), media_type="application/json")

@@ -10,18 +10,25 @@ from contextlib import contextmanager
 from asgi_server import serving
 from cli_helpers import run_cli
 
+from adapters.providers import build_providers
+from adapters.temporal_client import connect
 from config.settings import Settings
+from delivery.links import LinkSigner
 from gateway.app import create_app
-from gateway.deps import GatewayDeps
+from gateway.deps import GatewayDeps, TemporalConnection
 from reelqueue_client import ReelqueueClient
 from schema.db import Database
 
 
 @contextmanager
-def api_server(stack: Settings) -> Iterator[str]:
-    """A fresh gateway (nothing in memory from an earlier one: a restart); yields its base URL."""
-    app = create_app(GatewayDeps(db=Database(stack.database_url), providers={}, signaler=None), settings=stack)
-    with serving(app) as port:
+def api_server(stack: Settings, queue: str | None = None) -> Iterator[str]:
+    """A fresh gateway (nothing in memory from an earlier one: a restart) whose workflows start on
+    `queue` (None: it starts none); yields its base URL."""
+    deps = GatewayDeps(
+        db=Database(stack.database_url), providers=build_providers(stack), signaler=None,
+        temporal=TemporalConnection(lambda: connect(stack.temporal_address, stack.temporal_namespace))
+        if queue else None, task_queue=queue or "nowhere", links=LinkSigner.from_settings(stack))
+    with serving(create_app(deps, settings=stack)) as port:
         yield f"http://127.0.0.1:{port}"
 
 
