@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 from api_helpers import api_server, new_tenant_client
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from stack_helpers import import_small, make_plan
 
 from adapters.storage import ObjectStorage
 from config.settings import Settings
-from reelqueue_client import ApiProblem, ReelqueueClient
+from reelqueue_client import ApiProblem, GenerationRequest, ReelqueueClient
 from reelqueue_client.transfer import events, upload
 from schema import event_feed, task_store
 from schema.db import Database
@@ -28,14 +29,21 @@ from schema.uploads import ready_asset
 PNG = (Path(__file__).resolve().parents[2] / "examples" / "images" / "aurora-lamp.png").read_bytes()
 
 
-def _catalog_with_image(stack: Settings, api: ReelqueueClient, tenant_id: str) -> bytes:
-    """A one-product CSV whose image is an uploaded (READY) image, fetched by the importer."""
+def _catalog_with_image(stack: Settings, api: ReelqueueClient, tenant_id: str) -> tuple[str, bytes]:
+    """An uploaded (READY) image, and a one-product CSV whose image URL is that image's."""
     image = upload(api, PNG, "lamp.png", "image/png")
     with Database(stack.database_url).transaction() as session:
         key = ready_asset(session, tenant_id, image.id).key
     url = ObjectStorage.from_settings(stack).presigned_url(key)
-    return (f"product_id,title,description,image_url,price,currency,category\n"
-            f"E-1,Lamp,A lamp,{url},19.99,USD,Home\n").encode()
+    return image.id, (f"product_id,title,description,image_url,price,currency,category\n"
+                      f"E-1,Lamp,A lamp,{url},19.99,USD,Home\n").encode()
+
+
+def _stored_events(stack: Settings, task_id: str) -> list[tuple[int, str, str]]:
+    with Database(stack.database_url).transaction() as session:
+        stored = session.scalars(select(StateEvent).where(StateEvent.task_id == task_id,
+                                                          StateEvent.applied.is_(True)).order_by(StateEvent.id))
+        return [(e.id, e.from_status, e.to_status) for e in stored]
 
 
 def _read(api: ReelqueueClient, count: int | None, **filters) -> list:  # noqa: ANN003
@@ -55,7 +63,8 @@ async def test_import_run_and_events_resumed_across_a_gateway_restart(stack, tas
     monkeypatch.setenv("REELQUEUE_FETCH_ALLOWED_HOSTS", json.dumps([stack.s3_endpoint]))  # the importer's
     with api_server(stack, task_queue) as url:
         tenant_id, api = new_tenant_client(url)
-        catalog = upload(api, _catalog_with_image(stack, api, tenant_id), "shop.csv", "text/csv")
+        image_id, csv = _catalog_with_image(stack, api, tenant_id)
+        catalog = upload(api, csv, "shop.csv", "text/csv")
         assert catalog.status == "READY", catalog.reason
         body = {"asset_id": catalog.id, "plan": make_plan(tmp_path, duration_s=2).read_text()}
         created = api.request("POST", "/v1/imports", json=body).json()
@@ -69,6 +78,7 @@ async def test_import_run_and_events_resumed_across_a_gateway_restart(stack, tas
 
         run = api.request("POST", f"/v1/imports/{import_id}/run").json()
         assert (run["tasks"], run["started"]) == (1, 1)
+        generation = api.create_generation(GenerationRequest(prompt="A lamp on a desk", image_asset_id=image_id))
         first = await asyncio.to_thread(_read, api, 3, import_id=import_id)
     key = api.headers["Authorization"].split()[1]
     with api_server(stack, task_queue) as url:  # a restarted gateway: the position is all in the event id
@@ -76,14 +86,13 @@ async def test_import_run_and_events_resumed_across_a_gateway_restart(stack, tas
         rest = await asyncio.to_thread(_read, api, None, import_id=import_id, last_event_id=first[-1].id)
         seen = first + rest
         task_id = seen[0].task_id
-        with Database(stack.database_url).transaction() as session:
-            stored = session.query(StateEvent).filter(StateEvent.task_id == task_id, StateEvent.applied.is_(True)) \
-                .order_by(StateEvent.id).all()
-        assert [(e.event_id, e.from_status, e.to_status) for e in seen] == [
-            (e.id, e.from_status, e.to_status) for e in stored]
+        stored = _stored_events(stack, task_id)
+        assert [(e.event_id, e.from_status, e.to_status) for e in seen] == stored
         assert seen[-1].to_status == "SUCCEEDED" and len(seen) > 3
-        by_task = await asyncio.to_thread(_read, api, len(stored), task_id=task_id)  # from the start
-        assert [e.event_id for e in by_task] == [e.id for e in stored]
+        # a generation made from the uploaded image, followed from its first state
+        generated = await asyncio.to_thread(_read, api, None, task_id=generation.id)
+        assert [(e.event_id, e.from_status, e.to_status) for e in generated] == _stored_events(stack, generation.id)
+        assert generated[-1].to_status == "SUCCEEDED"
 
         exported = api.request("GET", f"/v1/imports/{import_id}/export").json()
         assert [v["task_id"] for v in exported["videos"]] == [task_id]
