@@ -83,7 +83,8 @@ def events(api: ReelqueueClient, *, task_id: str | None = None, import_id: str |
            last_event_id: str | None = None, timeout_s: float = 60.0) -> Iterator[StateEvent]:
     """One connection of `GET /v1/events`: its state events until the server ends the stream."""
     params = {k: v for k, v in (("task_id", task_id), ("import_id", import_id)) if v}
-    headers = {**api.headers, **({"Last-Event-ID": last_event_id} if last_event_id else {})}
+    headers = {**api.headers, "Accept": "text/event-stream",
+               **({"Last-Event-ID": last_event_id} if last_event_id else {})}
     with api.http.stream("GET", "/v1/events", params=params, headers=headers, timeout=timeout_s) as response:
         if response.status_code >= 400:
             response.read()

@@ -11,6 +11,7 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from gateway.deps import GatewayDeps, gateway_deps
@@ -28,8 +29,16 @@ RETRY_MS = 1000
 PAGE = 200
 
 
-@router.get("/events", response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {}}, "description": "state events (SSE)"}})
+class EventPage(BaseModel):
+    """The answer without `Accept: text/event-stream`: the next events at once, and where to go on."""
+
+    events: list[event_feed.FeedEvent]
+    last_event_id: str  # send it back as Last-Event-ID for the events after these
+
+
+@router.get("/events", response_model=EventPage,
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "with `Accept: text/event-stream`: state events as SSE"}})
 async def events(
     request: Request,
     principal: Annotated[Principal, Depends(require_tenant)],
@@ -37,10 +46,11 @@ async def events(
     task_id: Annotated[str | None, Query(max_length=64, pattern=r"^[0-9a-zA-Z_-]+$")] = None,
     import_id: Annotated[str | None, Query(max_length=40, pattern=r"^[0-9a-zA-Z_-]+$")] = None,
     last_event_id: Annotated[str | None, Header(max_length=event_feed.MAX_CURSOR_CHARS)] = None,
-) -> StreamingResponse:
-    """Each event: `id` (send it back as Last-Event-ID), `event: state`, `data` the transition as JSON.
-    Filtered by `task_id` or `import_id`, a stream starts at the beginning of that history; the
-    tenant-wide stream starts now. Ends after a few minutes: reconnect with Last-Event-ID."""
+) -> StreamingResponse | EventPage:
+    """With `Accept: text/event-stream`, a stream: each event has `id` (send it back as Last-Event-ID),
+    `event: state`, `data` the transition as JSON; it ends after a few minutes: reconnect with
+    Last-Event-ID. Otherwise one page of the next events as JSON (polling). Filtered by `task_id`
+    or `import_id`, events start at the beginning of that history; the tenant-wide ones start now."""
     tenant = principal.tenant_id
     if not await run_in_threadpool(_owned, deps.db, tenant, task_id, import_id):
         raise ProblemError(404, "no such task or import", slug="not-found")
@@ -51,6 +61,9 @@ async def events(
     if start is None:
         start = (event_feed.Cursor(seen=event_feed.EMPTY) if task_id or import_id
                  else await run_in_threadpool(_now, deps.db))
+    if "text/event-stream" not in request.headers.get("accept", ""):
+        page, after = await run_in_threadpool(_read, deps.db, tenant, start, task_id, import_id)
+        return EventPage(events=page, last_event_id=after.encode())
     return StreamingResponse(_stream(request, deps.db, tenant, start, task_id, import_id),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

@@ -89,6 +89,11 @@ async def test_import_run_and_events_resumed_across_a_gateway_restart(stack, tas
         stored = _stored_events(stack, task_id)
         assert [(e.event_id, e.from_status, e.to_status) for e in seen] == stored
         assert seen[-1].to_status == "SUCCEEDED" and len(seen) > 3
+        polled = api.request("GET", "/v1/events", params={"task_id": task_id}).json()  # no stream: one page
+        assert [(e["event_id"], e["from_status"], e["to_status"]) for e in polled["events"]] == stored
+        after = api.request("GET", "/v1/events", params={"task_id": task_id},
+                            headers={"Last-Event-ID": polled["last_event_id"]}).json()
+        assert after["events"] == []
         # a generation made from the uploaded image, followed from its first state
         generated = await asyncio.to_thread(_read, api, None, task_id=generation.id)
         assert [(e.event_id, e.from_status, e.to_status) for e in generated] == _stored_events(stack, generation.id)
