@@ -19,6 +19,7 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
+from minio.error import S3Error
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from adapters.media.ffmpeg_tools import MediaError, MediaLimits
@@ -46,14 +47,21 @@ MAX_BYTES = {IMAGE: MAX_IMAGE_BYTES, VIDEO: 1024 * 1024 * 1024, CATALOG: 512 * 1
 MULTIPART_FROM = 16 * 1024 * 1024  # a larger file is sent in parts
 MIN_PART = 8 * 1024 * 1024  # S3 wants at least 5 MiB per part but the last
 MAX_PARTS = 1000
+VALIDATION_LEASE_S = 15 * 60  # a VALIDATING upload untouched this long lost its validator: claimable again
+MAX_PENDING = 100  # uploads of one tenant awaiting completion at once (the seed's upload quota)
 CATALOG_SUFFIXES = {".csv", ".tsv", ".txt"}
 TEXT_PROBE_BYTES = 1024 * 1024  # a catalog's first MiB must look like text
 _BINARY_MAGIC = (b"PK\x03\x04", b"%PDF", b"\x1f\x8b", b"\x7fELF", b"MZ", b"GIF8", b"BM")
+_GONE = ("NoSuchKey", "NoSuchObject", "NotFound", "ResourceNotFound")
 _NAME = re.compile(r"^[^/\\\x00-\x1f\x7f]{1,255}$")
 
 
 class AssetRejected(ValueError):
     """The bytes are not what an upload of their kind may be; the message is the upload's reason."""
+
+
+class _Missing(LookupError):
+    """The quarantine object is not there (not uploaded yet, or moved on by a concurrent complete)."""
 
 
 class UploadRefused(Exception):
@@ -176,6 +184,10 @@ class Uploads:
         if request.size > MAX_BYTES[kind]:
             raise UploadRefused(413, "upload-too-large",
                                 f"{kind.lower()} uploads are limited to {MAX_BYTES[kind]} bytes")
+        with self.db.transaction() as session:
+            if rows.pending_count(session, tenant_id) >= MAX_PENDING:
+                raise UploadRefused(429, "upload-quota", f"at most {MAX_PENDING} uploads may await completion "
+                                    "at once: complete (or let expire) some first")
         now = now or datetime.now(UTC)
         upload_id = "ast_" + secrets.token_hex(16)
         key = quarantine_key(tenant_id, upload_id)
@@ -209,7 +221,8 @@ class Uploads:
     # complete --------------------------------------------------------------------------------
     def complete(self, tenant_id: str, upload_id: str, request: CompleteRequest | None = None) -> AssetView:
         """Check the uploaded object and validate it: the upload ends READY or REJECTED. Repeatable:
-        an ended upload answers as it is; one left VALIDATING (an interrupted call) is checked again."""
+        an ended upload answers as it is; while another call validates it, VALIDATING (one whose
+        validator died is claimed again after VALIDATION_LEASE_S)."""
         with self.db.transaction() as session:
             upload = rows.find_upload(session, tenant_id, upload_id)
             if upload is None:
@@ -217,17 +230,29 @@ class Uploads:
             session.expunge(upload)
         if upload.status in (rows.READY, rows.REJECTED):
             return self.view(tenant_id, upload_id)
+        with self.db.transaction() as session:
+            claimed = rows.claim_validation(session, upload.id, VALIDATION_LEASE_S)
+        if not claimed:  # another complete validates it now (or just ended it): its status answers
+            return self.view(tenant_id, upload_id)
+        try:
+            return self._complete(upload, request)
+        except BaseException as exc:
+            with self.db.transaction() as session:  # not ended: a later complete may claim it at once
+                rows.move(session, upload.id, rows.PENDING, allowed_from=(rows.VALIDATING,))
+            if isinstance(exc, _Missing) or (isinstance(exc, S3Error) and exc.code in _GONE):
+                raise UploadRefused(409, "upload-missing", "nothing was uploaded to this upload's URL yet") from exc
+            raise
+
+    def _complete(self, upload: Upload, request: CompleteRequest | None) -> AssetView:
         if upload.multipart_upload_id:
             self._finish_multipart(upload, request.parts if request else None)
         stored = self.storage.stat(upload.quarantine_key)
         if stored is None:
-            raise UploadRefused(409, "upload-missing", "nothing was uploaded to this upload's URL yet")
+            raise _Missing(upload.quarantine_key)
         if stored.size != upload.declared_size:
             self._reject(upload, f"size mismatch: {stored.size} bytes received, {upload.declared_size} declared")
             raise UploadRefused(422, "upload-size-mismatch",
                                 f"{stored.size} bytes were uploaded but {upload.declared_size} were declared")
-        with self.db.transaction() as session:
-            rows.move(session, upload.id, rows.VALIDATING, allowed_from=rows.OPEN)
         with tempfile.TemporaryDirectory(prefix="upload-") as tmp:
             path = self.storage.get_to_file(upload.quarantine_key, Path(tmp) / "object")
             sha, _ = file_sha256(path)
@@ -239,12 +264,12 @@ class Uploads:
                 asset_fields = self._validated(upload, path, sha)
             except (AssetRejected, ImageRejected, MediaError) as exc:
                 self._reject(upload, str(exc))
-                return self.view(tenant_id, upload_id)
+                return self.view(upload.tenant_id, upload.id)
         with self.db.transaction() as session:
             asset = rows.record_upload_asset(session, upload, bucket=self.storage.bucket, **asset_fields)
             rows.move(session, upload.id, rows.READY, allowed_from=(rows.VALIDATING,), asset_id=asset.id)
         self.storage.remove(upload.quarantine_key)
-        return self.view(tenant_id, upload_id)
+        return self.view(upload.tenant_id, upload.id)
 
     def _finish_multipart(self, upload: Upload, claimed: list[CompletedPart] | None) -> None:
         """Every part must be there (and match the ETags the client got, when it sends them)."""

@@ -3,10 +3,10 @@ moves only forward: PENDING -> VALIDATING -> READY | REJECTED."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -20,6 +20,11 @@ def find_upload(session: Session, tenant_id: str, upload_id: str) -> Upload | No
     return session.scalar(select(Upload).where(Upload.id == upload_id, Upload.tenant_id == tenant_id))
 
 
+def pending_count(session: Session, tenant_id: str) -> int:
+    return session.scalar(select(func.count()).select_from(Upload)
+                          .where(Upload.tenant_id == tenant_id, Upload.status == PENDING)) or 0
+
+
 def ready_asset(session: Session, tenant_id: str, asset_id: str, *, kind: str | None = "IMAGE") -> Asset | None:
     """The stored asset of upload `asset_id` if it is READY, belongs to `tenant_id` and is of `kind`
     (IMAGE, VIDEO, CATALOG; None: any), else None. What a generation or an import may refer to."""
@@ -29,6 +34,17 @@ def ready_asset(session: Session, tenant_id: str, asset_id: str, *, kind: str | 
     if kind is not None:
         stmt = stmt.where(Upload.kind == kind)
     return session.scalar(stmt)
+
+
+def claim_validation(session: Session, upload_id: str, lease_s: float) -> bool:
+    """PENDING -> VALIDATING for this caller alone; a VALIDATING row untouched for `lease_s` (its
+    validator died) may be claimed again. False: someone else validates it, or it has ended."""
+    stale = func.now() - timedelta(seconds=lease_s)
+    result = session.execute(update(Upload).where(
+        Upload.id == upload_id,
+        or_(Upload.status == PENDING, and_(Upload.status == VALIDATING, Upload.updated_at < stale)),
+    ).values(status=VALIDATING, updated_at=func.now()))
+    return result.rowcount == 1
 
 
 def move(session: Session, upload_id: str, to: str, *, allowed_from: tuple[str, ...], reason: str | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -144,3 +145,29 @@ def test_multipart_upload_completes_and_a_stale_one_is_aborted(stack: Settings, 
     shown = get_asset(api, stale["id"])
     assert shown.status == "REJECTED" and "expired" in shown.reason
     assert tenant_id in stale["object_key"]
+
+
+def test_concurrent_completes_all_answer_the_one_outcome(base_url) -> None:
+    _, api = new_tenant_client(base_url)
+    data = b"product_id,title,description,image_url,price,currency,category\nP-1,Lamp,A lamp,,1.00,USD,Home\n"
+    ticket = start_upload(api, len(data), hashlib.sha256(data).hexdigest(), "shop.csv", "text/csv")
+    send_bytes(ticket, data)
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: complete(api, ticket["id"]), range(6)))
+    # one of them validates; the others answer VALIDATING while it does, or READY once it did
+    assert {a.status for a in answers} <= {"VALIDATING", "READY"} and "READY" in {a.status for a in answers}
+    assert get_asset(api, ticket["id"]).status == "READY"
+
+
+def test_uploads_awaiting_completion_are_capped_per_tenant(base_url, monkeypatch) -> None:
+    import control.uploads
+
+    monkeypatch.setattr(control.uploads, "MAX_PENDING", 2)
+    _, api = new_tenant_client(base_url)
+    for _ in range(2):
+        start_upload(api, len(PNG), hashlib.sha256(PNG).hexdigest(), "lamp.png", "image/png")
+    with pytest.raises(ApiProblem) as refused:
+        start_upload(api, len(PNG), hashlib.sha256(PNG).hexdigest(), "lamp.png", "image/png")
+    assert (refused.value.status, refused.value.slug) == (429, "upload-quota")
+    _, other = new_tenant_client(base_url)  # another tenant's quota is its own
+    assert start_upload(other, len(PNG), hashlib.sha256(PNG).hexdigest(), "lamp.png", "image/png")["id"]
