@@ -32,7 +32,7 @@ class Account(BaseModel):
     key_id: str
     credit_limit: float
     credit_available: float
-    max_concurrent: int
+    max_concurrent: int | None
     rate_per_minute: int
 
 

@@ -44,7 +44,8 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     credit_limit: Mapped[Decimal]
-    max_concurrent: Mapped[int] = mapped_column(Integer, server_default=text("10"))  # tasks past admission
+    # tasks generating at once (its gate, ahead of the providers'); None: no tenant layer (migration 0010)
+    max_concurrent: Mapped[int | None] = mapped_column(Integer)
     rate_per_minute: Mapped[int] = mapped_column(Integer, server_default=text("600"))  # API requests
     created_at: Mapped[datetime] = _now_column()
 

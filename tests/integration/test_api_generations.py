@@ -36,10 +36,11 @@ IMAGE = Path(__file__).resolve().parents[2] / "examples" / "images" / "aurora-la
 pytestmark = pytest.mark.timeout(180)
 
 
-def _tenant(db: Database, credits: int = 1000) -> tuple[str, str]:
+def _tenant(db: Database, credits: int = 1000, max_concurrent: int = 10) -> tuple[str, str]:
     tenant_id = f"api-{uuid.uuid4().hex[:10]}"
+    limits = tenants.TenantLimits(credits=Decimal(credits), max_concurrent=max_concurrent)
     with db.transaction() as session:
-        issued = tenants.create_tenant(session, tenant_id, tenants.TenantLimits(credits=Decimal(credits)))
+        issued = tenants.create_tenant(session, tenant_id, limits)
     return tenant_id, issued.api_key
 
 
@@ -182,6 +183,24 @@ async def test_credit_refusal_and_a_create_left_unstarted_is_started_by_the_swee
         await client.get_workflow_handle(f"gen-{gen.id}").describe()  # it exists
         done = await _until(api, gen.id, {"SUCCEEDED", "FAILED_FINAL", "INVALID"})
         assert done.status == "SUCCEEDED"
+
+
+async def test_a_tenant_over_its_concurrency_waits_queued_for_its_own_slot(stack: Settings, db: Database,
+                                                                         task_queue: str) -> None:
+    tenant, key = _tenant(db, max_concurrent=1)
+    image = _image(stack, db, tenant)
+    with gateway(stack, task_queue) as base:
+        api = ReelqueueClient(base, key)
+        first, second = (api.create_generation(GenerationRequest(prompt=p, image_asset_id=image, duration_s=1))
+                         for p in ("first", "second"))
+        for gen in (first, second):
+            assert (await _until(api, gen.id, {"SUCCEEDED", "FAILED_FINAL", "INVALID"})).status == "SUCCEEDED"
+    first_at = select(StateEvent.task_id, func.min(StateEvent.created_at)).group_by(StateEvent.task_id)
+    with db.transaction() as session:
+        at = dict(session.execute(first_at.where(StateEvent.event == "dispatch_claimed")).all())
+        done = dict(session.execute(first_at.where(StateEvent.to_status == "OUTPUT_FETCHING")).all())
+    earlier, later = sorted((first.id, second.id), key=lambda t: at[t])
+    assert at[later] >= done[earlier]  # the second generated only once the first's job had succeeded
 
 
 def test_postgres_gone_during_a_create_answers_503_and_writes_nothing(stack: Settings, db: Database) -> None:
