@@ -27,6 +27,9 @@ class Asset(BaseModel):
     content_type: str | None = None
     size: int | None = None
     sha256: str | None = None
+    width: int | None = None
+    height: int | None = None
+    duration_s: float | None = None
 
 
 class StateEvent(BaseModel):

@@ -171,3 +171,24 @@ def test_uploads_awaiting_completion_are_capped_per_tenant(base_url, monkeypatch
     assert (refused.value.status, refused.value.slug) == (429, "upload-quota")
     _, other = new_tenant_client(base_url)  # another tenant's quota is its own
     assert start_upload(other, len(PNG), hashlib.sha256(PNG).hexdigest(), "lamp.png", "image/png")["id"]
+
+
+def test_a_video_is_probed_and_held_to_the_duration_cap(stack: Settings, tenant, tmp_path) -> None:
+    import ffmpeg
+
+    from adapters.media.ffmpeg_tools import run_ffmpeg
+
+    clip = tmp_path / "clip.mp4"
+    run_ffmpeg(ffmpeg.input("testsrc2=s=64x48:r=10:d=1", f="lavfi").output(str(clip), vcodec="libx264"), "clip")
+    data = clip.read_bytes()
+    tenant_id, api = tenant
+    ready = upload(api, data, "clip.mp4", "video/mp4")
+    assert (ready.status, ready.kind, ready.width, ready.height) == ("READY", "VIDEO", 64, 48), ready.reason
+    assert 0.5 < ready.duration_s < 1.5
+
+    capped = Uploads(Database(stack.database_url), ObjectStorage.from_settings(stack), url_ttl=timedelta(hours=1),
+                     complete_ttl=timedelta(hours=1), max_duration_s=0.5)
+    ticket = start_upload(api, len(data), hashlib.sha256(data).hexdigest(), "clip.mp4", "video/mp4")
+    send_bytes(ticket, data)
+    rejected = capped.complete(tenant_id, ticket["id"])
+    assert rejected.status == "REJECTED" and "limit" in rejected.reason
