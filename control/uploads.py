@@ -53,7 +53,7 @@ CATALOG_SUFFIXES = {".csv", ".tsv", ".txt"}
 TEXT_PROBE_BYTES = 1024 * 1024  # a catalog's first MiB must look like text
 _BINARY_MAGIC = (b"PK\x03\x04", b"%PDF", b"\x1f\x8b", b"\x7fELF", b"MZ", b"GIF8", b"BM")
 _GONE = ("NoSuchKey", "NoSuchObject", "NotFound", "ResourceNotFound")
-_NAME = re.compile(r"^[^/\\\x00-\x1f\x7f]{1,255}$")
+_NAME = re.compile(r"^[^/\\\x00-\x1f\x7f\ud800-\udfff]{1,255}$")
 
 
 class AssetRejected(ValueError):

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import Select, and_, select, text, true
+from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
 from schema.import_scope import in_import
@@ -23,6 +24,7 @@ from schema.models import StateEvent, Task
 
 EMPTY = "1:1:"  # a snapshot in which no transaction is visible: the start of history
 MAX_CURSOR_CHARS = 8192
+_MAX_ID = 2**63 - 1
 _SNAPSHOT = r"\d{1,20}:\d{1,20}:(?:\d{1,20}(?:,\d{1,20})*)?"
 _CURSOR = re.compile(rf"^({_SNAPSHOT})(?:/({_SNAPSHOT})/(\d{{1,20}}))?$")
 
@@ -41,11 +43,21 @@ class Cursor(BaseModel):
 
     @classmethod
     def parse(cls, value: str) -> Cursor:
+        """Refused (BadCursor) unless Postgres would read both snapshots: 1 <= xmin <= xmax, the
+        running ids ascending within [xmin, xmax), every number a bigint."""
         match = _CURSOR.match(value) if len(value) <= MAX_CURSOR_CHARS else None
-        if match is None:
+        if match is None or not all(_snapshot_ok(s) for s in match.groups()[:2] if s is not None) \
+                or int(match.group(3) or 0) > _MAX_ID:
             raise BadCursor("Last-Event-ID is not an event id of this stream")
         seen, batch, after = match.groups()
         return cls(seen=seen, batch=batch, after=int(after or 0))
+
+
+def _snapshot_ok(snapshot: str) -> bool:
+    xmin, xmax, running = snapshot.split(":")
+    ids = [int(x) for x in running.split(",") if x]
+    low, high = int(xmin), int(xmax)
+    return 1 <= low <= high <= _MAX_ID and all(low <= x < high for x in ids) and ids == sorted(set(ids))
 
 
 class FeedEvent(BaseModel):
@@ -66,6 +78,22 @@ class FeedEvent(BaseModel):
 def now_cursor(session: Session) -> Cursor:
     """From this moment on: nothing committed so far is sent."""
     return Cursor(seen=session.scalar(text("SELECT pg_current_snapshot()::text")))
+
+
+def check(session: Session, cursor: Cursor) -> None:
+    """BadCursor unless Postgres reads the cursor's snapshots and none is ahead of the present (a
+    forged position from the future would hide events until then)."""
+    for snapshot in (cursor.seen, cursor.batch):
+        if snapshot is None:
+            continue
+        try:
+            with session.begin_nested():
+                ahead = session.scalar(text("SELECT pg_snapshot_xmax(CAST(:s AS pg_snapshot)) > "
+                                            "pg_snapshot_xmax(pg_current_snapshot())"), {"s": snapshot})
+        except DataError as exc:
+            raise BadCursor("Last-Event-ID is not an event id of this stream") from exc
+        if ahead:
+            raise BadCursor("Last-Event-ID is ahead of every event of this stream")
 
 
 def read(session: Session, tenant_id: str, cursor: Cursor, *, task_id: str | None = None,

@@ -56,6 +56,8 @@ async def events(
         raise ProblemError(404, "no such task or import", slug="not-found")
     try:
         start = event_feed.Cursor.parse(last_event_id) if last_event_id else None
+        if start is not None:
+            await run_in_threadpool(_check, deps.db, start)
     except event_feed.BadCursor as exc:
         raise ProblemError(400, str(exc), slug="bad-event-id") from exc
     if start is None:
@@ -93,6 +95,11 @@ def _read(db: Database, tenant: str, cursor: event_feed.Cursor, task_id: str | N
           import_id: str | None) -> tuple[list[event_feed.FeedEvent], event_feed.Cursor]:
     with db.transaction() as session:
         return event_feed.read(session, tenant, cursor, task_id=task_id, import_id=import_id, limit=PAGE)
+
+
+def _check(db: Database, cursor: event_feed.Cursor) -> None:
+    with db.transaction() as session:
+        event_feed.check(session, cursor)
 
 
 def _now(db: Database) -> event_feed.Cursor:

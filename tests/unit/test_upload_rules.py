@@ -24,7 +24,8 @@ from schema.event_feed import EMPTY, BadCursor, Cursor
 SHA = "ab" * 32
 
 
-@pytest.mark.parametrize("name", ["../x.png", "a/b.png", "a\\b.png", "x\x00.png", "line\nbreak.png", "..", ""])
+@pytest.mark.parametrize("name", ["../x.png", "a/b.png", "a\\b.png", "x\x00.png", "line\nbreak.png", "..", "",
+                                  "lone\ud800.png"])
 def test_a_file_name_is_a_plain_name(name: str) -> None:
     with pytest.raises(ValidationError):
         UploadRequest(filename=name, size=10, content_type="image/png", sha256=SHA)
@@ -70,6 +71,8 @@ def test_a_csv_is_text(tmp_path: Path) -> None:
 def test_cursors_round_trip_and_garbage_is_refused() -> None:
     for cursor in (Cursor(seen=EMPTY), Cursor(seen="100:104:100,102", batch="100:110:", after=4211)):
         assert Cursor.parse(cursor.encode()) == cursor
-    for bad in ("", "12", "1:2", "1:2:3/4", "1:2:/1:2:/x", "1:2:' OR 1=1", "1:2:" + ",1" * 5000):
+    for bad in ("", "12", "1:2", "1:2:3/4", "1:2:/1:2:/x", "1:2:' OR 1=1", "1:2:" + ",1" * 5000, "5:3:", "0:0:",
+                "99999999999999999999:99999999999999999999:", "1:9:9", "1:9:5,3", "1:9:3,3", "1:2:/1:2:/9" * 3,
+                f"1:2:/1:2:/{2**63}"):
         with pytest.raises(BadCursor):
             Cursor.parse(bad)
