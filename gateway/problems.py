@@ -68,4 +68,12 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return problem_response(Problem(title="Bad Request", status=400, detail="the request is not valid"))
+        return problem_response(Problem(type=f"{PROBLEM_TYPE}invalid-request", title="Bad Request", status=400,
+                                        detail="the request is not valid: " + _where(exc)))
+
+
+def _where(exc: RequestValidationError, most: int = 5) -> str:
+    """Which fields and why (pydantic's messages), never the values sent."""
+    found = [f"{'.'.join(str(part) for part in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
+             for e in exc.errors()[:most]]
+    return "; ".join(found)[:500]

@@ -3,6 +3,7 @@ and the gateway logs one line per request with it, so a client's report finds th
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -45,9 +46,15 @@ class RequestIds:
             await self.app(scope, receive, with_id)
         finally:
             # the path only, media tokens redacted (as in the access log, gateway/guards.py)
-            log.info("request_id=%s %s %s %d %.1fms", request_id, scope["method"], redact(scope["path"]), status,
+            path = _printable(redact(scope["path"]))
+            log.info("request_id=%s %s %s %d %.1fms", request_id, scope["method"], path, status,
                      (time.monotonic() - started) * 1000)
             current.reset(token)
+
+
+def _printable(path: str) -> str:
+    """A decoded path may hold any character: escaped, so that a line of the log stays one line."""
+    return json.dumps(path)[1:-1]
 
 
 def install_request_log() -> None:

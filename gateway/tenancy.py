@@ -11,7 +11,8 @@ import math
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from sqlalchemy import text
 
@@ -20,6 +21,7 @@ from gateway.problems import ProblemError
 from schema.tenants import KEY_PREFIX, hash_key
 
 MAX_KEY_CHARS = 100
+_BEARER = HTTPBearer(auto_error=False, description="a tenant's API key (reelqueue tenants create)")
 WINDOW_S = 60
 
 _KEY_OWNER = text("""
@@ -59,8 +61,10 @@ def bearer_key(request: Request) -> str:
     return value
 
 
-def require_tenant(request: Request, deps: Annotated[GatewayDeps, Depends(gateway_deps)]) -> Principal:
-    """FastAPI dependency (sync: it runs in the thread pool, beside the other blocking database work)."""
+def require_tenant(request: Request, deps: Annotated[GatewayDeps, Depends(gateway_deps)],
+                   _: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)] = None) -> Principal:
+    """FastAPI dependency (sync: it runs in the thread pool, beside the other blocking database work).
+    `_` only declares the bearer scheme in the OpenAPI document; the header is read here."""
     key = bearer_key(request)
     with deps.db.transaction() as session:
         owner = session.execute(_KEY_OWNER, {"key_sha256": hash_key(key)}).first()

@@ -58,7 +58,10 @@ def _image(stack: Settings, db: Database, tenant_id: str) -> str:
 
 @contextmanager
 def gateway(stack: Settings, queue: str | None, *, db: Database | None = None, **api: float) -> Iterator[str]:
-    """The real gateway app on a free port; its workflows start on `queue` (None: never started)."""
+    """The real gateway app on a free port; its workflows start on `queue` (None: never started). The
+    backlog check is off unless asked for: it is platform-wide, and the suite's other tests leave
+    QUEUED tasks behind."""
+    api = {"backlog_max_age_s": 0.0, **api}
     deps = GatewayDeps(
         db=db or Database(stack.database_url), providers=build_providers(stack), signaler=None,
         temporal=TemporalConnection(lambda: connect(stack.temporal_address, stack.temporal_namespace))
@@ -118,6 +121,11 @@ async def test_idempotent_create_runs_to_succeeded_and_other_tenants_see_404(sta
         assert (reused.value.status, reused.value.slug) == (409, "idempotency-key-reused")
         missing_key = httpx.post(f"{base}/v1/generations", headers=a.headers, json=body.model_dump(mode="json"))
         assert missing_key.status_code == 400 and missing_key.headers["content-type"] == "application/problem+json"
+        bad = httpx.post(f"{base}/v1/generations", headers={**a.headers, "Idempotency-Key": "bad-body"},
+                         json={"prompt": "x", "image_asset_id": image_a, "aspect_ratio": "4:3", "colour": "red"})
+        problem = bad.json()
+        assert (bad.status_code, problem["type"]) == (400, "urn:reelqueue:problem:invalid-request")
+        assert "aspect_ratio" in problem["detail"] and "colour" in problem["detail"]
 
         done = await _until(a, gen_id, {"SUCCEEDED", "FAILED_FINAL", "INVALID", "CANCELED"})
         assert done.status == "SUCCEEDED", done
