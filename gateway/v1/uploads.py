@@ -27,7 +27,8 @@ _sweep_lock = threading.Lock()
 
 
 def upload_service(request: Request, deps: Annotated[GatewayDeps, Depends(gateway_deps)]) -> Uploads:
-    """Built from Settings on first use (a test may set `app.state.uploads` first)."""
+    """Built from Settings on first use (a test may set `app.state.uploads` first). Every upload route
+    gets it, and so starts the background sweep now and then."""
     service = getattr(request.app.state, "uploads", None)
     if service is None:
         settings = Settings()
@@ -40,6 +41,7 @@ def upload_service(request: Request, deps: Annotated[GatewayDeps, Depends(gatewa
         )
         request.app.state.uploads = service
         request.app.state.next_upload_sweep = 0.0
+    _sweep_now_and_then(request, service)
     return service
 
 
@@ -47,13 +49,12 @@ Service = Annotated[Uploads, Depends(upload_service)]
 
 
 @router.post("/uploads", status_code=201, response_model=UploadTicket)
-def create_upload(body: UploadRequest, principal: Tenant, service: Service, request: Request) -> UploadTicket:
+def create_upload(body: UploadRequest, principal: Tenant, service: Service) -> UploadTicket:
     """Declare a file; send its bytes to `upload_url` (or each of `parts`), then complete it."""
     try:
         ticket = service.create(principal.tenant_id, body)
     except UploadRefused as exc:
         raise ProblemError(exc.status, exc.detail, slug=exc.slug) from exc
-    _sweep_now_and_then(request, service)
     return ticket
 
 
@@ -79,7 +80,8 @@ def get_asset(asset_id: AssetId, principal: Tenant, service: Service) -> AssetVi
 
 def _sweep_now_and_then(request: Request, service: Uploads) -> None:
     """At most once a minute per process, in the background: expire uncompleted uploads, abort
-    stale multipart uploads (any gateway may do it; every step is repeatable)."""
+    stale multipart uploads (any gateway may do it; every step is repeatable; any tenant's call
+    of an upload route is the clock)."""
     with _sweep_lock:
         if time.monotonic() < request.app.state.next_upload_sweep:
             return
