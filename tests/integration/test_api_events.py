@@ -103,6 +103,11 @@ async def test_import_run_and_events_resumed_across_a_gateway_restart(stack, tas
         assert [v["task_id"] for v in exported["videos"]] == [task_id]
         assert api.request("GET", f"/v1/imports/{import_id}").json()["by_status"] == {"SUCCEEDED": 1}
         assert api.request("POST", f"/v1/imports/{import_id}/cancel").json()["unchanged"] == 0  # all ended
+        square = {**body, "plan": make_plan(tmp_path, ratios=("1:1",), duration_s=2).read_text()}
+        waiting = api.request("POST", "/v1/imports", json=square).json()["import_id"]  # never run: cancel ends it
+        cancelled = api.request("POST", f"/v1/imports/{waiting}/cancel").json()
+        assert (cancelled["tasks"], cancelled["canceled"]) == (1, 1)
+        assert api.request("GET", f"/v1/imports/{waiting}").json()["by_status"] == {"CANCELED": 1}
 
         _, other = new_tenant_client(url)
         for method, path, params in (
