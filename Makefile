@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test install lint lock secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity down
+.PHONY: demo test install lint lock secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api down
 
 # Python 3.11+ (README, "Platforms"). The versions come from requirements.lock (`make lock` after
 # editing pyproject.toml); the package itself goes in editable, without resolving anything again.
@@ -61,6 +61,10 @@ bench-fetch: install
 # `make bench-pipeline ARGS="--tasks 100"`: engine ceiling vs pipeline, CPU per task by process
 bench-pipeline: install
 	$(BIN)/python -m bench.pipeline $(ARGS)
+
+# `make bench-api ARGS="--creates 500"`: POST /v1/generations per second and latency at concurrency 1/8/32
+bench-api: install
+	$(BIN)/python -m bench.api_bench $(ARGS)
 
 # `make bench-capacity ARGS="--rate 3 --minutes 5"` (seed 002's peak; about 15 minutes)
 bench-capacity: install

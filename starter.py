@@ -15,6 +15,7 @@ from cli.providers import providers_app
 from cli.review import review
 from cli.secrets import secrets_app
 from cli.temporal import temporal_app
+from cli.tenants import tenants_app
 
 app = typer.Typer(help="reelqueue: product catalogs to stored, transcoded videos through durable workflows.",
                   no_args_is_help=True, add_completion=False)
@@ -39,6 +40,7 @@ app.add_typer(providers_app, name="providers")
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(temporal_app, name="temporal")
 app.add_typer(db_app, name="db")
+app.add_typer(tenants_app, name="tenants")
 
 
 def _print_version(asked: bool) -> None:

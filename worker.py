@@ -1,7 +1,8 @@
 """The Temporal worker: runs GenerationWorkflow and its activities.
 
 `python worker.py` connects with the settings (stack.json / environment), serves the task queue
-until SIGTERM/SIGINT, and touches a ready file so `reelqueue dev up` knows it is serving.
+until SIGTERM/SIGINT, and touches a ready file so `reelqueue dev up` knows it is serving. Beside it
+runs the sweeper of the API's start outbox (control/outbox.py), on the same task queue.
 """
 
 from __future__ import annotations
@@ -69,7 +70,15 @@ async def serve(settings: Settings) -> None:
         _mark_ready(settings)
         print(f"worker serving task queue {settings.task_queue} at {settings.temporal_address}"
               f"; metrics at {metrics_url or 'off'}", flush=True)
-        await stop.wait()
+        await _sweeping_outbox(settings, client, stop)
+
+
+async def _sweeping_outbox(settings: Settings, client: Client, stop: asyncio.Event) -> None:
+    """Until `stop`: start the API tasks whose workflow the gateway did not start."""
+    from control.outbox import run_sweeper
+    from schema.db import Database
+
+    await run_sweeper(Database(settings.database_url), client, settings.task_queue, stop)
 
 
 def _mark_ready(settings: Settings) -> None:

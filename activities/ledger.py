@@ -38,7 +38,7 @@ class LedgerActivities:
             ledger = _TaskLedger.read(session, ref.task_id, ref.run)
             reserve_key = f"reserve:{ref.task_id}{run_suffix(ref.run)}"
             if reserve_key not in ledger.entries:
-                available = _available(session, ledger.tenant_id)  # locks the tenant row: check and insert agree
+                available = available_credit(session, ledger.tenant_id)  # locks the tenant row: check and insert agree
                 if available < ledger.estimated_cost:
                     raise business_failure(
                         f"tenant {ledger.tenant_id} has {available} credits, task needs {ledger.estimated_cost}",
@@ -96,13 +96,14 @@ SELECT t.tenant_id, t.estimated_cost, c.business_key, c.entry_type, c.amount
 """)
 # Credits not available to new work: held reservations plus spending. Read with the tenant row
 # locked (FOR UPDATE), so reservations of one tenant are checked one at a time.
-_AVAILABLE = text("""
+_AVAILABLE_SQL = """
 SELECT t.credit_limit - coalesce((
          SELECT sum(CASE c.entry_type WHEN 'RESERVE' THEN c.amount WHEN 'RELEASE' THEN -c.amount
                                       WHEN 'ADJUSTMENT' THEN c.amount WHEN 'REFUND' THEN -c.amount ELSE 0 END)
            FROM credit_ledger c WHERE c.tenant_id = t.id), 0)
-  FROM tenants t WHERE t.id = :tenant_id FOR UPDATE
-""")
+  FROM tenants t WHERE t.id = :tenant_id"""
+_AVAILABLE = text(_AVAILABLE_SQL + " FOR UPDATE")
+_AVAILABLE_READ = text(_AVAILABLE_SQL)
 
 
 @dataclass
@@ -158,5 +159,7 @@ class _TaskLedger:
         )
 
 
-def _available(session: Session, tenant_id: str) -> Decimal:
-    return session.scalar(_AVAILABLE, {"tenant_id": tenant_id})
+def available_credit(session: Session, tenant_id: str, *, lock: bool = True) -> Decimal:
+    """The tenant's credit left for new work; `lock` holds the tenant row to the end of the
+    transaction, so that a check and the RESERVE it allows are not interleaved with another's."""
+    return session.scalar(_AVAILABLE if lock else _AVAILABLE_READ, {"tenant_id": tenant_id})

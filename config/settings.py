@@ -137,6 +137,10 @@ class Settings(BaseSettings):
     # `reelqueue gc` removes staging objects only once they are older than this (a fetch may still
     # be streaming into a young one).
     gc_staging_min_age_s: float = Field(default=24 * 3600.0, ge=0)
+    # Uploads through presigned URLs (/v1/uploads): how long the signed PUT / part URLs work, and
+    # how long an upload may stay uncompleted before it is REJECTED and its open multipart aborted.
+    upload_url_ttl_s: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600.0)
+    upload_complete_ttl_s: float = Field(default=24 * 3600.0, gt=0)
 
     # Worker tuning (docs/performance.md): activity slots (the thread pool has one thread per slot of
     # either kind), local activity slots (record_transition), workflow tasks at once.
@@ -154,6 +158,12 @@ class Settings(BaseSettings):
     metrics_token: str = Field(default="", repr=False)
     # The interactive API pages (/docs, /redoc) are off unless asked for; /openapi.json stays.
     api_docs: bool = False
+
+    # The tenant API (/v1): its JSON body cap, the backlog age past which creates answer 503 (0: off),
+    # and the credits a generation reserves per second of video.
+    api_max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    api_backlog_max_age_s: float = Field(default=1800.0, ge=0)
+    api_credits_per_second: float = Field(default=1.0, ge=0)
 
     tenant: str = "default"
     tenant_credit_limit: float = 1_000_000.0
