@@ -59,7 +59,7 @@ def worker_tuning(settings: Settings) -> dict[str, Any]:
 
 
 async def serve(settings: Settings) -> None:
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     worker = build_worker(client, settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

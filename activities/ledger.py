@@ -17,12 +17,14 @@ from temporalio import activity
 
 from activities.errors import INSUFFICIENT_CREDIT, business_failure, classified
 from activities.failpoints import failpoint
+from metrics import CREDIT_SPENT
 from schema.contracts import LedgerResult, SettleInput, TaskRef, run_suffix
 from schema.db import Database
 from schema.models import CreditEntry
 from schema.task_store import TaskNotFound
 
 CENT = Decimal("0.000001")
+SPENDING = ("SETTLE", "ADJUSTMENT")  # what a tenant was charged (reelqueue_credit_spent_total)
 
 
 class LedgerActivities:
@@ -141,6 +143,9 @@ class _TaskLedger:
             .returning(CreditEntry.business_key)
         ).all())
         self.entries.update({e.key: (e.entry_type, e.amount) for e in new if e.key in inserted})
+        spent = sum((e.amount for e in new if e.key in inserted and e.entry_type in SPENDING), Decimal(0))
+        if spent:
+            CREDIT_SPENT.labels(self.tenant_id).inc(float(spent))
         if len(inserted) < len(new):  # a concurrent run of this step wrote some: read what is stored
             self.entries = _TaskLedger.read(session, self.task_id, self.run).entries
 

@@ -19,7 +19,7 @@ NOT_STARTED = "not_started"
 
 async def cancel_workflow(settings: Settings, workflow_id: str, reason: str) -> str:
     """Ask Temporal to cancel the task's workflow; NOT_STARTED when no workflow ever ran for it."""
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     return await cancel_with(client, workflow_id, reason, by="cli")
 
 

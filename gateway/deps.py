@@ -82,11 +82,11 @@ def deps_from_settings(settings: Settings) -> GatewayDeps:
     return GatewayDeps(
         db=Database(settings.database_url),
         providers=build_providers(settings),
-        signaler=TemporalSignaler(lambda: connect(settings.temporal_address, settings.temporal_namespace)),
+        signaler=TemporalSignaler(lambda: connect(settings)),
         max_body_bytes=settings.webhook_max_body_bytes,
         orphan_ttl_s=settings.webhook_orphan_ttl_s,
         provider_limits=settings.provider_limits,
-        temporal=TemporalConnection(lambda: connect(settings.temporal_address, settings.temporal_namespace)),
+        temporal=TemporalConnection(lambda: connect(settings)),
         task_queue=settings.task_queue,
         links=LinkSigner.from_settings(settings),
         api=ApiLimits(max_body_bytes=settings.api_max_body_bytes, backlog_max_age_s=settings.api_backlog_max_age_s,

@@ -371,6 +371,37 @@ class Asset(Base):
     created_at: Mapped[datetime] = _now_column()
 
 
+class Upload(Base):
+    """An asset a client uploads through a presigned URL (`POST /v1/uploads`, schema/uploads.py):
+    PENDING until completed, VALIDATING while its bytes are checked in quarantine, then READY (with
+    the `assets` row of the checked bytes) or REJECTED with a reason."""
+
+    __tablename__ = "uploads"
+    __table_args__ = (
+        CheckConstraint("status IN ('PENDING','VALIDATING','READY','REJECTED')", name="ck_uploads_status"),
+        CheckConstraint("kind IN ('IMAGE','VIDEO','CATALOG')", name="ck_uploads_kind"),
+        CheckConstraint("declared_size > 0", name="ck_uploads_size"),
+        Index("ix_uploads_tenant", "tenant_id", "created_at"),
+        Index("ix_uploads_open", "expires_at", postgresql_where=text("status IN ('PENDING','VALIDATING')")),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    filename: Mapped[str] = mapped_column(String(255))
+    declared_size: Mapped[int] = mapped_column(BigInteger)
+    declared_type: Mapped[str] = mapped_column(String(100))
+    declared_sha256: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    quarantine_key: Mapped[str] = mapped_column(String(500))
+    multipart_upload_id: Mapped[str | None] = mapped_column(String(1024))
+    part_size: Mapped[int | None] = mapped_column(BigInteger)
+    asset_id: Mapped[str | None] = mapped_column(ForeignKey("assets.id"))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = _now_column()
+
+
 class Rendition(Base):
     """One playable rendition of a raw output (PROXY, HLS, THUMBNAIL) and how making it went.
 

@@ -64,7 +64,7 @@ def gateway(stack: Settings, queue: str | None, *, db: Database | None = None, *
     api = {"backlog_max_age_s": 0.0, **api}
     deps = GatewayDeps(
         db=db or Database(stack.database_url), providers=build_providers(stack), signaler=None,
-        temporal=TemporalConnection(lambda: connect(stack.temporal_address, stack.temporal_namespace))
+        temporal=TemporalConnection(lambda: connect(stack))
         if queue else None,
         task_queue=queue or "nowhere", links=LinkSigner.from_settings(stack), api=ApiLimits(**api),
     )

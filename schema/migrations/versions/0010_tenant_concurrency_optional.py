@@ -5,14 +5,14 @@ tenant-admission-v1); the importer's tenant (`default`) keeps running its tasks 
 gates alone, as before 0008. Tenants without an API key lose the 10 that 0008's default gave them.
 
 Revision ID: 0010
-Revises: 0008 (0009 is the uploads branch's: set down_revision to "0009" where both are merged)
+Revises: 0009
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
