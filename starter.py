@@ -12,8 +12,9 @@ from cli.db import db_app
 from cli.dev import demo, dev_app
 from cli.drill import drill
 from cli.providers import providers_app
-from cli.review import review
+from cli.review import overview, review
 from cli.secrets import secrets_app
+from cli.spend import spend
 from cli.temporal import temporal_app
 from cli.tenants import tenants_app
 
@@ -36,6 +37,8 @@ app.command("drill")(drill)
 app.command("export")(delivery.export)
 app.command("gc")(delivery.gc)
 app.command("review")(review)
+app.command("overview")(overview)
+app.command("spend")(spend)
 app.add_typer(providers_app, name="providers")
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(temporal_app, name="temporal")

@@ -1,4 +1,6 @@
-"""`reelqueue review IMPORT_ID`: the reviewer's link, and decisions for scripts.
+"""`reelqueue review IMPORT_ID`: the reviewer's link, and decisions for scripts; `reelqueue overview
+IMPORT_ID`: a link to the import's overview page (progress, spend, failures, videos), which opens
+nothing else.
 
 Without an action it prints a gallery link with a signed, expiring reviewer token (it opens
 nothing). `--list` shows what waits in REVIEW with its automatic checks; `--approve TASK ...` and
@@ -57,19 +59,42 @@ def review(
         _link(settings, import_id, reviewer, hours or settings.review_token_hours, as_json)
 
 
-def _link(settings, import_id: str, reviewer: str, hours: float, as_json: bool) -> None:  # noqa: ANN001
+def overview(
+    import_id: str = typer.Argument(..., help="the import to follow"),
+    by: str | None = typer.Option(None, "--by", help="viewer name shown on the page (default: your user name)"),
+    hours: float | None = typer.Option(None, "--hours", help="how long the link works (default from settings)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Print a link to IMPORT_ID's overview page: progress over time, spend and waste, failures by
+    reason, finished videos, each task's workflow in the Temporal Web UI."""
+    from control.review_tokens import OVERVIEW
+    from schema import queries
+
+    settings = get_settings()
+    if hours is not None and hours <= 0:
+        fail("--hours must be above 0", EXIT_BAD_INPUT, as_json=as_json)
+    with Database(settings.database_url).transaction() as session:
+        if not queries.import_exists(session, import_id):
+            fail(f"no import {import_id}", EXIT_BAD_INPUT, as_json=as_json)
+    _link(settings, import_id, by or user_name(), hours or settings.review_token_hours, as_json, scope=OVERVIEW)
+
+
+def _link(settings, import_id: str, reviewer: str, hours: float, as_json: bool,  # noqa: ANN001
+          *, scope: str = "review") -> None:
+    """A signed link to the import's gallery (scope `review`) or overview page (scope `overview`)."""
     from control import review_tokens
 
     if not settings.review_secret:
         fail("no review secret: start the stack (reelqueue dev up) or set REELQUEUE_REVIEW_SECRET", EXIT_FAILURE,
              as_json=as_json)
-    token = review_tokens.issue(settings.review_secret, import_id, reviewer, ttl_s=hours * 3600)
+    token = review_tokens.issue(settings.review_secret, import_id, reviewer, ttl_s=hours * 3600, scope=scope)
     base = (settings.public_url or settings.gateway_url).rstrip("/")
-    url = f"{base}/review/{import_id}?token={token}"
+    page = "" if scope == review_tokens.REVIEW else f"/{scope}"
+    url = f"{base}/review/{import_id}{page}?token={token}"
     if as_json:
         emit_json({"import_id": import_id, "reviewer": reviewer, "expires_in_hours": hours, "url": url})
     else:
-        console.print(f"review link for {reviewer}, valid {hours:g} h:\n{url}", soft_wrap=True)
+        console.print(f"{scope} link for {reviewer}, valid {hours:g} h:\n{url}", soft_wrap=True)
 
 
 def _list(db: Database, import_id: str, as_json: bool) -> None:

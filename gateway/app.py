@@ -19,6 +19,7 @@ from config.settings import Settings
 from gateway.deps import GatewayDeps, LazyDeps, deps_from_settings
 from gateway.guards import BodyLimit, check_metrics_access, install_log_redaction
 from gateway.media import router as media_router
+from gateway.overview import router as overview_router
 from gateway.problems import install_problem_handlers
 from gateway.request_ids import RequestIds, install_request_log
 from gateway.review import ReviewDeps, review_deps_from_settings
@@ -69,6 +70,7 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
     application.include_router(webhooks_router)
     application.include_router(media_router)
     application.include_router(review_router)
+    application.include_router(overview_router)
     application.include_router(v1_router)
 
     @application.get("/healthz")

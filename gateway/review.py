@@ -54,6 +54,8 @@ class ReviewDeps:
     previous_secret: str = ""  # still accepted while the review secret changes
     public_url: str = ""  # REELQUEUE_PUBLIC_URL: its origin is ours too; https makes the cookie Secure
     page_size: int = 60
+    temporal_ui_url: str = ""  # the overview links each task to its workflow's page there
+    namespace: str = "default"
     _client: Client | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -72,19 +74,21 @@ def review_deps_from_settings() -> ReviewDeps:
     return ReviewDeps(db=Database(settings.database_url), signer=LinkSigner.from_settings(settings),
                       secret=settings.review_secret, previous_secret=settings.review_secret_previous,
                       public_url=settings.public_url, page_size=settings.review_page_size,
+                      temporal_ui_url=settings.temporal_ui_url, namespace=settings.temporal_namespace,
                       connect=lambda: connect(settings))
 
 
-def _deps(request: Request) -> ReviewDeps:
+def review_deps(request: Request) -> ReviewDeps:
     state = request.app.state
     if getattr(state, "review_deps", None) is None:
         state.review_deps = state.review_factory()
     return state.review_deps
 
 
-def _reviewer(deps: ReviewDeps, token: str | None, import_id: str) -> tokens.Reviewer:
+def reviewer_of(deps: ReviewDeps, token: str | None, import_id: str,
+                scopes: tuple[str, ...] = (tokens.REVIEW,)) -> tokens.Reviewer:
     try:
-        return tokens.verify(deps.secret, token, import_id, previous=deps.previous_secret)
+        return tokens.verify(deps.secret, token, import_id, previous=deps.previous_secret, scopes=scopes)
     except tokens.TokenRefused as exc:
         raise ProblemError(403 if exc.other_import else 401, str(exc), slug="review-token") from None
 
@@ -103,17 +107,12 @@ def gallery(
     tab: Literal["videos", "issues"] = "videos", page: int = Query(default=1, ge=1, le=100_000),
 ) -> Response:
     """The grid of videos (default: those waiting in REVIEW) and the import's validation issues."""
-    deps = _deps(request)
+    deps = review_deps(request)
     if token is not None:  # from the link: into the cookie, then the same page without it
-        reviewer = _reviewer(deps, token, import_id)
-        kept = {k: v for k, v in request.query_params.items() if k != "token"}
-        target = f"/review/{import_id}" + (f"?{urlencode(kept)}" if kept else "")
-        response = RedirectResponse(target, status_code=303)
-        response.set_cookie(COOKIE, token, max_age=max(1, int(reviewer.exp - time.time())), httponly=True,
-                            samesite="strict", path=f"/review/{import_id}", secure=_https(deps.public_url))
-        return response
+        return into_cookie(deps, request, reviewer_of(deps, token, import_id), token, COOKIE,
+                           f"/review/{import_id}")
     cookie = request.cookies.get(COOKIE)
-    reviewer = _reviewer(deps, cookie, import_id)
+    reviewer = reviewer_of(deps, cookie, import_id)
     filters = queue.Filters(status=None if status == "ALL" else status or None, locale=locale or None,
                             aspect_ratio=ratio or None, template_id=template or None)
     with deps.db.transaction() as session:
@@ -131,16 +130,33 @@ def gallery(
     html = render_gallery(import_id=import_id, reviewer=reviewer.sub, items=items, videos=videos, counts=counts,
                           facets=facets, issues=issues, filters=filters, tab=tab,
                           csrf=tokens.csrf_token(deps.secret, cookie), nonce=nonce, page=page, more=more)
-    return HTMLResponse(html, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
-                                       "X-Frame-Options": "DENY",
-                                       "Content-Security-Policy": _policy(nonce, videos.values())})
+    return HTMLResponse(html, headers={**PAGE_HEADERS, "Content-Security-Policy": _policy(nonce, videos.values())})
+
+
+def into_cookie(deps: ReviewDeps, request: Request, reviewer: tokens.Reviewer, token: str, cookie: str,
+                path: str) -> Response:
+    """The link's token into an HttpOnly cookie scoped to `path`, and a redirect to the same page
+    without it (the token leaves the address bar and never reaches a Referer)."""
+    kept = {k: v for k, v in request.query_params.items() if k != "token"}
+    response = RedirectResponse(path + (f"?{urlencode(kept)}" if kept else ""), status_code=303)
+    response.set_cookie(cookie, token, max_age=max(1, int(reviewer.exp - time.time())), httponly=True,
+                        samesite="strict", path=path, secure=_https(deps.public_url))
+    return response
+
+
+PAGE_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
 
 
 def _policy(nonce: str, video_urls) -> str:  # noqa: ANN001 - Iterable[str]
     """Only our inline script (by nonce) runs; videos come only from the gateway's media links' origin."""
-    media = " ".join(sorted({f"{u.scheme}://{u.netloc}" for u in map(urlsplit, video_urls)})) or "'none'"
+    media = origins(video_urls)
     return (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; media-src {media}; "
             "connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+
+
+def origins(urls) -> str:  # noqa: ANN001 - Iterable[str]
+    """The CSP source list of `urls`' origins ('none' for no URL)."""
+    return " ".join(sorted({f"{u.scheme}://{u.netloc}" for u in map(urlsplit, urls)})) or "'none'"
 
 
 def _https(public_url: str) -> bool:
@@ -158,9 +174,9 @@ def _origins(request: Request, public_url: str) -> set[str]:
 async def decisions(import_id: str, request: Request) -> JSONResponse:
     """One decision for one or more tasks of the import (bulk approve sends many). The cookie, the
     origin and the CSRF token are checked before the body is read."""
-    deps = _deps(request)
+    deps = review_deps(request)
     cookie = request.cookies.get(COOKIE)
-    reviewer = _reviewer(deps, cookie, import_id)
+    reviewer = reviewer_of(deps, cookie, import_id)
     origin = request.headers.get("origin")
     if origin is not None and origin.lower() not in _origins(request, deps.public_url):
         raise ProblemError(403, "cross-site request refused", slug="review-csrf")

@@ -3,7 +3,8 @@
 The query touches only started, unfinished tasks (the partial index `ix_tasks_active`; imported
 tasks never run, CREATED, are left out), their reservations (credit_ledger by task id) and
 unclaimed webhooks (the partial index on orphans), so its cost follows the work in flight, not the
-size of the catalog.
+size of the catalog. The spend gauges (schema/spend.py) cover the imports in view: those with a
+started, unfinished task and the RECENT_IMPORTS newest; their cost follows those imports' ledgers.
 """
 
 from __future__ import annotations
@@ -17,12 +18,17 @@ from sqlalchemy import text
 
 from schema.admission import ProviderLimits
 from schema.db import Database
+from schema.spend import FIGURES, WASTE_CAUSES, Spend, spend_from_row, spend_sql
 from schema.state_machine import TERMINAL, TaskStatus
 
 log = logging.getLogger("gateway.metrics")
 _SKIPPED = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL | {TaskStatus.CREATED}))
 # Statuses in which a task holds (or is taking) a provider slot.
 PROVIDER_ACTIVE = (TaskStatus.DISPATCHING, TaskStatus.SUBMITTED, TaskStatus.SUBMIT_UNKNOWN, TaskStatus.RUNNING)
+RECENT_IMPORTS = 3  # spend gauges also for the newest imports, finished or not
+_IN_VIEW = (f"SELECT DISTINCT import_id AS id FROM tasks WHERE status NOT IN ({_SKIPPED}) "
+            f"UNION SELECT id FROM (SELECT id FROM catalog_imports ORDER BY created_at DESC LIMIT {RECENT_IMPORTS}) r")
+_SPEND_ROWS = ", ".join(f"('{f}', s.{f})" for f in FIGURES)
 
 SNAPSHOT_SQL = text(f"""
 WITH active AS (
@@ -41,6 +47,9 @@ SELECT 'reserved', a.tenant_id, '', coalesce(sum(c.amount), 0)::float8,
 UNION ALL
 SELECT 'orphan', provider, '', count(*)::float8, extract(epoch FROM now() - min(received_at))::float8
   FROM provider_events WHERE state = 'orphan' GROUP BY provider
+UNION ALL
+SELECT 'spend', s.import_id, f.name, coalesce(f.value, 0)::float8, NULL
+  FROM ({spend_sql(_IN_VIEW)}) s CROSS JOIN LATERAL (VALUES {_SPEND_ROWS}) AS f(name, value)
 """)
 
 
@@ -97,6 +106,7 @@ def snapshot_metrics(rows, limits: Mapping[str, ProviderLimits], providers: list
     orphan_age = GaugeMetricFamily("reelqueue_webhook_orphan_oldest_age_seconds", "Age of the oldest orphan webhook",
                                    labels=["provider"])
     per_provider: dict[str, dict[str, tuple[float, float]]] = {p: {} for p in providers}
+    spends: dict[str, dict[str, float]] = {}
     for kind, a, b, value, age in rows:
         if kind == "task":
             tasks.add_metric([a, b], value)
@@ -107,6 +117,8 @@ def snapshot_metrics(rows, limits: Mapping[str, ProviderLimits], providers: list
         elif kind == "orphan":
             orphans.add_metric([a], value)
             orphan_age.add_metric([a], age or 0.0)
+        elif kind == "spend":
+            spends.setdefault(a, {"import_id": a})[b] = value
     for provider, by_status in sorted(per_provider.items()):
         queued, age = by_status.get(TaskStatus.QUEUED.value, (0.0, 0.0))
         depth.add_metric([provider], queued)
@@ -119,3 +131,28 @@ def snapshot_metrics(rows, limits: Mapping[str, ProviderLimits], providers: list
         backlog_age.add_metric([provider], fetch_age)
     yield from (tasks, depth, oldest, unknown, active, limit, backlog, backlog_age, reserved, reserved_age,
                 orphans, orphan_age)
+    yield from spend_metrics([spend_from_row(figures) for _, figures in sorted(spends.items())])
+
+
+def spend_metrics(spends: list[Spend]) -> Iterator[GaugeMetricFamily]:
+    """The figures of `reelqueue spend` for the imports in view, one series per import."""
+    credits = GaugeMetricFamily("reelqueue_import_credits", "An import's credits by ledger figure: reserved, "
+                                "settled, released, refunded, adjustments, charged, held", labels=["import", "kind"])
+    wasted = GaugeMetricFamily("reelqueue_import_wasted_credits", "Credits charged for no kept video, by cause: "
+                               + ", ".join(WASTE_CAUSES), labels=["import", "cause"])
+    videos = GaugeMetricFamily("reelqueue_import_videos", "An import's SUCCEEDED videos and those a reviewer approved",
+                               labels=["import", "kind"])
+    per_video = GaugeMetricFamily("reelqueue_import_cost_per_video", "Everything an import was charged per "
+                                  "SUCCEEDED (or approved) video; absent while there is none",
+                                  labels=["import", "basis"])
+    for s in spends:
+        for kind in ("reserved", "settled", "released", "refunded", "adjustments", "charged", "held"):
+            credits.add_metric([s.import_id, kind], float(getattr(s, kind)))
+        for cause, amount in s.wasted.items():
+            wasted.add_metric([s.import_id, cause], float(amount))
+        for basis, count, cost in (("succeeded", s.succeeded, s.cost_per_succeeded),
+                                   ("approved", s.approved, s.cost_per_approved)):
+            videos.add_metric([s.import_id, basis], count)
+            if cost is not None:
+                per_video.add_metric([s.import_id, basis], float(cost))
+    yield from (credits, wasted, videos, per_video)
