@@ -70,7 +70,8 @@ def test_the_dashboard_covers_queues_states_spend_webhooks_and_slots() -> None:
     text = " ".join(_dashboard_queries())
     for needle in ("reelqueue_queue_depth", "reelqueue_queue_oldest_age_seconds", "reelqueue_task_state_seconds_bucket",
                    "reelqueue_credit_spent_total", "reelqueue_webhook_lag_seconds_bucket",
-                   "reelqueue_activities_in_flight"):
+                   "reelqueue_activities_in_flight", "reelqueue_import_credits", "reelqueue_import_wasted_credits",
+                   "reelqueue_import_cost_per_video"):
         assert needle in text, needle
 
 
