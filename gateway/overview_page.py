@@ -54,7 +54,7 @@ def _chart(view: Overview) -> str:
         upper = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(above))
         lower = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in reversed(list(enumerate(below))))
         shapes.append(f'<polygon class="band" data-band="{escape(band)}" fill="{COLOURS[band]}" '
-                      f'points="{PAD:.1f},{y(0):.1f} {upper} {lower}"><title>{escape(band)}: {values[-1]}</title>'
+                      f'points="{upper} {lower}"><title>{escape(band)}: {values[-1]}</title>'
                       "</polygon>")
         below = above
     start, end = view.times[0], view.times[-1]
