@@ -64,7 +64,7 @@ def _chart(view: Overview) -> str:
             f'{escape(end.strftime("%H:%M:%S"))} UTC</text>'
             f'<text x="4" y="{y(top) + 4:.1f}" font-size="11">{view.total}</text>')
     legend = "".join(f'<span><i class="swatch" style="background:{COLOURS[b]}"></i>{escape(b)} '
-                     f'<b>{view.bands[b][-1]}</b></span>' for b in BANDS)
+                     f'<b class="now" data-band="{escape(b)}">{view.bands[b][-1]}</b></span>' for b in BANDS)
     return (f'<svg id="progress" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
             f'aria-label="tasks by status over time">{"".join(shapes)}{axis}</svg>'
             f'<div class="legend small">{legend}</div>')

@@ -188,6 +188,8 @@ async def test_overview_page_follows_a_run_to_the_figures_of_status_and_spend(st
             assert time.monotonic() < deadline, seen[-1]
             await asyncio.sleep(0.5)
         assert await page.locator("#progress polygon.band").count() == 6
+        # The chart, summed from state events, ends where the tasks' statuses are.
+        assert await page.inner_text('.legend b[data-band="succeeded"]') == "40"
         await browser.close()
     assert len(seen) >= 3, seen  # before, during, after: the counts moved on the page
     assert any(0 < int(c.get("SUCCEEDED", "0")) < 40 for c in seen), seen
