@@ -33,6 +33,8 @@ async def test_cancel_while_the_provider_runs(stack, client, task_queue, tmp_pat
     job = next(j for j in emulator_jobs() if j["request_key"].startswith(task.id))
     assert job["status"] == "canceled"
     assert_ledger_balanced(stack, [task.id])
+    spent = (await run_cli_async("spend", task.import_id, "--json")).json  # whatever it cost is waste
+    assert spent["wasted"]["cancelled"] == spent["wasted_total"] == spent["charged"] and spent["held"] == 0
 
 
 def test_cancel_a_task_that_never_started(stack, tmp_path):

@@ -56,6 +56,13 @@ async def test_failed_task_is_redriven_to_success(stack, client, task_queue, tmp
         assert sums["RESERVE"] == sums.get("SETTLE", 0) + sums.get("RELEASE", 0), (run, sums)
     check = await run_cli_async("ledger", "check", summary.import_id, "--json")
     assert check.code == 0 and check.json["ok"], check.stdout
+    # `spend`: what the failed first run was charged is waste "failed"; the second run's video is kept.
+    charged = {run: sum(r.amount for r in rows if r.run_no == run and r.entry_type in ("SETTLE", "ADJUSTMENT"))
+               for run in (1, 2)}
+    spent = (await run_cli_async("spend", summary.import_id, "--json")).json
+    assert spent["charged"] == float(charged[1] + charged[2]) and spent["succeeded"] == 1
+    assert spent["wasted"] == {"duplicate": 0, "cancelled": 0, "failed": float(charged[1]), "rejected": 0,
+                               "regenerated": 0}
     again = await run_cli_async("retry", summary.import_id, "--json")  # SUCCEEDED now: nothing to re-run
     assert again.code == 0 and again.json["tasks"] == []
 

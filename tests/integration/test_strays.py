@@ -55,4 +55,7 @@ async def test_a_refused_duplicate_waits_for_a_person_and_the_video_is_kept(stac
     assert "accepted by test: billed once, checked" in adjustment.note
     check = await run_cli_async("ledger", "check", summary.import_id, "--json")
     assert check.code == 0 and check.json["ok"], check.stdout
+    spent = (await run_cli_async("spend", summary.import_id, "--json")).json  # the duplicate is waste
+    assert spent["wasted"]["duplicate"] == spent["wasted_total"] == float(adjustment.amount)
+    assert spent["adjustments"] == float(adjustment.amount) and spent["succeeded"] == 1
     emulator.cancel(entry["strays"][0])
