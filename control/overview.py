@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from schema.import_scope import in_import
 from schema.models import CatalogImport, Task
-from schema.spend import Spend, import_spend
+from schema.spend import NO_JIT, Spend, import_spend
 from schema.state_machine import TERMINAL, TaskStatus
 
 BUCKETS = 48  # points of the progress chart
@@ -39,20 +39,17 @@ _SCOPE = "SELECT id FROM tasks WHERE import_id = :imp UNION ALL SELECT task_id F
 # Each applied transition takes one task out of its old status and into the new one: summed per
 # time bucket, the moves give the count in every status at the end of each bucket.
 _MOVES = text(f"""
-WITH scope AS ({_SCOPE}), moves AS (
-  SELECT e.created_at, e.from_status AS status, -1 AS delta FROM state_events e
-   WHERE e.task_id IN (SELECT id FROM scope) AND e.applied AND e.from_status <> e.to_status
-  UNION ALL
-  SELECT e.created_at, e.to_status, 1 FROM state_events e
-   WHERE e.task_id IN (SELECT id FROM scope) AND e.applied AND e.from_status <> e.to_status
-)
-SELECT least(greatest(width_bucket(extract(epoch FROM created_at), :lo, :hi, :n), 1), :n) AS bucket,
-       status, sum(delta)::int FROM moves GROUP BY 1, 2
+WITH scope AS ({_SCOPE})
+SELECT least(greatest(width_bucket(extract(epoch FROM e.created_at), :lo, :hi, :n), 1), :n) AS bucket,
+       m.status, sum(m.delta)::int
+  FROM state_events e CROSS JOIN LATERAL (VALUES (e.from_status, -1), (e.to_status, 1)) AS m(status, delta)
+ WHERE e.task_id IN (SELECT id FROM scope) AND e.applied AND e.from_status <> e.to_status
+ GROUP BY 1, 2
 """)
 _LAST_MOVE = text(f"""
 WITH scope AS ({_SCOPE})
-SELECT max(created_at) FROM state_events e WHERE e.task_id IN (SELECT id FROM scope) AND e.applied
-""")
+SELECT max(updated_at) FROM tasks WHERE id IN (SELECT id FROM scope)
+""")  # every transition sets the task's updated_at: cheaper than reading the events again
 _FAILURES = text(f"""
 WITH scope AS ({_SCOPE})
 SELECT t.status, coalesce(t.last_error_class, '') AS error_class, coalesce(left(t.last_error, 300), '') AS error,
@@ -120,6 +117,7 @@ def overview(session: Session, import_id: str) -> Overview | None:
     imp = session.get(CatalogImport, import_id)
     if imp is None:
         return None
+    session.execute(NO_JIT)
     counts = dict(session.execute(select(Task.status, func.count()).where(in_import(import_id))
                                   .group_by(Task.status)).all())
     total = sum(counts.values())

@@ -3,11 +3,13 @@
 The same signed-link scheme as the review gallery (gateway/review.py): `reelqueue overview IMPORT_ID`
 prints a link whose token (scope `overview`, or a reviewer's) moves into an HttpOnly cookie scoped
 to this page's path. The page runs no script (its CSP says so) and refreshes itself with a meta
-refresh while a task of the import may still move.
+refresh while a task of the import may still move (every 5 s, less often for a page slow to build).
 """
 
 from __future__ import annotations
 
+import math
+import time
 from datetime import timedelta
 
 from fastapi import APIRouter, Query, Request
@@ -36,8 +38,12 @@ def overview_page(import_id: str, request: Request, token: str | None = Query(de
         return into_cookie(deps, request, reviewer_of(deps, token, import_id, SCOPES), token, COOKIE, path)
     cookie = request.cookies.get(COOKIE) or request.cookies.get(REVIEW_COOKIE)
     viewer = reviewer_of(deps, cookie, import_id, SCOPES)
+    started = time.monotonic()
     with deps.db.transaction() as session:
         view = overview(session, import_id)
+    # A big import's page takes seconds to build: it refreshes less often, so that an open page
+    # keeps the database busy a tenth of the time at most.
+    refresh_s = max(REFRESH_S, math.ceil(10 * (time.monotonic() - started)))
     if view is None:
         raise ProblemError(404, f"no import {import_id}", slug="unknown-import")
     ttl_s = MEDIA_LINK_TTL.total_seconds()
@@ -45,7 +51,7 @@ def overview_page(import_id: str, request: Request, token: str | None = Query(de
     videos = {t.task_id: deps.signer.link(t.video_key, ttl_s).url for t in view.thumbnails if t.video_key}
     ui = f"{deps.temporal_ui_url.rstrip('/')}/namespaces/{deps.namespace}/workflows/" if deps.temporal_ui_url else ""
     html = render_overview(view, viewer=viewer.sub, thumbnails=thumbnails, videos=videos, workflow_ui=ui,
-                           refresh_s=REFRESH_S if view.running else None)
+                           refresh_s=refresh_s if view.running else None)
     policy = (f"default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; "
               f"img-src {origins(thumbnails.values())}; form-action 'none'; base-uri 'none'; frame-ancestors 'none'")
     return HTMLResponse(html, headers={**PAGE_HEADERS, "Content-Security-Policy": policy})

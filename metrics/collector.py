@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from schema.admission import ProviderLimits
 from schema.db import Database
-from schema.spend import FIGURES, WASTE_CAUSES, Spend, spend_from_row, spend_sql
+from schema.spend import FIGURES, NO_JIT, WASTE_CAUSES, Spend, spend_from_row, spend_sql
 from schema.state_machine import TERMINAL, TaskStatus
 
 log = logging.getLogger("gateway.metrics")
@@ -70,6 +70,7 @@ class PostgresCollector(Collector):
         up = GaugeMetricFamily("reelqueue_database_up", "1 when the Postgres gauges could be read at this scrape")
         try:
             with self.db.engine.connect() as conn:
+                conn.execute(NO_JIT)  # for this transaction only
                 rows = conn.execute(SNAPSHOT_SQL).all()
         except Exception as exc:  # noqa: BLE001 - any database failure: report it, never fail the scrape
             log.warning("metrics snapshot query failed: %s", type(exc).__name__)
