@@ -27,11 +27,11 @@ WASTE_CAUSES = ("duplicate", *WASTE_BY_END, "regenerated")
 # One row per import of `wanted` (a query of import ids). `scope`: the import's tasks, created or
 # reused (schema.import_scope). `ends`: how each earlier run of a task ended (the status a redrive
 # started the next run from; the n-th redrive closes run n), looked up for re-run tasks only; the
-# current run ends in the task's status. Approved videos: a reviewed video has its checks, so the
-# events of unreviewed tasks are never read.
-# Stray jobs' ADJUSTMENTs carry their job id: duplicates, whatever became of the task. A reviewer's
-# regenerate books the new video as an ADJUSTMENT `...:review:{attempt}`: in a run that ended
-# SUCCEEDED, everything charged but the last of those paid for videos replaced at review.
+# current run ends in the task's status. Stray jobs' ADJUSTMENTs carry their job id: duplicates,
+# whatever became of the task. A reviewer's regenerate books the new video as an ADJUSTMENT
+# `...:review:{attempt}`: in a run that ended SUCCEEDED, everything charged but the last of those
+# paid for videos replaced at review. Approved videos: a reviewed video has its automatic checks,
+# so the events of unreviewed tasks are never read.
 _SPEND_SQL = """
 WITH wanted AS ({wanted}), scope AS (
   SELECT t.import_id, t.id AS task_id, t.status, t.run_no FROM tasks t
