@@ -6,6 +6,7 @@ Web UI, and all of them succeed after resume), `show`'s place in line, `run --wa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -107,8 +108,20 @@ async def _web_ui_shows(stack, workflow_id: str, text: str) -> None:
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
         page = await browser.new_page(viewport={"width": 1280, "height": 900})
         await page.goto(f"{stack.temporal_ui_url}/namespaces/default/workflows/{workflow_id}")
-        await page.get_by_text(text).first.wait_for(timeout=30_000)
+        await page.get_by_text("User Metadata", exact=True).first.click(timeout=30_000)  # current details' tab
+        shown = await _until(lambda: _frames_text(page, text), 30, "the current details on the Web UI's page")
+        assert "QUEUED" in shown
         await browser.close()
+
+
+async def _frames_text(page, text: str) -> str | None:  # noqa: ANN001 - a playwright Page
+    """The text of the frame that shows `text` (the UI renders markdown details in a frame of its own)."""
+    for frame in page.frames:
+        with contextlib.suppress(Exception):  # a frame may be detached while it is read
+            body = await frame.inner_text("body")
+            if text in body:
+                return body
+    return None
 
 
 async def test_imports_lists_and_cancel_import_ends_tasks_by_status(stack, tmp_path):
