@@ -131,7 +131,7 @@ def worker_processes(settings, folder: Path, layout: str) -> Iterator[list[tuple
 
 async def queue_latency(settings, import_id: str) -> dict:  # noqa: ANN001
     """Schedule-to-start (seconds) of first attempts on the io and media queues, and of workflow tasks,
-    from each task's workflow history: p50, p95, max and how many."""
+    from each task's workflow history: p50, p95, max and how many; and the histories' mean length."""
     from adapters.temporal_client import connect
     from schema import queries
     from schema.db import Database
@@ -142,11 +142,13 @@ async def queue_latency(settings, import_id: str) -> dict:  # noqa: ANN001
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     media = api.media_queue(settings.task_queue)
     waits: dict[str, list[float]] = {"io": [], "media": [], "workflow_task": []}
+    events: list[int] = []
     gate = asyncio.Semaphore(16)
 
     async def one(workflow_id: str) -> None:
         async with gate:
             history = await client.get_workflow_handle(workflow_id).fetch_history()
+        events.append(len(history.events))
         scheduled = {}
         for e in history.events:
             at = e.event_time.ToDatetime()
@@ -165,7 +167,8 @@ async def queue_latency(settings, import_id: str) -> dict:  # noqa: ANN001
                 waits[kind].append((at - since).total_seconds())
 
     await asyncio.gather(*(one(i) for i in ids))
-    return {kind: _spread(values) for kind, values in waits.items()}
+    return {kind: _spread(values) for kind, values in waits.items()} | {
+        "history_events_per_workflow": round(sum(events) / max(1, len(events)), 1)}
 
 
 def _spread(values: list[float]) -> dict:
