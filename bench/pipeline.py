@@ -107,9 +107,9 @@ def import_tasks(settings, home: Path, tasks: int, name: str = "bench-pipeline")
 
 
 @contextlib.contextmanager
-def worker_processes(settings, folder: Path, layout: str) -> Iterator[list[tuple[int, str]]]:  # noqa: ANN001
+def worker_processes(settings, folder: Path, layout: str) -> Iterator[list[tuple[int, str, str]]]:  # noqa: ANN001
     """The layout's worker processes on the stack's queue, each with a /metrics port of its own:
-    (pid, metrics URL) each. Stopped afterwards (SIGTERM: they drain)."""
+    (pid, metrics URL, queues served) each. Stopped afterwards (SIGTERM: they drain)."""
     from devstack.drill import start_worker, stop_worker, wait_worker_ready
     from devstack.ports import pick_ports
 
@@ -120,12 +120,12 @@ def worker_processes(settings, folder: Path, layout: str) -> Iterator[list[tuple
             role = f"worker-{n}-{serves.replace(',', '+')}"
             proc = start_worker(settings, folder, role, settings.task_queue,
                                 {"REELQUEUE_WORKER_METRICS_PORT": str(port)}, serves)
-            started.append((proc, role, f"http://{settings.worker_metrics_host}:{port}/metrics"))
-        for proc, role, _ in started:
+            started.append((proc, role, f"http://{settings.worker_metrics_host}:{port}/metrics", serves))
+        for proc, role, _, _ in started:
             asyncio.run(wait_worker_ready(proc, folder, role))
-        yield [(proc.pid, url) for proc, _, url in started]
+        yield [(proc.pid, url, serves) for proc, _, url, serves in started]
     finally:
-        for proc, _, _ in started:
+        for proc, *_ in started:
             stop_worker(proc)
 
 
@@ -225,17 +225,22 @@ def run_layout(settings, home: Path, layout: str, tasks: int, import_id: str | N
     """The pipeline on one worker layout: N new tasks (or the given import) from first start to last close."""
     import_id = import_id or import_tasks(settings, home, tasks, f"bench-layout-{layout}")
     with worker_processes(settings, home / f"layout-{layout}", layout) as workers:
-        urls = [url for _, url in workers]
-        pids = service_pids(settings) | {"worker": [pid for pid, _ in workers]}
+        urls = [url for _, url, _ in workers]
+        pids = service_pids(settings) | {"worker": [pid for pid, _, _ in workers]}
         metrics_before, cpu_before = scrape_all(urls), cpu_by_process(pids)
+        each_before = [cpu_by_process({"worker": pid}) for pid, _, _ in workers]
         result = asyncio.run(pipeline(settings, import_id))
         cpu = cpu_delta(cpu_before, cpu_by_process(pids))
+        each = [{"queues": serves} | per_unit(cpu_delta(before, cpu_by_process({"worker": pid})), tasks,
+                                              only=("worker", "ffmpeg"))
+                for (pid, _, serves), before in zip(workers, each_before, strict=True)]
         profile = worker_profile(metrics_before, scrape_all(urls), tasks)
     return {
         "layout": layout, "processes": list(LAYOUTS[layout]),
         "tasks_per_s": result["tasks_per_s"],
         "cpu_s_per_task": per_unit(cpu, tasks),
         "cpu_s_per_task_total": round(sum(v for k, v in cpu.items() if k != "bench") / tasks, 4),
+        "cpu_s_per_task_by_worker_process": each,
         "queue_latency_s": asyncio.run(queue_latency(settings, import_id)),
         "pipeline": result, "worker_metrics": profile, "load_avg_1m_after": round(os.getloadavg()[0], 2),
     }
