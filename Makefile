@@ -4,15 +4,28 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test install lint secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity down
+.PHONY: demo test install lint lock secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api down
 
-$(VENV)/.installed: pyproject.toml
+# Python 3.11+ (README, "Platforms"). The versions come from requirements.lock (`make lock` after
+# editing pyproject.toml); the package itself goes in editable, without resolving anything again.
+$(VENV)/.installed: pyproject.toml requirements.lock
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
+	  echo "reelqueue needs Python 3.11 or newer; '$(PYTHON)' is $$($(PYTHON) --version 2>&1 || echo missing)." \
+	       "Run with one, e.g. make $(MAKECMDGOALS) PYTHON=python3.12" >&2; exit 2; }
 	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..."
 	$(PYTHON) -m venv $(VENV)
-	@$(BIN)/pip install -e '.[test]' > $(VENV)/install.log 2>&1 || { tail -30 $(VENV)/install.log; exit 1; }
+	@{ $(BIN)/pip install -r requirements.lock && $(BIN)/pip install --no-deps -e '.[embedded,test,bench]'; } \
+	  > $(VENV)/install.log 2>&1 || { tail -30 $(VENV)/install.log; exit 1; }
 	touch $@
 
 install: $(VENV)/.installed
+
+# requirements.lock: every platform's pins (uv's universal resolution) of the runtime and the
+# embedded, test and bench extras; CI and `make install` install exactly these.
+lock: install
+	$(BIN)/pip install -q 'uv>=0.5'
+	$(BIN)/uv pip compile pyproject.toml --extra embedded --extra test --extra bench --universal \
+	  --python-version 3.11 -o requirements.lock
 
 demo: install
 	$(BIN)/reelqueue demo
@@ -48,6 +61,10 @@ bench-fetch: install
 # `make bench-pipeline ARGS="--tasks 100"`: engine ceiling vs pipeline, CPU per task by process
 bench-pipeline: install
 	$(BIN)/python -m bench.pipeline $(ARGS)
+
+# `make bench-api ARGS="--creates 500"`: POST /v1/generations per second and latency at concurrency 1/8/32
+bench-api: install
+	$(BIN)/python -m bench.api_bench $(ARGS)
 
 # `make bench-capacity ARGS="--rate 3 --minutes 5"` (seed 002's peak; about 15 minutes)
 bench-capacity: install

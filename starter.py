@@ -8,11 +8,14 @@ import os
 import typer
 
 from cli import commands, delivery, operations
+from cli.db import db_app
 from cli.dev import demo, dev_app
 from cli.drill import drill
 from cli.providers import providers_app
 from cli.review import review
 from cli.secrets import secrets_app
+from cli.temporal import temporal_app
+from cli.tenants import tenants_app
 
 app = typer.Typer(help="reelqueue: product catalogs to stored, transcoded videos through durable workflows.",
                   no_args_is_help=True, add_completion=False)
@@ -35,6 +38,33 @@ app.command("gc")(delivery.gc)
 app.command("review")(review)
 app.add_typer(providers_app, name="providers")
 app.add_typer(secrets_app, name="secrets")
+app.add_typer(temporal_app, name="temporal")
+app.add_typer(db_app, name="db")
+app.add_typer(tenants_app, name="tenants")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"reelqueue {package_version()}")
+        raise typer.Exit()
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, once installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reelqueue")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+@app.callback()
+def _options(
+    _version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                  help="print the version and exit"),
+) -> None:
+    pass
 
 # The CLI reports problems in its own output (tables, reports, --json); library warnings such as
 # fetch refusals are already in the validation report, so only errors reach stderr by default.
@@ -54,6 +84,7 @@ def _run() -> None:
     from sqlalchemy.exc import OperationalError
     from urllib3.exceptions import MaxRetryError
 
+    from adapters.temporal_client import TemporalConfigError
     from cli.output import EXIT_FAILURE, err_console
     from delivery.links import LinkError
 
@@ -64,6 +95,8 @@ def _run() -> None:
     except OperationalError as exc:
         err_console.print(f"[bold red]error:[/] cannot reach Postgres ({exc.orig}); is the stack up? "
                           "(reelqueue dev up)")
+    except TemporalConfigError as exc:  # a TEMPORAL_* variable or profile file that cannot be used
+        err_console.print(f"[bold red]error:[/] {exc} (docs/deploy.md, \"Temporal\")")
     except MaxRetryError as exc:
         err_console.print(f"[bold red]error:[/] cannot reach object storage ({exc.reason}); is the stack up?")
     except RuntimeError as exc:

@@ -3,7 +3,8 @@
 `python worker.py [--queues io,media]` connects with the settings (stack.json / environment), serves
 the queues until SIGTERM/SIGINT, then drains (running activities get REELQUEUE_WORKER_DRAIN_S to
 finish), and touches a ready file so `reelqueue dev up` knows it is serving. docs/deploy.md, "Task
-queues and workers", says which work goes where and how each queue is sized.
+queues and workers", says which work goes where and how each queue is sized. Beside the io queue
+runs the sweeper of the API's start outbox (control/outbox.py), which starts workflows there.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def parse_queues(text: str) -> tuple[str, ...]:
 
 
 async def serve(settings: Settings, queues: Sequence[str] = QUEUES) -> None:
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     workers = build_worker(client, settings, queues=queues)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -155,9 +156,21 @@ async def serve(settings: Settings, queues: Sequence[str] = QUEUES) -> None:
         _mark_ready(settings)
         print(f"worker serving {', '.join(served)} at {settings.temporal_address} (media slots "
               f"{media_slots(settings) if api.MEDIA in queues else 0}); metrics at {metrics_url or 'off'}", flush=True)
+        sweeper = asyncio.create_task(_sweeping_outbox(settings, client, stop)) if api.IO in queues else None
         await workers.until(stop)
+        stop.set()  # also when a Worker ended on its own
+        if sweeper is not None:
+            await sweeper
         print(f"worker draining: running activities have {settings.worker_drain_s:.0f} s to finish", flush=True)
     print("worker stopped", flush=True)
+
+
+async def _sweeping_outbox(settings: Settings, client: Client, stop: asyncio.Event) -> None:
+    """Until `stop`: start the API tasks whose workflow the gateway did not start."""
+    from control.outbox import run_sweeper
+    from schema.db import Database
+
+    await run_sweeper(Database(settings.database_url), client, settings.task_queue, stop)
 
 
 def _mark_ready(settings: Settings) -> None:

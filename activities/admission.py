@@ -35,7 +35,7 @@ class AdmissionActivities:
         await self.client.start_workflow(
             api.GATE_WORKFLOW_NAME,
             GateInput(provider=inp.provider, limit=limits.max_concurrent, submits_per_minute=limits.submits_per_minute,
-                      lease_s=self.lease_s),
+                      lease_s=self.lease_s, grant_signal=inp.grant_signal),
             id=api.gate_id(inp.provider, queue), task_queue=queue,
             start_signal=api.SIGNAL_GATE_REQUEST, start_signal_args=[request],
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

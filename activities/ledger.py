@@ -17,12 +17,14 @@ from temporalio import activity
 
 from activities.errors import INSUFFICIENT_CREDIT, business_failure, classified
 from activities.failpoints import failpoint
+from metrics import CREDIT_SPENT
 from schema.contracts import LedgerResult, SettleInput, TaskRef, run_suffix
 from schema.db import Database
 from schema.models import CreditEntry
 from schema.task_store import TaskNotFound
 
 CENT = Decimal("0.000001")
+SPENDING = ("SETTLE", "ADJUSTMENT")  # what a tenant was charged (reelqueue_credit_spent_total)
 
 
 class LedgerActivities:
@@ -36,7 +38,7 @@ class LedgerActivities:
             ledger = _TaskLedger.read(session, ref.task_id, ref.run)
             reserve_key = f"reserve:{ref.task_id}{run_suffix(ref.run)}"
             if reserve_key not in ledger.entries:
-                available = _available(session, ledger.tenant_id)  # locks the tenant row: check and insert agree
+                available = available_credit(session, ledger.tenant_id)  # locks the tenant row: check and insert agree
                 if available < ledger.estimated_cost:
                     raise business_failure(
                         f"tenant {ledger.tenant_id} has {available} credits, task needs {ledger.estimated_cost}",
@@ -94,13 +96,14 @@ SELECT t.tenant_id, t.estimated_cost, c.business_key, c.entry_type, c.amount
 """)
 # Credits not available to new work: held reservations plus spending. Read with the tenant row
 # locked (FOR UPDATE), so reservations of one tenant are checked one at a time.
-_AVAILABLE = text("""
+_AVAILABLE_SQL = """
 SELECT t.credit_limit - coalesce((
          SELECT sum(CASE c.entry_type WHEN 'RESERVE' THEN c.amount WHEN 'RELEASE' THEN -c.amount
                                       WHEN 'ADJUSTMENT' THEN c.amount WHEN 'REFUND' THEN -c.amount ELSE 0 END)
            FROM credit_ledger c WHERE c.tenant_id = t.id), 0)
-  FROM tenants t WHERE t.id = :tenant_id FOR UPDATE
-""")
+  FROM tenants t WHERE t.id = :tenant_id"""
+_AVAILABLE = text(_AVAILABLE_SQL + " FOR UPDATE")
+_AVAILABLE_READ = text(_AVAILABLE_SQL)
 
 
 @dataclass
@@ -140,6 +143,9 @@ class _TaskLedger:
             .returning(CreditEntry.business_key)
         ).all())
         self.entries.update({e.key: (e.entry_type, e.amount) for e in new if e.key in inserted})
+        spent = sum((e.amount for e in new if e.key in inserted and e.entry_type in SPENDING), Decimal(0))
+        if spent:
+            CREDIT_SPENT.labels(self.tenant_id).inc(float(spent))
         if len(inserted) < len(new):  # a concurrent run of this step wrote some: read what is stored
             self.entries = _TaskLedger.read(session, self.task_id, self.run).entries
 
@@ -153,5 +159,7 @@ class _TaskLedger:
         )
 
 
-def _available(session: Session, tenant_id: str) -> Decimal:
-    return session.scalar(_AVAILABLE, {"tenant_id": tenant_id})
+def available_credit(session: Session, tenant_id: str, *, lock: bool = True) -> Decimal:
+    """The tenant's credit left for new work; `lock` holds the tenant row to the end of the
+    transaction, so that a check and the RESERVE it allows are not interleaved with another's."""
+    return session.scalar(_AVAILABLE if lock else _AVAILABLE_READ, {"tenant_id": tenant_id})

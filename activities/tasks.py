@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 from temporalio import activity
 
@@ -27,7 +27,7 @@ from metrics import STATE_SECONDS, TRANSITION_CONFLICTS, TRANSITIONS
 from schema import task_store
 from schema.contracts import ReviewPolicy, TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
 from schema.db import Database
-from schema.models import Asset, Plan, Product, Task
+from schema.models import Asset, Plan, Product, Task, Tenant
 
 
 class TaskActivities:
@@ -83,6 +83,7 @@ class TaskActivities:
             image = session.get(Asset, task.image_asset_id) if task.image_asset_id else None
             product = session.get(Product, task.product_ref) if image is None else None
             plan = self._plan(session, task.plan_id)
+            tenant_limit = session.scalar(select(Tenant.max_concurrent).where(Tenant.id == task.tenant_id))
         image_error = None
         if product is not None and (product.image_asset_id or (product.image_url and is_url(product.image_url))):
             image, image_error = self._store_image(task, product)
@@ -95,7 +96,7 @@ class TaskActivities:
             min_poll_interval_s=provider.capabilities.min_poll_interval_s if provider else 1.0,
             deadline_s=deadlines.job_minutes * 60, task_deadline_s=deadlines.task_hours * 3600,
             plan_limits=plan.limits_for(task.provider), current_attempt_no=task.current_attempt_no,
-            review=review_policy(plan, task),
+            review=review_policy(plan, task), tenant_max_concurrent=tenant_limit,
         )
         reason = image_error or _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)
@@ -153,25 +154,35 @@ def _observe(req: TransitionInput, out: task_store.TransitionOutcome) -> None:
         STATE_SECONDS.labels(out.from_status).observe(out.left_after_s)
 
 
+def route_problem(name: str, provider: VideoProvider | None, model: str, duration_s: float,
+                  aspect_ratio: str) -> str | None:
+    """Why `provider` cannot make this video (model, duration, ratio, configuration), or None. The
+    API refuses such a create at once; an imported task ends INVALID at validation."""
+    if provider is None:
+        return f"no adapter for provider {name!r}"
+    missing = getattr(provider, "missing_setting", None)  # hosted providers need a key
+    if missing:
+        return (f"{name} is not configured: set {missing} "
+                "(or point it at the emulator with `reelqueue dev up --emulate-providers`)")
+    caps = provider.capabilities
+    if caps.models is not None and model not in caps.models:
+        return (f"{name} has no model {model!r} (known: {', '.join(caps.models)}; a price in "
+                f"REELQUEUE_{name.upper()}_PRICES adds one)")
+    if caps.durations_s is not None and duration_s not in caps.durations_s:
+        return f"{name} offers durations {caps.durations_s} s, not {duration_s:g} s"
+    if aspect_ratio not in caps.aspect_ratios:
+        return f"{name} does not render {aspect_ratio}"
+    if not caps.min_duration_s <= duration_s <= caps.max_duration_s:
+        return f"duration {duration_s:g}s outside {caps.min_duration_s}-{caps.max_duration_s}s"
+    return None
+
+
 def _invalid_reason(
     task: Task, provider: VideoProvider | None, image: Asset | None, storage: ObjectStorage
 ) -> str | None:
-    if provider is None:
-        return f"no adapter for provider {task.provider!r}"
-    missing = getattr(provider, "missing_setting", None)  # hosted providers need a key
-    if missing:
-        return (f"{task.provider} is not configured: set {missing} "
-                "(or point it at the emulator with `reelqueue dev up --emulate-providers`)")
-    caps = provider.capabilities
-    if caps.models is not None and task.model not in caps.models:
-        return (f"{task.provider} has no model {task.model!r} (known: {', '.join(caps.models)}; a price in "
-                f"REELQUEUE_{task.provider.upper()}_PRICES adds one)")
-    if caps.durations_s is not None and float(task.duration_s) not in caps.durations_s:
-        return f"{task.provider} offers durations {caps.durations_s} s, not {task.duration_s} s"
-    if task.aspect_ratio not in caps.aspect_ratios:
-        return f"{task.provider} does not render {task.aspect_ratio}"
-    if not caps.min_duration_s <= float(task.duration_s) <= caps.max_duration_s:
-        return f"duration {task.duration_s}s outside {caps.min_duration_s}-{caps.max_duration_s}s"
+    route = route_problem(task.provider, provider, task.model, float(task.duration_s), task.aspect_ratio)
+    if route:
+        return route
     if not task.prompt.strip():
         return "empty prompt"
     if image is None:

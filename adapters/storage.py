@@ -17,6 +17,7 @@ from pathlib import Path
 
 from minio import Minio
 from minio.commonconfig import CopySource
+from minio.datatypes import Part
 from minio.error import S3Error
 from pydantic import BaseModel
 
@@ -36,6 +37,18 @@ class ListedObject(BaseModel):
     key: str
     size: int
     last_modified: datetime | None = None
+
+
+class UploadedPart(BaseModel):
+    number: int
+    etag: str
+    size: int
+
+
+class OpenMultipart(BaseModel):
+    key: str
+    upload_id: str
+    initiated: datetime | None
 
 
 class WriteConflict(Exception):
@@ -191,6 +204,60 @@ class ObjectStorage:
 
     def presigned_url(self, key: str, expires: timedelta = timedelta(hours=12)) -> str:
         return self.client.presigned_get_object(self.bucket, key, expires=expires)
+
+    # Direct uploads by clients (control/uploads.py): the server picks the key, a signed URL allows
+    # one method on that key for a short time, multipart for large files.
+    def presigned_put_url(self, key: str, expires: timedelta) -> str:
+        return self.client.presigned_put_object(self.bucket, key, expires=expires)
+
+    def start_multipart(self, key: str, content_type: str) -> str:
+        """A new multipart upload at `key`; its upload id."""
+        return self.client._create_multipart_upload(self.bucket, key, {"Content-Type": content_type})
+
+    def presigned_part_url(self, key: str, upload_id: str, number: int, expires: timedelta) -> str:
+        return self.client.get_presigned_url("PUT", self.bucket, key, expires=expires,
+                                             extra_query_params={"partNumber": str(number), "uploadId": upload_id})
+
+    def uploaded_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
+        """The parts received so far, by number; None when no such upload is open (completed or aborted)."""
+        parts: list[UploadedPart] = []
+        marker: str | None = None
+        while True:
+            try:
+                page = self.client._list_parts(self.bucket, key, upload_id, part_number_marker=marker)
+            except S3Error as exc:
+                if exc.code == "NoSuchUpload":
+                    return None
+                raise
+            parts += [UploadedPart(number=p.part_number, etag=p.etag.strip('"'), size=p.size or 0)
+                      for p in page.parts]
+            if not page.is_truncated:
+                return sorted(parts, key=lambda p: p.number)
+            marker = page.next_part_number_marker
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
+        self.client._complete_multipart_upload(self.bucket, key, upload_id,
+                                               [Part(p.number, p.etag) for p in parts])
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        try:
+            self.client._abort_multipart_upload(self.bucket, key, upload_id)
+        except S3Error as exc:
+            if exc.code != "NoSuchUpload":
+                raise
+
+    def open_multiparts(self, prefix: str) -> Iterator[OpenMultipart]:
+        """Every multipart upload under `prefix` that was neither completed nor aborted."""
+        key_marker = upload_marker = None
+        while True:
+            page = self.client._list_multipart_uploads(self.bucket, prefix=prefix, key_marker=key_marker,
+                                                       upload_id_marker=upload_marker)
+            for u in page.uploads:
+                if u.upload_id:
+                    yield OpenMultipart(key=u.object_name, upload_id=u.upload_id, initiated=u.initiated_time)
+            if not page.is_truncated:
+                return
+            key_marker, upload_marker = page.next_key_marker, page.next_upload_id_marker
 
 
 def file_sha256(path: Path) -> tuple[str, int]:

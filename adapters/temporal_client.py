@@ -1,10 +1,60 @@
-"""Connecting to Temporal: every client (worker, CLI, gateway, tests) uses the pydantic converter."""
+"""Connecting to Temporal: every client (worker, CLI, gateway, tests) connects here, with the
+pydantic converter and the connection the settings and the `temporalio.envconfig` profile describe."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfigProfile
+
+if TYPE_CHECKING:
+    from config.settings import Settings
+
+# Settings that, when set (environment, secret file or stack.json), win over the profile.
+_OVERRIDES = {"temporal_address": "target_host", "temporal_namespace": "namespace"}
+CLOUD_HOST_SUFFIXES = (".tmprl.cloud", ".api.temporal.io")
 
 
-async def connect(address: str, namespace: str = "default") -> Client:
-    return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+class TemporalConfigError(ValueError):
+    """The profile cannot be loaded (a missing file or profile, an unreadable certificate)."""
+
+
+def connect_options(settings: Settings) -> dict[str, Any]:
+    """`Client.connect` keyword arguments: the envconfig profile (TOML file and `TEMPORAL_*`
+    variables, docs/deploy.md), then REELQUEUE_TEMPORAL_ADDRESS / _NAMESPACE where they are set,
+    then their defaults. With `temporal_envconfig` off (the stack `dev up` starts) no profile is read."""
+    options = profile_options() if settings.temporal_envconfig else {}
+    for field, key in _OVERRIDES.items():
+        if field in settings.model_fields_set or key not in options:
+            options[key] = getattr(settings, field)
+    return options
+
+
+def profile_options() -> dict[str, Any]:
+    """The profile named by TEMPORAL_PROFILE (else "default") with the `TEMPORAL_*` overrides, as
+    `Client.connect` arguments (certificates read from their files).
+
+    The SDK treats a TEMPORAL_CONFIG_FILE that does not exist as an empty file, which would send a
+    production worker to 127.0.0.1 quietly: here it is an error."""
+    path = os.environ.get("TEMPORAL_CONFIG_FILE")
+    if path and not Path(path).is_file():
+        raise TemporalConfigError(f"TEMPORAL_CONFIG_FILE={path}: no such file")
+    try:
+        return dict(ClientConfigProfile.load().to_client_connect_config())
+    except Exception as exc:  # the SDK's loader raises its own ConfigError, OSError for a certificate
+        raise TemporalConfigError(f"Temporal client profile: {exc}") from exc
+
+
+def is_temporal_cloud(address: str) -> bool:
+    """Whether `address` (host:port, or a TLS server name) is a Temporal Cloud endpoint (namespace
+    or regional, mTLS or API key)."""
+    host = address.rsplit(":", 1)[0].lower() if ":" in address else address.lower()
+    return host.endswith(CLOUD_HOST_SUFFIXES)
+
+
+async def connect(settings: Settings) -> Client:
+    return await Client.connect(**connect_options(settings), data_converter=pydantic_data_converter)

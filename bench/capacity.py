@@ -125,7 +125,7 @@ async def one_mode(settings, home: Path, args: argparse.Namespace, webhooks: boo
 
     count = max(1, round(args.rate * args.minutes * 60))
     import_id, tasks = import_tasks(settings, home, count, f"capacity-{'webhooks' if webhooks else 'polling'}")
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     httpx.delete(f"{settings.emulator_url}/_sim/stats", timeout=10)
     pids = service_pids(settings)
     metrics_before, cpu_before = scrape(worker_metrics_url(settings)), cpu_by_process(pids)

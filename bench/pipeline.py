@@ -72,7 +72,7 @@ async def engine_ceiling(settings, workflows: int) -> dict:  # noqa: ANN001 - co
     from bench.noop_workflow import STEPS, NoopWorkflow, noop
     from worker import worker_tuning
 
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     queue = f"bench-engine-{uuid.uuid4().hex[:8]}"
     gate = asyncio.Semaphore(50)
 
@@ -139,7 +139,7 @@ async def queue_latency(settings, import_id: str) -> dict:  # noqa: ANN001
 
     with Database(settings.database_url).transaction() as session:
         ids = [t.workflow_id for t in queries.list_tasks(session, import_id)]
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     media = api.media_queue(settings.task_queue)
     waits: dict[str, list[float]] = {"io": [], "media": [], "workflow_task": []}
     events: list[int] = []
@@ -187,7 +187,7 @@ async def pipeline(settings, import_id: str) -> dict:  # noqa: ANN001
     db = Database(settings.database_url)
     with db.transaction() as session:
         tasks = queries.list_tasks(session, import_id)
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     t0 = time.perf_counter()
     await start_workflows(client, tasks, import_id, settings.task_queue)
     await asyncio.gather(*(client.get_workflow_handle(t.workflow_id).result() for t in tasks), return_exceptions=True)

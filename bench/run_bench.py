@@ -62,7 +62,7 @@ async def sample_started(settings, import_id: str, every_s: float, stop: asyncio
     """(seconds, workflows of the import) every few seconds while the start runs."""
     from adapters.temporal_client import connect
 
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     samples, t0 = [], time.perf_counter()
     while not stop.is_set():
         count = await client.count_workflows(f'ImportId = "{import_id}"')

@@ -153,7 +153,7 @@ async def park_workflows(settings, import_id: str, tasks: int, jobs: int) -> lis
             select(*queries.START_COLUMNS, Task.model, Task.duration_s)
             .where(Task.import_id == import_id).order_by(Task.id).limit(tasks)
         ).all()
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     t0 = time.perf_counter()
     counts = await start_workflows(client, rows, import_id, NO_WORKER_QUEUE)
     started_s = time.perf_counter() - t0
@@ -275,11 +275,11 @@ async def temporal_probe(settings, count: int) -> dict:  # noqa: ANN001
     from schema.contracts import GenerationInput, JobStatus, ProviderUpdate
     from workflows.api import WORKFLOW_NAME
 
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     workflow_id = f"bench-probe-{uuid.uuid4().hex[:8]}"
     await client.start_workflow(WORKFLOW_NAME, GenerationInput(task_id="bench-probe"), id=workflow_id,
                                 task_queue=NO_WORKER_QUEUE)
-    signaler = TemporalSignaler(lambda: connect(settings.temporal_address, settings.temporal_namespace))
+    signaler = TemporalSignaler(lambda: connect(settings))
     lat = []
     for i in range(count):
         update = ProviderUpdate(job_id="job_probe", status=JobStatus.RUNNING, raw_status="running",
@@ -302,7 +302,7 @@ async def signaled_events(settings, workflow_ids: list[str]) -> dict[str, list[s
     from schema.contracts import ProviderUpdate
     from workflows.api import SIGNAL_PROVIDER_UPDATE
 
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     found: dict[str, list[str]] = {}
     pending = iter(workflow_ids)
 

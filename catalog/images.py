@@ -63,7 +63,7 @@ def normalised_image(data: bytes) -> tuple[bytes, str]:
     The format comes from the magic number and only that decoder runs; the pixel count is checked
     from the header before the pixels are decoded (a small file can declare 20,000 x 20,000).
     """
-    fmt = next((name for matches, name in _FORMATS if matches(data[:16])), None)
+    fmt = image_format(data)
     if fmt is None:
         raise ImageRejected("not an image: the file is not a JPEG, PNG or WebP (by its first bytes)")
     with _DECODE_SLOTS:
@@ -80,6 +80,11 @@ def normalised_image(data: bytes) -> tuple[bytes, str]:
         except (OSError, SyntaxError, ValueError) as exc:
             raise ImageRejected(f"not a readable {fmt} image: {exc}") from exc
         return _encoded(clean, fmt)
+
+
+def image_format(data: bytes) -> str | None:
+    """JPEG, PNG or WEBP by the magic number at the start of `data`; None for anything else."""
+    return next((name for matches, name in _FORMATS if matches(data[:16])), None)
 
 
 def _encoded(image: Image.Image, fmt: str) -> tuple[bytes, str]:

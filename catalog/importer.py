@@ -280,21 +280,26 @@ class CatalogImporter:
 
     def _existing(self, import_id: str) -> ImportSummary | None:
         with self.db.transaction() as session:
-            imp = session.get(CatalogImport, import_id)
-            if imp is None:
-                return None
-            by_action = dict(session.execute(
-                select(ValidationIssue.action, func.count()).where(ValidationIssue.import_id == import_id)
-                .group_by(ValidationIssue.action)
-            ).all())
-        return ImportSummary(
-            import_id=imp.id, catalog=imp.catalog, file_sha256=imp.file_sha256, format=imp.detected_format,
-            status=imp.status, version=imp.version, rows=imp.rows, products=imp.products,
-            invalid_rows=imp.invalid_rows, tasks=imp.tasks, tasks_new=0, tasks_reused=imp.tasks,
-            already_imported=True, previous_import=imp.previous_id, supersedes=imp.supersedes_id,
-            report=imp.report_key, report_csv=str(Path(imp.report_key).with_suffix(".csv")) if imp.report_key else None,
-            issues_by_action=by_action,
-        )
+            return import_summary(session, import_id)
+
+
+def import_summary(session: Session, import_id: str) -> ImportSummary | None:
+    """The summary of a stored import, as a repeated `reelqueue import` of it prints (nothing new)."""
+    imp = session.get(CatalogImport, import_id)
+    if imp is None:
+        return None
+    by_action = dict(session.execute(
+        select(ValidationIssue.action, func.count()).where(ValidationIssue.import_id == import_id)
+        .group_by(ValidationIssue.action)
+    ).all())
+    return ImportSummary(
+        import_id=imp.id, catalog=imp.catalog, file_sha256=imp.file_sha256, format=imp.detected_format,
+        status=imp.status, version=imp.version, rows=imp.rows, products=imp.products,
+        invalid_rows=imp.invalid_rows, tasks=imp.tasks, tasks_new=0, tasks_reused=imp.tasks,
+        already_imported=True, previous_import=imp.previous_id, supersedes=imp.supersedes_id,
+        report=imp.report_key, report_csv=str(Path(imp.report_key).with_suffix(".csv")) if imp.report_key else None,
+        issues_by_action=by_action,
+    )
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)  # one encoder, not one per call

@@ -162,17 +162,29 @@ class Plan(BaseModel):
 
 def load_plan(path: Path) -> Plan:
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise PlanError(f"plan file not found: {path}") from exc
+    return parse_plan(text, f"plan {path}")
+
+
+def parse_plan(text: str, where: str = "plan") -> Plan:
+    """A plan from its TOML text (`where` names it in errors: a file, or an API request)."""
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise PlanError(f"plan {path} is not valid TOML: {exc}") from exc
+        raise PlanError(f"{where} is not valid TOML: {exc}") from exc
     except RecursionError as exc:  # tomllib parses nested arrays and tables recursively
-        raise PlanError(f"plan {path} nests arrays or tables too deeply to read") from exc
+        raise PlanError(f"{where} nests arrays or tables too deeply to read") from exc
+    return plan_from_data(data, where)
+
+
+def plan_from_data(data: object, where: str = "plan") -> Plan:
+    """A plan from already parsed data (TOML tables or a JSON object)."""
     try:
         return Plan.model_validate(data)
     except RecursionError as exc:
-        raise PlanError(f"plan {path} nests arrays or tables too deeply to read") from exc
+        raise PlanError(f"{where} nests arrays or tables too deeply to read") from exc
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise PlanError(f"plan {path} is invalid: {problems}") from exc
+        raise PlanError(f"{where} is invalid: {problems}") from exc

@@ -107,13 +107,15 @@ def run(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Start one durable workflow per task of an import (already started tasks are left alone)."""
+    from control.imports import start_import_tasks
+
     settings = get_settings()
     db = _db(settings)
     with db.transaction() as session:
         if not queries.import_exists(session, import_id):
             fail(f"no import {import_id}", EXIT_BAD_INPUT, as_json=as_json)
         total = queries.count_tasks(session, import_id)
-    started = start_import(settings, db, import_id, total, show=not as_json)
+    started = start_import_tasks(settings, db, import_id, total, show=not as_json)
     result: dict = {"import_id": import_id, "tasks": total, **started}
     if wait:
         counts = wait_for_import(db, import_id, total, show=not as_json, timeout_s=timeout)
@@ -131,19 +133,6 @@ def run(
             console.print(f"waiting for a person: {waiting} ({'; '.join(where)})")
         if result["by_status"].get("SUCCEEDED", 0) != total:
             raise typer.Exit(1)
-
-
-def start_import(settings: Settings, db: Database, import_id: str, total: int, *, show: bool) -> dict[str, int]:
-    """Start every task's workflow, reading the tasks page by page (bounded memory at any size)."""
-    from adapters.temporal_client import connect
-    from cli.starting import start_with_progress
-
-    async def start() -> dict[str, int]:
-        client = await connect(settings.temporal_address, settings.temporal_namespace)
-        return await start_with_progress(client, queries.iter_tasks_to_start(db, import_id), total, import_id,
-                                         settings.task_queue, show=show)
-
-    return asyncio.run(start())
 
 
 def wait_for_import(db: Database, import_id: str, total: int, *, show: bool, timeout_s: float) -> dict[str, int]:

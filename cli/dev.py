@@ -93,7 +93,8 @@ def demo(
     from catalog.importer import ImportRejected
     from catalog.plan import load_plan
     from catalog.service import run_import
-    from cli.commands import start_import, wait_for_import
+    from cli.commands import wait_for_import
+    from control.imports import start_import_tasks
     from control.ledger_audit import audit_ledger
     from schema import queries
     from schema.db import Database
@@ -113,7 +114,7 @@ def demo(
     if not as_json:
         console.print(f"imported {summary.products} products from {catalog.name} -> {summary.tasks} tasks "
                       f"({summary.tasks_new} new, {summary.tasks_reused} reused); import {summary.import_id}")
-    starts = start_import(settings, db, summary.import_id, total, show=not as_json)
+    starts = start_import_tasks(settings, db, summary.import_id, total, show=not as_json)
     counts = wait_for_import(db, summary.import_id, total, show=not as_json, timeout_s=timeout)
     with db.transaction() as session:
         sample = next(iter(queries.list_tasks(session, summary.import_id, "SUCCEEDED", 1)), None)

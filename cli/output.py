@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
@@ -26,5 +27,5 @@ def fail(message: str, code: int = EXIT_FAILURE, *, as_json: bool = False, **ext
     if as_json:
         emit_json({"error": message, **extra})
     else:
-        err_console.print(f"[bold red]error:[/] {message}")
+        err_console.print(f"[bold red]error:[/] {escape(message)}")  # a message may hold [brackets]
     raise typer.Exit(code)

@@ -104,7 +104,7 @@ def _decide(db: Database, settings, import_id: str, task_ids: list[str], action:
     request = ReviewRequest(action=ReviewAction(action), by=reviewer, reason=reason.strip())
 
     async def send():  # noqa: ANN202
-        client = await connect(settings.temporal_address, settings.temporal_namespace)
+        client = await connect(settings)
         return await decide(db, client, list(dict.fromkeys(task_ids)), request)
 
     outcomes = asyncio.run(send())

@@ -19,6 +19,7 @@ secrets_app = typer.Typer(help="Secrets for docker-compose (and any deployment r
 COMPOSE_SECRETS = (
     "POSTGRES_PASSWORD", "REELQUEUE_S3_ACCESS_KEY", "REELQUEUE_S3_SECRET_KEY", "REELQUEUE_MEDIA_LINK_SECRET",
     "REELQUEUE_REVIEW_SECRET", "REELQUEUE_EMULATOR_WEBHOOK_SECRET", "REELQUEUE_METRICS_TOKEN",
+    "TEMPORAL_DB_PASSWORD", "GRAFANA_ADMIN_PASSWORD",
 )
 _LINE = re.compile(r"^\s*([A-Z0-9_]+)\s*=\s*(.*?)\s*$")
 

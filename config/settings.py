@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     )
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
+    # Read the temporalio.envconfig profile (TOML file, TEMPORAL_* variables: TLS, mTLS, API key;
+    # docs/deploy.md); `dev up` turns it off for its own plain-gRPC dev server in stack.json.
+    temporal_envconfig: bool = True
     temporal_ui_url: str = "http://127.0.0.1:8233"
     task_queue: str = DEFAULT_TASK_QUEUE
 
@@ -90,7 +93,8 @@ class Settings(BaseSettings):
     fal_prices: dict[str, float] = Field(default_factory=dict)
 
     # Webhooks: submits ask providers that offer them to POST to {public_url}/webhooks/{provider}.
-    # public_url is the gateway as providers reach it (empty: gateway_url).
+    # public_url is the gateway as providers, reviewers and players reach it (empty: gateway_url);
+    # the emulator, which runs beside the gateway, posts to gateway_url (webhook_url).
     public_url: str = ""
     webhooks_enabled: bool = Field(  # REELQUEUE_WEBHOOKS=false: submits ask for none, polling only
         default=True,
@@ -133,6 +137,10 @@ class Settings(BaseSettings):
     # `reelqueue gc` removes staging objects only once they are older than this (a fetch may still
     # be streaming into a young one).
     gc_staging_min_age_s: float = Field(default=24 * 3600.0, ge=0)
+    # Uploads through presigned URLs (/v1/uploads): how long the signed PUT / part URLs work, and
+    # how long an upload may stay uncompleted before it is REJECTED and its open multipart aborted.
+    upload_url_ttl_s: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600.0)
+    upload_complete_ttl_s: float = Field(default=24 * 3600.0, gt=0)
 
     # Worker tuning (docs/performance.md): activity slots (the thread pool has one thread per slot of
     # either kind), local activity slots (record_transition), workflow tasks at once.
@@ -158,6 +166,12 @@ class Settings(BaseSettings):
     # The interactive API pages (/docs, /redoc) are off unless asked for; /openapi.json stays.
     api_docs: bool = False
 
+    # The tenant API (/v1): its JSON body cap, the backlog age past which creates answer 503 (0: off),
+    # and the credits a generation reserves per second of video.
+    api_max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    api_backlog_max_age_s: float = Field(default=1800.0, ge=0)
+    api_credits_per_second: float = Field(default=1.0, ge=0)
+
     tenant: str = "default"
     tenant_credit_limit: float = 1_000_000.0
     worker_id: str = ""
@@ -170,7 +184,13 @@ class Settings(BaseSettings):
         """Where `provider` should send its webhooks (the gateway's route); None when they are off."""
         if not self.webhooks_enabled:
             return None
-        return f"{(self.public_url or self.gateway_url).rstrip('/')}/webhooks/{provider}"
+        base = self.gateway_url if self.emulated(provider) else (self.public_url or self.gateway_url)
+        return f"{base.rstrip('/')}/webhooks/{provider}"
+
+    def emulated(self, provider: str) -> bool:
+        """Whether `provider`'s calls go to the emulator (ours, on the gateway's own network, where
+        the public URL may not be reachable: behind a proxy, or `localhost` in docker-compose)."""
+        return provider == "emulator" or (self.emulate_providers and not getattr(self, f"{provider}_base_url", ""))
 
     def media_base_url(self) -> str:
         """Where clients reach the gateway's media routes (the public URL, else the gateway's)."""

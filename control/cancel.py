@@ -5,6 +5,7 @@ workflow never started is ended here, since nothing was reserved or submitted fo
 
 from __future__ import annotations
 
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from adapters.temporal_client import connect
@@ -18,7 +19,13 @@ NOT_STARTED = "not_started"
 
 async def cancel_workflow(settings: Settings, workflow_id: str, reason: str) -> str:
     """Ask Temporal to cancel the task's workflow; NOT_STARTED when no workflow ever ran for it."""
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
+    return await cancel_with(client, workflow_id, reason, by="cli")
+
+
+async def cancel_with(client: Client, workflow_id: str, reason: str, *, by: str) -> str:
+    """The cancel itself, for the CLI and the API: the workflow finishes its step, stops the job,
+    closes the ledger."""
     handle = client.get_workflow_handle(workflow_id)
     try:
         desc = await handle.describe()
@@ -28,7 +35,7 @@ async def cancel_workflow(settings: Settings, workflow_id: str, reason: str) -> 
         raise
     if desc.status is not None and desc.status.name != "RUNNING":
         return f"workflow already closed ({desc.status.name})"
-    await handle.cancel(reason=f"cli: {reason}")
+    await handle.cancel(reason=f"{by}: {reason}")
     return "cancel requested"
 
 

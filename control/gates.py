@@ -42,7 +42,7 @@ async def gate_snapshots(settings: Settings, providers: list[str],
     """provider -> its gate's reading, or None when no gate runs for it (nothing asked yet, or ended)."""
     deadline = time.monotonic() + budget_s
     try:
-        client = await asyncio.wait_for(connect(settings.temporal_address, settings.temporal_namespace), budget_s)
+        client = await asyncio.wait_for(connect(settings), budget_s)
     except (TimeoutError, RuntimeError) as exc:  # unreachable, or no answer in time
         reading = GateReading(stale=True, reason=f"Temporal not reachable: {exc or 'no answer'}")
         return dict.fromkeys(providers, reading)

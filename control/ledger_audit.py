@@ -37,7 +37,7 @@ async def audit_ledger(settings: Settings, import_id: str | None = None) -> Ledg
         findings = ledger_check.check(session, import_id)
     violations = list(findings.violations)
     if findings.open_holds:
-        client = await connect(settings.temporal_address, settings.temporal_namespace)
+        client = await connect(settings)
         states = await _workflow_states(client, findings.open_holds)
         closed = {h.task_id: states[h.task_id] for h in findings.open_holds if states[h.task_id] != "RUNNING"}
         with db.transaction() as session:  # re-read: a workflow that closed meanwhile closed its ledger first

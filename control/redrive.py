@@ -77,7 +77,7 @@ async def redrive(settings: Settings, import_id: str, statuses: list[str], *, ta
             moved.append(task.id)
     with db.transaction() as session:
         fresh = list(session.scalars(select(Task).where(Task.id.in_(moved))))
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     started = await start_workflows(client, fresh, import_id, settings.task_queue)
     plan.redriven, plan.started = len(moved), started["started"]
     return plan

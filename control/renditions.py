@@ -70,7 +70,7 @@ async def retry_renditions(settings: Settings, task_id: str, *, task_queue: str 
     before, raw = read_renditions(settings, task_id)
     if raw is None:
         raise NothingToRetry(f"task {task_id} has no READY proxy: its renditions cannot be made yet")
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     error = None
     try:
         await client.execute_workflow(

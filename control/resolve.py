@@ -56,7 +56,7 @@ class ResolveOutcome(BaseModel):
 
 async def resolve_task(settings: Settings, task_id: str, request: ResolveRequest) -> ResolveOutcome:
     """Send `request` to the task's workflow and wait until the decision has been carried out."""
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     workflow_id, result = await send_update(Database(settings.database_url), client, task_id, api.UPDATE_RESOLVE,
                                             request, ResolveResult)
     return ResolveOutcome(task_id=task_id, workflow_id=workflow_id, action=request.action, by=request.by,

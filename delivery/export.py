@@ -117,12 +117,21 @@ def write_csv(rows: Iterator[ExportRow], out: TextIO) -> int:
     return n
 
 
-def write_json(rows: Iterator[ExportRow], out: TextIO, import_id: str) -> int:
-    """One JSON object: {"import_id", "videos": [...]}, written row by row."""
-    out.write(f'{{"import_id": {json.dumps(import_id)}, "videos": [')
+def json_chunks(rows: Iterator[ExportRow], import_id: str, counted: list[int] | None = None) -> Iterator[str]:
+    """One JSON object: {"import_id", "videos": [...]}, row by row (`reelqueue export --format json`
+    writes it to a file, `GET /v1/imports/{id}/export` streams it); `counted` gets the row count."""
+    yield f'{{"import_id": {json.dumps(import_id)}, "videos": ['
     n = 0
     for row in rows:
-        out.write(("," if n else "") + "\n  " + row.model_dump_json())
+        yield ("," if n else "") + "\n  " + row.model_dump_json()
         n += 1
-    out.write("\n]}\n")
-    return n
+    yield "\n]}\n"
+    if counted is not None:
+        counted.append(n)
+
+
+def write_json(rows: Iterator[ExportRow], out: TextIO, import_id: str) -> int:
+    counted: list[int] = []
+    for chunk in json_chunks(rows, import_id, counted):
+        out.write(chunk)
+    return counted[0]

@@ -167,7 +167,7 @@ async def run_drills(
 
     points = check_points(points)
     preflight(settings)
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    client = await connect(settings)
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     root = settings.home.expanduser().resolve() / "drills" / run_id
     limit = asyncio.Semaphore(parallel if parallel > 0 else len(points))

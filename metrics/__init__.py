@@ -28,6 +28,8 @@ TRANSITION_CONFLICTS = Counter(
     "reelqueue_transition_conflicts",
     "Transitions that met a concurrent writer: kind=version (compare-and-set lost, re-read and retried) or "
     "kind=illegal (the task had moved elsewhere; event kept for audit, not applied)", ["kind"])
+CREDIT_SPENT = Counter("reelqueue_credit_spent", "Credits charged to a tenant: SETTLE and ADJUSTMENT ledger entries, "
+                      "counted by the worker that wrote them (once per business key)", ["tenant"])
 STATE_SECONDS = Histogram("reelqueue_task_state_seconds", "Time a task spent in a state, observed when it leaves",
                           ["state"], buckets=STATE_BUCKETS)
 ACTIVITY_SECONDS = Histogram("reelqueue_activity_seconds", "Wall time of one activity execution (transcode, "

@@ -88,6 +88,7 @@ class GateInput(BaseModel):
     submits_per_minute: int | None = None
     lease_s: float = Field(default=900.0, gt=0)  # how often a silent holder is checked for life
     state: GateState | None = None
+    grant_signal: str | None = None  # the signal a grant is sent as (None: slot_granted; a tenant gate's own)
 
 
 class GateSnapshot(BaseModel):
@@ -107,3 +108,4 @@ class AdmissionInput(BaseModel):
     provider: str
     request: SlotRequest
     plan_limits: PlanLimits | None = None  # the task's plan `[providers.NAME]`, merged with configuration
+    grant_signal: str | None = None  # a tenant gate's grant signal (None: the provider gate's)

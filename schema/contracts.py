@@ -148,6 +148,7 @@ class TaskInfo(BaseModel):
     task_deadline_s: float = 86_400.0  # bounds every wait and retry of the task: admission, refusals
     plan_limits: PlanLimits | None = None  # the plan's admission limits for this provider
     review: ReviewPolicy | None = None  # the template asks for review ("required" or "sample")
+    tenant_max_concurrent: int | None = None  # the tenant's concurrency (its gate); None: no tenant layer
 
 
 class ValidationResult(BaseModel):

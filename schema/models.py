@@ -40,10 +40,61 @@ def _now_column() -> Mapped[datetime]:
 
 class Tenant(Base):
     __tablename__ = "tenants"
+    __table_args__ = (CheckConstraint("max_concurrent >= 1 AND rate_per_minute >= 1", name="ck_tenants_limits"),)
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     credit_limit: Mapped[Decimal]
+    # tasks generating at once (its gate, ahead of the providers'); None: no tenant layer (migration 0010)
+    max_concurrent: Mapped[int | None] = mapped_column(Integer)
+    rate_per_minute: Mapped[int] = mapped_column(Integer, server_default=text("600"))  # API requests
     created_at: Mapped[datetime] = _now_column()
+
+
+class ApiKey(Base):
+    """A tenant's API key: only its sha256 is kept (the key itself is shown once, at issue)."""
+
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    key_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))  # the key's first characters, to tell keys apart
+    created_at: Mapped[datetime] = _now_column()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class IdempotencyRecord(Base):
+    """One create per (tenant, Idempotency-Key): the request's hash and the first answer, written in
+    the create's own transaction; the primary key is the last line against concurrent duplicates."""
+
+    __tablename__ = "idempotency_keys"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"))
+    response_status: Mapped[int] = mapped_column(Integer)
+    response_body: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = _now_column()
+
+
+class TaskOutbox(Base):
+    """A task the API committed; `started_at` is set once its workflow is known to exist. The worker's
+    sweeper starts the rows the gateway left (control/outbox.py)."""
+
+    __tablename__ = "task_outbox"
+    __table_args__ = (Index("ix_task_outbox_pending", "created_at", postgresql_where=text("started_at IS NULL")),)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    created_at: Mapped[datetime] = _now_column()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TenantRateWindow(Base):
+    """The tenant's request count in its current one-minute window (one row per tenant)."""
+
+    __tablename__ = "tenant_rate_windows"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    count: Mapped[int] = mapped_column(Integer)
 
 
 class Plan(Base):
@@ -318,6 +369,37 @@ class Asset(Base):
     pipeline_version: Mapped[str | None] = mapped_column(String(20))
     meta: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _now_column()
+
+
+class Upload(Base):
+    """An asset a client uploads through a presigned URL (`POST /v1/uploads`, schema/uploads.py):
+    PENDING until completed, VALIDATING while its bytes are checked in quarantine, then READY (with
+    the `assets` row of the checked bytes) or REJECTED with a reason."""
+
+    __tablename__ = "uploads"
+    __table_args__ = (
+        CheckConstraint("status IN ('PENDING','VALIDATING','READY','REJECTED')", name="ck_uploads_status"),
+        CheckConstraint("kind IN ('IMAGE','VIDEO','CATALOG')", name="ck_uploads_kind"),
+        CheckConstraint("declared_size > 0", name="ck_uploads_size"),
+        Index("ix_uploads_tenant", "tenant_id", "created_at"),
+        Index("ix_uploads_open", "expires_at", postgresql_where=text("status IN ('PENDING','VALIDATING')")),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    filename: Mapped[str] = mapped_column(String(255))
+    declared_size: Mapped[int] = mapped_column(BigInteger)
+    declared_type: Mapped[str] = mapped_column(String(100))
+    declared_sha256: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    quarantine_key: Mapped[str] = mapped_column(String(500))
+    multipart_upload_id: Mapped[str | None] = mapped_column(String(1024))
+    part_size: Mapped[int | None] = mapped_column(BigInteger)
+    asset_id: Mapped[str | None] = mapped_column(ForeignKey("assets.id"))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = _now_column()
 
 
 class Rendition(Base):

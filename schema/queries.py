@@ -84,8 +84,10 @@ def status_calls_per_task(session: Session, import_id: str) -> float:
     return round(calls / tasks, 2) if tasks else 0.0
 
 
-def import_exists(session: Session, import_id: str) -> bool:
-    return session.get(CatalogImport, import_id) is not None
+def import_exists(session: Session, import_id: str, tenant_id: str | None = None) -> bool:
+    """The import exists (and belongs to `tenant_id`, when given)."""
+    row = session.get(CatalogImport, import_id)
+    return row is not None and (tenant_id is None or row.tenant_id == tenant_id)
 
 
 def latest_import(session: Session) -> CatalogImport | None:

@@ -76,6 +76,8 @@ class TaskEvent(StrEnum):
     # Audit only, never in the table (so never moves a task): a final object key already held other
     # bytes; the stored object was kept and the new bytes set aside (adapters/storage.py).
     STORAGE_CONFLICT = "storage_conflict"
+    # Audit only, never in the table: the task was written (the API's create, with its RESERVE).
+    CREATED = "created"
 
 
 S = TaskStatus

@@ -77,3 +77,17 @@ def hostile_image_catalog(tmp_path: Path, png_bomb: Callable[..., bytes]) -> Pat
     catalog.write_text("product_id,title,description,image_url,price,currency,category\n"
                        + "".join(f"{pid},T {pid},d,{image},1.00,USD,Home\n" for pid, image in rows))
     return catalog
+
+
+@pytest.fixture
+def temporal_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    """No REELQUEUE_* or TEMPORAL_* variable from the session (the integration stack's home has its
+    own stack.json) and no user Temporal profile file: each test sets what it configures."""
+    import os
+
+    for key in [k for k in os.environ if k.startswith(("REELQUEUE_", "TEMPORAL_"))]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("REELQUEUE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return monkeypatch

@@ -29,6 +29,7 @@ UPDATE_REVIEW = "review"  # ReviewRequest -> ReviewResult: a reviewer's decision
 QUERY_STATUS = "status"  # the task status as the workflow knows it
 SIGNAL_SLOT_GRANTED = "slot_granted"  # SlotGrant: the provider's gate admitted this task
 SIGNAL_SLOT_CHECK = "slot_check"  # SlotGrant: the gate asks whether the holder still exists (lease probe)
+SIGNAL_TENANT_SLOT_GRANTED = "tenant_slot_granted"  # SlotGrant: the task's tenant gate admitted it
 
 # ProviderGateWorkflow: one per provider, admission control shared by every worker.
 GATE_WORKFLOW_NAME = "ProviderGateWorkflow"
@@ -55,6 +56,12 @@ def workflow_id(task_id: str, run: int = 1) -> str:
 def gate_id(provider: str, task_queue: str) -> str:
     """One gate per provider and task queue (tests run their own queues side by side)."""
     return f"gate-{provider}" if task_queue == DEFAULT_TASK_QUEUE else f"gate-{provider}-{task_queue}"
+
+
+def tenant_gate(tenant_id: str) -> str:
+    """The name a tenant's gate runs under (a ProviderGateWorkflow whose slots are the tenant's
+    concurrency): its id is `gate_id(tenant_gate(t), queue)`."""
+    return f"tenant:{tenant_id}"
 
 
 def summary(product_id: str, template_id: str, locale: str, aspect_ratio: str) -> str:

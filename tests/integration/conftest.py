@@ -61,7 +61,7 @@ def _ledger_holds_after_the_suite(settings: Settings) -> None:
 async def client(stack: Settings):
     from adapters.temporal_client import connect
 
-    return await connect(stack.temporal_address, stack.temporal_namespace)
+    return await connect(stack)
 
 
 @pytest.fixture

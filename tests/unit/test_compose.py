@@ -1,5 +1,7 @@
 """docker-compose.yml stays in step with Settings: same variable names, ports that line up; no
-literal secret and nothing but the gateway and the Temporal UI published, on loopback."""
+literal secret and nothing but the gateway, the Temporal UI and Grafana published, on loopback; every
+long-running service has a healthcheck and a restart policy, every one-shot retries on failure, and
+the scaled workers publish no host port (docs/deploy.md, "Docker Compose")."""
 
 from __future__ import annotations
 
@@ -20,10 +22,14 @@ from config.settings import Settings
 from devstack import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[2]
-REQUIRED = {"postgres", "temporal", "temporal-ui", "minio", "emulator", "gateway", "worker"}
+REQUIRED = {"postgres", "temporal-postgres", "temporal", "temporal-ui", "minio", "emulator", "gateway", "worker-io",
+            "worker-media", "migrate", "prometheus", "grafana"}
+WORKERS = {"worker-io": "io", "worker-media": "media"}  # scaled with --scale: no host port, no container name
+# The Temporal client's own variables (temporalio.envconfig), besides Settings' REELQUEUE_* ones.
+TEMPORAL_CLIENT_ENV = re.compile(r"TEMPORAL_(ADDRESS|NAMESPACE|API_KEY|PROFILE|CONFIG_FILE|TLS(_[A-Z_]+)?)")
 LOCAL_HOSTS = {"localhost", "127.0.0.1"}
 # Published only these, and only on loopback; never a database, S3, Temporal, emulator or metrics port.
-PUBLISHED = {"gateway", "temporal-ui"}
+PUBLISHED = {"gateway", "temporal-ui", "grafana"}
 INTERNAL_PORTS = {5432: "Postgres", 9000: "S3", 9001: "MinIO console", 7233: "Temporal", 9464: "metrics",
                   8900: "emulator", 9090: "metrics"}
 SECRET_NAME = re.compile(r"(SECRET|PASSWORD|_PWD|TOKEN|API_KEY|ACCESS_KEY|ROOT_USER)")
@@ -95,7 +101,7 @@ def _endpoints(env: dict[str, str]) -> list[tuple[str, str, int]]:
             parts = urlsplit(value)
             default = 443 if parts.scheme == "https" else 80
             found.append((key, str(parts.hostname), parts.port or default))
-        elif key in ("REELQUEUE_TEMPORAL_ADDRESS", "REELQUEUE_S3_ENDPOINT"):
+        elif key in ("TEMPORAL_ADDRESS", "REELQUEUE_S3_ENDPOINT"):
             host, _, port = value.rpartition(":")
             found.append((key, host, int(port)))
     return found
@@ -105,7 +111,7 @@ def test_required_services_exist_with_an_image_or_build(services: dict[str, dict
     assert set(services) >= REQUIRED
     for name, svc in services.items():
         assert "image" in svc or "build" in svc, name
-    assert {"emulator", "gateway", "worker"} <= set(_app_services(services))
+    assert {"emulator", "gateway", "migrate", "temporal-setup", *WORKERS} <= set(_app_services(services))
 
 
 def test_app_images_build_from_the_repo_dockerfile(services: dict[str, dict[str, Any]]) -> None:
@@ -122,7 +128,7 @@ def test_app_env_names_are_settings_fields(services: dict[str, dict[str, Any]]) 
         env = _env(svc)
         assert env, f"{name} has no environment"
         for key in env:
-            if key == "DATABASE_URL":
+            if key == "DATABASE_URL" or TEMPORAL_CLIENT_ENV.fullmatch(key):
                 continue
             match = re.fullmatch(r"REELQUEUE_([A-Z0-9_]+)", key)
             assert match and match.group(1).lower() in Settings.model_fields, f"{name}: {key}"
@@ -138,7 +144,6 @@ def test_app_env_values_parse_as_settings(
             settings = Settings()
         env = _env(svc)
         assert settings.database_url == env["DATABASE_URL"]
-        assert settings.temporal_address == env["REELQUEUE_TEMPORAL_ADDRESS"]
         assert settings.s3_endpoint == env["REELQUEUE_S3_ENDPOINT"]
         for entry in settings.fetch_allowed_hosts:  # host or host:port of a compose service
             assert (entry.rpartition(":")[0] or entry) in services, entry
@@ -176,7 +181,7 @@ def test_app_servers_listen_on_their_published_port(services: dict[str, dict[str
 
 def test_emulator_hands_out_urls_the_worker_can_fetch(services: dict[str, dict[str, Any]]) -> None:
     public = _options(services["emulator"]["command"])["--public-url"]
-    worker_env = _env(services["worker"])
+    worker_env = _env(services["worker-media"])  # the media queue fetches outputs
     assert public.rstrip("/") == worker_env["REELQUEUE_EMULATOR_URL"].rstrip("/")
     with pytest.MonkeyPatch.context() as patch:
         for key, value in worker_env.items():
@@ -192,10 +197,13 @@ def test_depends_on_references_exist(services: dict[str, dict[str, Any]]) -> Non
             assert dep != name
 
 
-def test_custom_search_attributes_match_the_dev_stack(services: dict[str, dict[str, Any]]) -> None:
-    text = yaml.safe_dump(services)
-    for attribute in SEARCH_ATTRIBUTES:
-        assert attribute in text, attribute
+def test_search_attributes_are_registered_by_the_setup_command_before_anything_starts_workflows(services) -> None:
+    """`reelqueue temporal setup` registers devstack.SEARCH_ATTRIBUTES, after the namespace exists."""
+    setup = services["temporal-setup"]
+    assert setup["command"] == ["reelqueue", "temporal", "setup"]
+    assert setup["depends_on"]["temporal-namespace"] == {"condition": "service_completed_successfully"}
+    for name in ("gateway", *WORKERS):
+        assert services[name]["depends_on"]["temporal-setup"] == {"condition": "service_completed_successfully"}
 
 
 def test_dev_stack_registers_what_the_workflows_upsert() -> None:
@@ -218,7 +226,7 @@ def test_no_secret_is_written_in_the_compose_file(services: dict[str, dict[str, 
                 match = _REFERENCE.fullmatch(value)
                 assert match, f"{name}: {key} is a literal ({value[:4]}...)"
                 assert match.group(2) == "?" or not match.group(3), f"{name}: {key} has a default value"
-        for part in map(str, svc.get("command") or []):
+        for part in map(str, (svc.get("command") or [])[1:]):  # after the program (`reelqueue` is one)
             for placeholder in PLACEHOLDERS:
                 assert placeholder not in part.split(), f"{name}: a literal secret in its command"
 
@@ -249,7 +257,7 @@ def _published(entry: Any) -> tuple[str, int | None, int]:
     return ip, int(parts[-2]) if len(parts) > 1 else None, int(parts[-1])
 
 
-def test_only_the_gateway_and_the_temporal_ui_are_published_on_loopback(services) -> None:
+def test_only_the_gateway_the_temporal_ui_and_grafana_are_published_on_loopback(services) -> None:
     for name, svc in services.items():
         for entry in svc.get("ports") or []:
             ip, host_port, target = _published(entry)
@@ -261,6 +269,104 @@ def test_only_the_gateway_and_the_temporal_ui_are_published_on_loopback(services
 
 
 def test_the_worker_metrics_stay_on_the_compose_network(services) -> None:
-    worker = services["worker"]
-    assert not worker.get("ports")
-    assert int(_env(worker)["REELQUEUE_WORKER_METRICS_PORT"]) in {t for _, t in _port_pairs(worker)}
+    for name in WORKERS:
+        worker = services[name]
+        assert int(_env(worker)["REELQUEUE_WORKER_METRICS_PORT"]) in {t for _, t in _port_pairs(worker)}
+        assert _env(worker)["REELQUEUE_WORKER_METRICS_HOST"] == "0.0.0.0"
+
+
+def _one_shots(services: dict[str, dict[str, Any]]) -> set[str]:
+    """Services others wait for to have exited 0: jobs, not servers."""
+    return {dep for svc in services.values() for dep, rule in _depends(svc).items()
+            if rule.get("condition") == "service_completed_successfully"}
+
+
+def _depends(svc: dict[str, Any]) -> dict[str, dict[str, str]]:
+    deps = svc.get("depends_on") or {}
+    return {name: {"condition": "service_started"} for name in deps} if isinstance(deps, list) else deps
+
+
+def test_every_server_has_a_healthcheck_and_restarts_and_every_job_retries(services) -> None:
+    jobs = _one_shots(services)
+    assert jobs >= {"migrate", "temporal-schema", "temporal-namespace", "temporal-setup", "minio-bucket"}
+    for name, svc in services.items():
+        if name in jobs:
+            assert re.fullmatch(r"on-failure(:\d+)?", str(svc.get("restart"))), f"{name}: a job retries on failure"
+            assert "healthcheck" not in svc and not svc.get("ports"), f"{name}: a job serves nothing"
+            continue
+        assert svc.get("restart") in ("unless-stopped", "always"), f"{name} has no restart policy"
+        check = svc.get("healthcheck") or {}
+        assert not check.get("disable") and check.get("test"), f"{name} has no healthcheck"
+        assert check["test"][0] in ("CMD", "CMD-SHELL") and len(check["test"]) > 1, name
+
+
+def test_waits_are_on_health_for_servers_and_on_completion_for_jobs(services) -> None:
+    jobs = _one_shots(services)
+    for name, svc in services.items():
+        for dep, rule in _depends(svc).items():
+            wanted = "service_completed_successfully" if dep in jobs else "service_healthy"
+            assert rule.get("condition") == wanted, f"{name} -> {dep}: {rule}"
+
+
+def test_scaled_workers_publish_no_host_port_and_serve_one_queue_each(services) -> None:
+    for name, queue in WORKERS.items():
+        svc = services[name]
+        assert not svc.get("ports") and "container_name" not in svc, f"{name} cannot be scaled"
+        assert svc["command"] == ["python", "worker.py", "--queues", queue]
+        assert int(str(svc["stop_grace_period"]).rstrip("s")) >= 60, f"{name}: SIGTERM needs time to drain"
+    for name in PUBLISHED:
+        assert name not in WORKERS
+
+
+def test_temporal_runs_the_server_image_on_its_own_database_and_user(services) -> None:
+    temporal, ledger = services["temporal"], services["postgres"]
+    assert temporal["image"].startswith("temporalio/server:")
+    assert not any("auto-setup" in str(svc.get("image", "")) for svc in services.values())
+    env = temporal["environment"]
+    assert env["POSTGRES_SEEDS"] == "temporal-postgres" != "postgres"
+    assert env["POSTGRES_USER"] == services["temporal-postgres"]["environment"]["POSTGRES_USER"] != \
+        ledger["environment"]["POSTGRES_USER"]
+    assert env["POSTGRES_PWD"] != ledger["environment"]["POSTGRES_PASSWORD"]
+    schema = services["temporal-schema"]
+    assert schema["image"].startswith("temporalio/admin-tools:") and "update-schema" in schema["command"][0]
+    assert _depends(temporal)["temporal-schema"]["condition"] == "service_completed_successfully"
+    namespace = services["temporal-namespace"]
+    assert namespace["image"].startswith("temporalio/admin-tools:") and "namespace create" in namespace["command"][0]
+
+
+def test_the_ledger_migrates_in_its_own_job_before_the_gateway_and_workers(services) -> None:
+    assert services["migrate"]["command"] == ["reelqueue", "db", "upgrade"]
+    assert _depends(services["migrate"]) == {"postgres": {"condition": "service_healthy"}}
+    for name in ("gateway", *WORKERS):
+        assert _depends(services[name])["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_public_url_is_the_base_of_webhooks_and_video_links_and_the_emulator_posts_inside(
+    services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hosted providers and browsers get REELQUEUE_PUBLIC_URL; the emulator, on the compose network,
+    the gateway's service name (it cannot reach localhost:8000 of the docker host)."""
+    from delivery.links import LinkSigner
+
+    env = _env(services["worker-io"])
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("REELQUEUE_PUBLIC_URL", "https://reels.example")
+    settings = Settings()
+    assert settings.webhook_url("runway") == "https://reels.example/webhooks/runway"
+    assert settings.webhook_url("emulator") == "http://gateway:8000/webhooks/emulator"
+    assert LinkSigner.from_settings(settings).link("a/b/proxy.mp4", 60).url.startswith("https://reels.example/media/")
+    monkeypatch.setenv("REELQUEUE_EMULATE_PROVIDERS", "true")  # every provider without a base URL is the emulator
+    assert Settings().webhook_url("runway") == "http://gateway:8000/webhooks/runway"
+    default = urlsplit(env["REELQUEUE_PUBLIC_URL"])  # without one: the gateway as published on this host
+    assert default.hostname in LOCAL_HOSTS and default.port == _published(services["gateway"]["ports"][0])[1]
+
+
+def test_monitoring_runs_only_in_its_profile_with_files_from_the_repo(services) -> None:
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"]
+        for volume in services[name]["volumes"]:
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name} mounts missing {source}"
+    assert "metrics_token" in services["prometheus"]["secrets"]

@@ -33,8 +33,8 @@ def _settings(**values: object) -> Settings:
 
 
 def _client(public_url: str = "", previous: str = "", **settings: object) -> TestClient:
-    def deps() -> ReviewDeps:  # nothing here may be reached: db, storage and Temporal are absent
-        return ReviewDeps(db=None, storage=None, secret=SECRET, connect=None,  # type: ignore[arg-type]
+    def deps() -> ReviewDeps:  # nothing here may be reached: db, links and Temporal are absent
+        return ReviewDeps(db=None, signer=None, secret=SECRET, connect=None,  # type: ignore[arg-type]
                           public_url=public_url, previous_secret=previous)
 
     def gateway() -> GatewayDeps:  # /metrics reports this database as down

@@ -3,7 +3,9 @@ redirected, before the gateway reads the database or calls Temporal)."""
 
 from __future__ import annotations
 
+import re
 import time
+from contextlib import contextmanager
 
 import pytest
 from fastapi.testclient import TestClient
@@ -18,8 +20,8 @@ IMP = "imp_1"
 
 @pytest.fixture
 def http() -> TestClient:
-    def deps() -> ReviewDeps:  # nothing here may be reached: db, storage and Temporal are absent
-        return ReviewDeps(db=None, storage=None, secret=SECRET, connect=None)  # type: ignore[arg-type]
+    def deps() -> ReviewDeps:  # nothing here may be reached: db, links and Temporal are absent
+        return ReviewDeps(db=None, signer=None, secret=SECRET, connect=None)  # type: ignore[arg-type]
 
     return TestClient(create_app(deps=lambda: None, review_deps=deps), follow_redirects=False)
 
@@ -61,3 +63,49 @@ def test_decisions_need_the_cookie_the_csrf_token_and_our_origin(http):
     assert http.post("/review/imp_2/decisions", json=body, headers=csrf).status_code in (401, 403)
     assert http.post(f"/review/{IMP}/decisions", json={"task_ids": [], "action": "approve"},
                      headers=csrf).status_code == 400
+
+
+class _NoDatabase:
+    """The gallery's reads are replaced below; its transaction only has to open and close."""
+
+    @contextmanager
+    def transaction(self):  # noqa: ANN201
+        yield None
+
+
+class _PresigningStorage:
+    """What the gallery used before: links straight to the S3 host (unreachable from a browser)."""
+
+    def presigned_url(self, key: str, ttl: object) -> str:
+        return f"http://minio:9000/reelqueue/{key}?X-Amz-Signature=x"
+
+
+def test_gallery_videos_play_through_the_gateways_signed_links_only(monkeypatch):
+    from control import review as queue
+    from delivery.links import LinkSigner
+    from gateway import review
+    from schema import queries
+
+    signer = LinkSigner(b"k" * 32, "https://reels.example/")
+    key = "tenants/default/tasks/t1/proxy/v1/proxy.mp4"
+    item = queue.ReviewItem(task_id="t1", status="REVIEW", product_id="p1", title="Mug", price=None, currency=None,
+                            locale="de-DE", aspect_ratio="9:16", template_id="tpl", variant="a", prompt="a mug",
+                            prompt_edited=False, checks_passed=True, checks=[], cost=1.0, attempts=1, proxy_key=key,
+                            last_error=None)
+    monkeypatch.setattr(queries, "import_exists", lambda session, import_id: True)
+    monkeypatch.setattr(queue, "review_items", lambda *args, **kwargs: [item])
+    monkeypatch.setattr(queue, "status_counts", lambda session, import_id: {"REVIEW": 1})
+    monkeypatch.setattr(queue, "facets", lambda session, import_id: {"locale": [], "aspect_ratio": [],
+                                                                      "template_id": []})
+    monkeypatch.setattr(queue, "import_issues", lambda session, import_id: [])
+    deps = review.ReviewDeps(db=_NoDatabase(), signer=signer, secret=SECRET, connect=None)  # type: ignore[arg-type]
+    deps.storage = _PresigningStorage()  # type: ignore[attr-defined] - what the gallery may no longer use
+    http = TestClient(create_app(deps=lambda: None, review_deps=lambda: deps), follow_redirects=False)
+    http.cookies.set("rq_review", tokens.issue(SECRET, IMP, "rita", ttl_s=3600))
+    page = http.get(f"/review/{IMP}")
+    assert page.status_code == 200, page.text
+    src = re.search(r'<video src="([^"#]+)', page.text).group(1)
+    assert src.startswith("https://reels.example/media/") and src.endswith("/proxy.mp4")
+    assert signer.key_for(src.split("/")[-2], "proxy.mp4") == key
+    assert "minio" not in page.text and "X-Amz" not in page.text
+    assert "media-src https://reels.example;" in page.headers["content-security-policy"]

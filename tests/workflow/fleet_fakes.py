@@ -71,6 +71,8 @@ class Fleet:
     deadline_s: float = 3600.0  # [deadlines] job_minutes, 60 by default
     task_deadline_s: float = 86_400.0  # [deadlines] task_hours, 24 by default
     webhooks: bool = True  # polling as a safety net: few status calls per job
+    tenants: dict[str, str] = field(default_factory=dict)  # task -> its tenant ("default" when absent)
+    tenant_limit: int | None = None  # every tenant's max_concurrent (None: no tenant layer)
     client: Any = None
     status: dict[str, sm.TaskStatus] = field(default_factory=lambda: defaultdict(lambda: sm.TaskStatus.CREATED))
     validated_at: dict[str, datetime] = field(default_factory=dict)  # server time (local activities see wall time)
@@ -110,10 +112,12 @@ class Fleet:
         @activity.defn(name="validate_task")
         async def validate_task(ref: TaskRef) -> ValidationResult:
             fleet.validated_at.setdefault(ref.task_id, now())
-            info = TaskInfo(task_id=ref.task_id, tenant_id="default", status=fleet.status[ref.task_id].value,
-                            provider=PROVIDER, model="m", aspect_ratio="9:16", duration_s=2.0,
-                            estimated_cost=float(RESERVED), min_poll_interval_s=1.0, deadline_s=fleet.deadline_s,
-                            task_deadline_s=fleet.task_deadline_s, current_attempt_no=0)
+            info = TaskInfo(task_id=ref.task_id, tenant_id=fleet.tenants.get(ref.task_id, "default"),
+                            status=fleet.status[ref.task_id].value, provider=PROVIDER, model="m",
+                            aspect_ratio="9:16", duration_s=2.0, estimated_cost=float(RESERVED),
+                            min_poll_interval_s=1.0, deadline_s=fleet.deadline_s,
+                            task_deadline_s=fleet.task_deadline_s, current_attempt_no=0,
+                            tenant_max_concurrent=fleet.tenant_limit)
             return ValidationResult(ok=True, info=info)
 
         @activity.defn(name="reserve_credit")
@@ -134,7 +138,8 @@ class Fleet:
         @activity.defn(name="request_slot")
         async def request_slot(inp: AdmissionInput) -> None:
             fleet.requests[inp.request.task_id] += 1
-            await ask_gate(fleet.client, inp, fleet.limit)
+            tenant_gate = inp.grant_signal is not None  # its limit is the tenant's, sent as the plan's
+            await ask_gate(fleet.client, inp, inp.plan_limits.max_concurrent if tenant_gate else fleet.limit)
 
         @activity.defn(name="submit")
         async def submit(ref: AttemptRef) -> SubmitActivityResult:

@@ -16,6 +16,7 @@ import pytest
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from schema.admission import GateInput, GateSnapshot, SlotGrant, SlotRelease, SlotRequest
@@ -105,6 +106,19 @@ def worker(env, queue: str) -> Worker:
                   workflow_runner=UnsandboxedWorkflowRunner())
 
 
+async def snapshot_of(gate: WorkflowHandle) -> GateSnapshot:
+    """The gate's snapshot query. On a loaded machine the server's query deadline can pass while the
+    worker is busy (the answer is not wrong, only late): asked again, at most three times."""
+    for attempt in range(3):
+        try:
+            return await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+        except RPCError as exc:
+            late = exc.status is RPCStatusCode.DEADLINE_EXCEEDED or "Timeout expired" in str(exc)
+            if not late or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def gate_runs(env, gate: WorkflowHandle) -> int:
     """How many runs the gate's chain of continue-as-new has had so far."""
     runs, run_id = 0, gate.result_run_id
@@ -132,7 +146,7 @@ async def test_at_most_limit_holders_oldest_first_unique_tokens(own_env):
         gate = await start_gate(own_env, queue, limit=2)
         handles = await hold(own_env, queue, gate, 6, hold_s=60)
         held = [await h.result() for h in handles]
-        snapshot = await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+        snapshot = await snapshot_of(gate)
     assert max_overlap(held) == 2
     assert [h.token for h in held] == [1, 2, 3, 4, 5, 6]  # granted in the order asked
     assert snapshot.in_use == 0 and snapshot.waiting == 0 and snapshot.granted == 6
@@ -144,7 +158,7 @@ async def test_a_refusal_halves_the_limit_and_pauses_grants(own_env):
         gate = await start_gate(own_env, queue, limit=4)
         await hold(own_env, queue, gate, 1, hold_s=1, throttled=True, retry_after_s=600)
         await own_env.sleep(5)
-        snapshot = await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+        snapshot = await snapshot_of(gate)
         assert (snapshot.effective, snapshot.throttles) == (2, 1) and snapshot.paused_until is not None
         later = await hold(own_env, queue, gate, 3, hold_s=10)
         held = [await h.result() for h in later]
@@ -161,7 +175,7 @@ async def test_a_vanished_holder_gives_its_slot_back_when_the_lease_expires(own_
         (waiting,) = await hold(own_env, queue, gate, 1, hold_s=1)
         await own_env.sleep(5)
         await lost.terminate("operator terminated it")  # never releases
-        lost_granted = (await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)).in_use
+        lost_granted = (await snapshot_of(gate)).in_use
         held = await waiting.result()
     assert lost_granted == 1 and held.token == 2
     assert started + LEASE <= held.granted_at <= started + LEASE + timedelta(minutes=1)
@@ -186,7 +200,7 @@ async def test_a_stale_release_changes_nothing(own_env):
         gate = await start_gate(own_env, queue, limit=1)
         await hold(own_env, queue, gate, 1, hold_s=1, stale_token=True)
         await own_env.sleep(5)  # the stale release has arrived; the lease (15 min) has not expired
-        snapshot = await gate.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+        snapshot = await snapshot_of(gate)
     assert snapshot.in_use == 1  # the release named another token: the holder still counts
 
 
@@ -203,7 +217,7 @@ async def test_gate_carries_its_state_across_continue_as_new(own_env):
             handles = await hold(own_env, queue, gate, 8, hold_s=5)
             held = [await h.result() for h in handles]
             latest = own_env.client.get_workflow_handle(gate.id)
-            snapshot = await latest.query(api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+            snapshot = await snapshot_of(latest)
             current_run = (await latest.describe()).run_id
     finally:
         provider_gate.HISTORY_LIMIT = limit_before
@@ -225,8 +239,7 @@ async def test_requests_that_arrive_while_the_gate_continues_as_new_are_kept(own
                 HolderWorkflow.run, HoldInput(gate_id=gate.id, hold_s=2), id=f"burst-{i}-{uuid.uuid4().hex[:6]}",
                 task_queue=queue) for i in range(15)))
             held = [await h.result() for h in handles]  # one at a time: many at once skip time too eagerly
-            snapshot = await own_env.client.get_workflow_handle(gate.id).query(api.QUERY_GATE_SNAPSHOT,
-                                                                               result_type=GateSnapshot)
+            snapshot = await snapshot_of(own_env.client.get_workflow_handle(gate.id))
             runs = await gate_runs(own_env, gate)
     assert runs > 2  # it continued as new several times during the burst
     assert sorted(h.token for h in held) == list(range(1, 16)) and max_overlap(list(held)) <= 3

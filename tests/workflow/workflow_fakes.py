@@ -385,7 +385,7 @@ async def ask_gate(client: Any, inp: AdmissionInput, limit: int) -> None:
     signal-with-start's signal: start, then signal."""
     queue = activity.info().task_queue
     gate = await client.start_workflow(
-        api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=limit),
+        api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=limit, grant_signal=inp.grant_signal),
         id=api.gate_id(inp.provider, queue), task_queue=queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
     await gate.signal(api.SIGNAL_GATE_REQUEST, inp.request)

@@ -1,0 +1,147 @@
+"""Imports as operations that `reelqueue import / run / export` and `/v1/imports` share: the same
+importer, the same workflow starts, the same cancel path, the same export rows."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
+from temporalio.client import Client
+
+from adapters.storage import ObjectStorage
+from catalog.importer import ImportRejected, ImportSummary, import_summary
+from catalog.plan import Plan, PlanError, parse_plan, plan_from_data
+from catalog.service import run_import
+from config.settings import Settings
+from schema import queries
+from schema.db import Database
+from schema.models import CatalogImport, ValidationIssue
+from schema.state_machine import TERMINAL
+from schema.uploads import ready_asset
+
+CANCEL_CONCURRENCY = 16
+MAX_PLAN_CHARS = 256 * 1024
+SHOWN_ISSUES = 1000  # the issues an import's view lists (the counts cover all of them)
+
+
+class ImportRequest(BaseModel):
+    """`POST /v1/imports`: a READY catalog upload and a plan (TOML text or a JSON object)."""
+
+    model_config = ConfigDict(extra="forbid")
+    asset_id: str = Field(pattern=r"^ast_[0-9a-f]{32}$")
+    plan: str | dict[str, Any] = Field(description="the production plan: TOML text, or the same as a JSON object")
+    catalog: str | None = Field(default=None, min_length=1, max_length=200)
+    check_urls: bool = True
+
+
+class ImportView(BaseModel):
+    """An import's report: the summary `reelqueue import` prints, its issues, its tasks by status."""
+
+    summary: ImportSummary
+    by_status: dict[str, int]
+    issues: list[dict[str, Any]]
+    issues_total: int
+
+
+class CatalogNotReady(LookupError):
+    """The asset is not a READY catalog upload of this tenant (or does not exist)."""
+
+
+def plan_of(request: ImportRequest) -> Plan:
+    """PlanError (with the reason) when the plan does not parse or validate."""
+    if isinstance(request.plan, str):
+        if len(request.plan) > MAX_PLAN_CHARS:
+            raise PlanError(f"the plan is limited to {MAX_PLAN_CHARS} characters")
+        return parse_plan(request.plan, "plan")
+    return plan_from_data(request.plan, "plan")
+
+
+def import_upload(settings: Settings, db: Database, storage: ObjectStorage, tenant_id: str,
+                  request: ImportRequest) -> ImportSummary:
+    """`reelqueue import` on an uploaded catalog, for `tenant_id`. A stop-the-import issue answers the
+    summary too (status REJECTED), as the CLI prints it; the same file and plan again is the same import."""
+    plan = plan_of(request)
+    with db.transaction() as session:
+        asset = ready_asset(session, tenant_id, request.asset_id, kind="CATALOG")
+        if asset is None:
+            raise CatalogNotReady(request.asset_id)
+        key, filename = asset.key, (asset.meta or {}).get("filename") or "catalog.csv"
+    name = PurePosixPath(filename).name
+    with tempfile.TemporaryDirectory(prefix="api-import-") as tmp:
+        path = storage.get_to_file(key, Path(tmp) / name)
+        try:
+            return run_import(settings, path, plan, catalog=request.catalog or PurePosixPath(name).stem,
+                              check_urls=request.check_urls, tenant=tenant_id)
+        except ImportRejected as exc:
+            return exc.summary
+
+
+def import_view(db: Database, tenant_id: str, import_id: str) -> ImportView | None:
+    """The import of `tenant_id` (None for another tenant's, as for none)."""
+    with db.transaction() as session:
+        if not queries.import_exists(session, import_id, tenant_id):
+            return None
+        summary = import_summary(session, import_id)
+        row = session.get(CatalogImport, import_id)
+        summary.already_imported, summary.tasks_new, summary.tasks_reused = False, row.tasks_new, row.tasks_reused
+        issues = session.scalars(select(ValidationIssue).where(ValidationIssue.import_id == import_id)
+                                 .order_by(ValidationIssue.row.nulls_first(), ValidationIssue.id)
+                                 .limit(SHOWN_ISSUES))
+        shown = [{"row": i.row, "product_id": i.product_id, "field": i.field, "value": i.value,
+                  "reason": i.reason, "action": i.action} for i in issues]
+        counts = queries.status_counts(session, import_id)
+    summary.report = summary.report_csv = None  # paths on the server's disk: the issues are here instead
+    return ImportView(summary=summary, by_status=counts, issues=shown,
+                      issues_total=sum(summary.issues_by_action.values()))
+
+
+def owned_import_total(db: Database, tenant_id: str, import_id: str) -> int | None:
+    """The import's task count if it belongs to `tenant_id`, else None."""
+    with db.transaction() as session:
+        if not queries.import_exists(session, import_id, tenant_id):
+            return None
+        return queries.count_tasks(session, import_id)
+
+
+async def start_import_workflows(client: Client, db: Database, import_id: str, total: int, task_queue: str, *,
+                                 show: bool = False) -> dict[str, int]:
+    """Start every task's workflow, reading the tasks page by page (bounded memory at any size)."""
+    from cli.starting import start_with_progress
+
+    return await start_with_progress(client, queries.iter_tasks_to_start(db, import_id), total, import_id,
+                                     task_queue, show=show)
+
+
+def start_import_tasks(settings: Settings, db: Database, import_id: str, total: int, *, show: bool) -> dict[str, int]:
+    """`reelqueue run`: start_import_workflows with a client of its own."""
+    from adapters.temporal_client import connect
+
+    async def start() -> dict[str, int]:
+        client = await connect(settings)
+        return await start_import_workflows(client, db, import_id, total, settings.task_queue, show=show)
+
+    return asyncio.run(start())
+
+
+async def cancel_import_tasks(client: Client, db: Database, import_id: str, reason: str, *, by: str) -> dict[str, int]:
+    """Cancel every task of the import that has not ended, each the way `reelqueue cancel` does one."""
+    from control.cancel import NOT_STARTED, cancel_unstarted, cancel_with
+
+    counts = {"cancel_requested": 0, "canceled": 0, "unchanged": 0}
+    pending = (t for t in queries.iter_tasks_to_start(db, import_id) if t.status not in TERMINAL)
+
+    async def canceller() -> None:
+        for task in pending:  # one shared generator: each task goes to exactly one canceller
+            outcome = await cancel_with(client, task.workflow_id, reason, by=by)
+            if outcome == NOT_STARTED:
+                outcome = cancel_unstarted(db, task.id, reason)
+            key = {"cancel requested": "cancel_requested", "CANCELED": "canceled"}.get(outcome, "unchanged")
+            counts[key] += 1
+
+    await asyncio.gather(*(canceller() for _ in range(CANCEL_CONCURRENCY)))
+    return counts
+

@@ -1,0 +1,142 @@
+"""A tenant's state events in commit order, resumable from a cursor (`GET /v1/events`).
+
+An event id is taken from a sequence before its transaction commits, so a smaller id can become
+visible after a larger one: "every id above the last one seen" would lose it. The cursor is made of
+Postgres snapshots instead (`state_events.xid` is the writing transaction, migration 0009):
+`seen` is a snapshot whose visible events were all delivered; a batch is what a later snapshot
+shows that `seen` did not, delivered in id order, `after` the last id delivered of it. Resuming
+finishes the batch, then takes the next snapshot. Old events (no xid) count as committed before any
+snapshot. Docs: docs/architecture.md, "Live status".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import Select, and_, select, text, true
+from sqlalchemy.exc import DataError
+from sqlalchemy.orm import Session
+
+from schema.import_scope import in_import
+from schema.models import StateEvent, Task
+
+EMPTY = "1:1:"  # a snapshot in which no transaction is visible: the start of history
+MAX_CURSOR_CHARS = 8192
+_MAX_ID = 2**63 - 1
+_SNAPSHOT = r"\d{1,20}:\d{1,20}:(?:\d{1,20}(?:,\d{1,20})*)?"
+_CURSOR = re.compile(rf"^({_SNAPSHOT})(?:/({_SNAPSHOT})/(\d{{1,20}}))?$")
+
+
+class BadCursor(ValueError):
+    pass
+
+
+class Cursor(BaseModel):
+    seen: str  # every applied event visible in this snapshot was delivered
+    batch: str | None = None  # the snapshot being delivered, if one is under way
+    after: int = 0  # the last event id of `batch` delivered
+
+    def encode(self) -> str:
+        return self.seen if self.batch is None else f"{self.seen}/{self.batch}/{self.after}"
+
+    @classmethod
+    def parse(cls, value: str) -> Cursor:
+        """Refused (BadCursor) unless Postgres would read both snapshots: 1 <= xmin <= xmax, the
+        running ids ascending within [xmin, xmax), every number a bigint."""
+        match = _CURSOR.match(value) if len(value) <= MAX_CURSOR_CHARS else None
+        if match is None or not all(_snapshot_ok(s) for s in match.groups()[:2] if s is not None) \
+                or int(match.group(3) or 0) > _MAX_ID:
+            raise BadCursor("Last-Event-ID is not an event id of this stream")
+        seen, batch, after = match.groups()
+        return cls(seen=seen, batch=batch, after=int(after or 0))
+
+
+def _snapshot_ok(snapshot: str) -> bool:
+    xmin, xmax, running = snapshot.split(":")
+    ids = [int(x) for x in running.split(",") if x]
+    low, high = int(xmin), int(xmax)
+    return 1 <= low <= high <= _MAX_ID and all(low <= x < high for x in ids) and ids == sorted(set(ids))
+
+
+class FeedEvent(BaseModel):
+    """What the stream sends per state change (`id` is the cursor just after it)."""
+
+    id: str
+    event_id: int
+    task_id: str
+    import_id: str
+    event: str
+    from_status: str
+    to_status: str
+    version: int
+    attempt_no: int | None
+    at: str
+
+
+def now_cursor(session: Session) -> Cursor:
+    """From this moment on: nothing committed so far is sent."""
+    return Cursor(seen=session.scalar(text("SELECT pg_current_snapshot()::text")))
+
+
+def check(session: Session, cursor: Cursor) -> None:
+    """BadCursor unless Postgres reads the cursor's snapshots and none is ahead of the present (a
+    forged position from the future would hide events until then)."""
+    for snapshot in (cursor.seen, cursor.batch):
+        if snapshot is None:
+            continue
+        try:
+            with session.begin_nested():
+                ahead = session.scalar(text("SELECT pg_snapshot_xmax(CAST(:s AS pg_snapshot)) > "
+                                            "pg_snapshot_xmax(pg_current_snapshot())"), {"s": snapshot})
+        except DataError as exc:
+            raise BadCursor("Last-Event-ID is not an event id of this stream") from exc
+        if ahead:
+            raise BadCursor("Last-Event-ID is ahead of every event of this stream")
+
+
+def read(session: Session, tenant_id: str, cursor: Cursor, *, task_id: str | None = None,
+         import_id: str | None = None, limit: int = 200) -> tuple[list[FeedEvent], Cursor]:
+    """The next events after `cursor` (at most `limit`), and the cursor to read on from."""
+    batch = cursor.batch or session.scalar(text("SELECT pg_current_snapshot()::text"))
+    stmt = _scoped(select(StateEvent, Task.import_id).join(Task, Task.id == StateEvent.task_id), tenant_id,
+                   task_id, import_id)
+    stmt = stmt.where(StateEvent.applied.is_(True), StateEvent.id > cursor.after if cursor.batch else true(),
+                      _new_in(cursor.seen, batch)).order_by(StateEvent.id).limit(limit)
+    rows = session.execute(stmt.params(seen=cursor.seen, batch=batch)).all()
+    events: list[FeedEvent] = []
+    for n, (event, import_of_task) in enumerate(rows, 1):
+        done = n == len(rows) and len(rows) < limit
+        after = Cursor(seen=batch) if done else Cursor(seen=cursor.seen, batch=batch, after=event.id)
+        events.append(_feed_event(event, import_of_task, after.encode()))
+    if len(rows) < limit:
+        return events, Cursor(seen=batch)
+    return events, Cursor(seen=cursor.seen, batch=batch, after=rows[-1][0].id)
+
+
+def _scoped(stmt: Select, tenant_id: str, task_id: str | None, import_id: str | None) -> Select:
+    stmt = stmt.where(Task.tenant_id == tenant_id)
+    if task_id is not None:
+        stmt = stmt.where(StateEvent.task_id == task_id)
+    if import_id is not None:
+        stmt = stmt.where(in_import(import_id))
+    return stmt
+
+
+def _new_in(seen: str, batch: str) -> Any:  # noqa: ANN401 - a SQL condition
+    """Written by a transaction visible in `batch` but not in `seen` (no xid: visible in any real snapshot)."""
+    xid = "coalesce(state_events.xid, '2'::xid8)"
+    visible_in_batch = text(f"pg_visible_in_snapshot({xid}, CAST(:batch AS pg_snapshot))")
+    not_seen = text(f"NOT pg_visible_in_snapshot({xid}, CAST(:seen AS pg_snapshot))")
+    if seen == EMPTY:
+        return and_(visible_in_batch, not_seen)
+    # the index on xid: anything not visible in `seen` has an xid at or above its xmin
+    from_xmin = text("state_events.xid >= pg_snapshot_xmin(CAST(:seen AS pg_snapshot))")
+    return and_(from_xmin, visible_in_batch, not_seen)
+
+
+def _feed_event(event: StateEvent, import_id: str, cursor: str) -> FeedEvent:
+    return FeedEvent(id=cursor, event_id=event.id, task_id=event.task_id, import_id=import_id, event=event.event,
+                     from_status=event.from_status, to_status=event.to_status, version=event.task_version,
+                     attempt_no=event.attempt_no, at=event.created_at.isoformat())
