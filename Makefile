@@ -41,8 +41,12 @@ lint: install
 	$(BIN)/ruff check .
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
+# Two pytest-xdist processes (TEST_WORKERS=1 for one), each with its own embedded stack on its own
+# ports, a test file at a time: most of the suite waits on real time (jobs, leases, timers), so two
+# take about 14 minutes on 2 cores where one takes 22.
+TEST_WORKERS ?= 2
 test: install lint
-	$(BIN)/pytest -q -p no:cacheprovider --durations=15 tests
+	$(BIN)/pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile tests
 
 bench: install
 	$(BIN)/python -m bench.import_bench $(ARGS)

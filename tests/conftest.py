@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import struct
@@ -16,6 +17,11 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+# The CLI's rich consoles are made once, at import, and size their tables from COLUMNS then (or from
+# the terminal, if any): wide in every test process, whatever imports the CLI first (pytest-xdist
+# workers have no terminal), so a table never cuts the ids the tests look for.
+os.environ["COLUMNS"] = "200"
 
 
 @pytest.hookimpl(hookwrapper=True)
