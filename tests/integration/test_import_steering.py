@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 
+import httpx
 import pytest
 from cli_helpers import run_cli_async
 from sqlalchemy import func, select
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.integration
 
 TASKS = 40
 LIMIT = 6  # [providers.emulator] max_concurrent: most of the import waits in line when it is paused
+JOB_S = 1.5  # the emulator's job time (3 s by default): the 40 go through quickly after resume
 
 
 def _submits(db: Database, import_id: str) -> int:
@@ -57,6 +59,20 @@ async def test_a_paused_import_submits_nothing_until_resumed(stack, client, task
     products = [(f"P-{i:02d}", f"Paused item {i}", f"Thing {i}") for i in range(TASKS)]
     imp = import_small(stack, tmp_path, products, duration_s=1,
                        extra=f"[providers.emulator]\nmax_concurrent = {LIMIT}\n").import_id
+    httpx.post(f"{stack.emulator_url}/_sim/faults", json={"job_seconds": JOB_S}, timeout=10).raise_for_status()
+    try:
+        await _pause_and_resume(stack, client, task_queue, db, imp)
+    finally:
+        httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
+    assert _submits(db, imp) == TASKS
+    assert_ledger_balanced(stack, [t.id for t in _tasks(db, imp)])
+    listed = await run_cli_async("imports", "--json")
+    row = next(r for r in listed.json["imports"] if r["id"] == imp)
+    assert row["by_status"] == {"SUCCEEDED": TASKS} and row["paused_by"] is None
+    assert row["credits"]["RESERVE"] == row["credits"]["SETTLE"] + row["credits"].get("RELEASE", 0) > 0
+
+
+async def _pause_and_resume(stack, client, task_queue: str, db: Database, imp: str) -> None:  # noqa: ANN001
     await start_workflows(client, _tasks(db, imp), imp, task_queue)
 
     async def waiting_in_line():  # noqa: ANN202 - a queued task whose show prints its place
@@ -93,12 +109,6 @@ async def test_a_paused_import_submits_nothing_until_resumed(stack, client, task
     assert resumed.code == 0, resumed.stdout + resumed.stderr
     await _until(lambda: all(t.status == "SUCCEEDED" for t in _tasks(db, imp)), 120,
                  "every task SUCCEEDED after resume")
-    assert _submits(db, imp) == TASKS
-    assert_ledger_balanced(stack, [t.id for t in _tasks(db, imp)])
-    listed = await run_cli_async("imports", "--json")
-    row = next(r for r in listed.json["imports"] if r["id"] == imp)
-    assert row["by_status"] == {"SUCCEEDED": TASKS} and row["paused_by"] is None
-    assert row["credits"]["RESERVE"] == row["credits"]["SETTLE"] + row["credits"].get("RELEASE", 0) > 0
 
 
 async def _web_ui_shows(stack, workflow_id: str, text: str) -> None:
