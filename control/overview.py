@@ -104,6 +104,7 @@ class Overview(BaseModel):
     total: int
     counts: dict[str, int]
     running: bool  # some task may still move: the page refreshes itself
+    paused_by: str | None = None  # `reelqueue pause`: who holds the import
     times: list[datetime]  # the end of each chart bucket
     bands: dict[str, list[int]]  # band -> tasks in it at each time
     spend: Spend
@@ -124,7 +125,7 @@ def overview(session: Session, import_id: str) -> Overview | None:
     running = any(status not in SETTLED for status in counts)
     times, bands = _progress(session, import_id, imp.created_at, total, running)
     return Overview(import_id=import_id, catalog=imp.catalog, created_at=imp.created_at, total=total,
-                    counts=counts, running=running, times=times, bands=bands,
+                    counts=counts, running=running, paused_by=imp.paused_by, times=times, bands=bands,
                     spend=import_spend(session, [import_id])[import_id], failures=_failures(session, import_id),
                     thumbnails=_thumbnails(session, import_id), tasks=_tasks(session, import_id))
 

@@ -136,6 +136,8 @@ def render_overview(view: Overview, *, viewer: str, thumbnails: dict[str, str], 
                     workflow_ui: str, refresh_s: int | None) -> str:
     refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
     state = "running: this page refreshes itself" if view.running else "nothing left to run"
+    if view.paused_by and view.running:
+        state = f"paused by {view.paused_by}: this page refreshes itself"
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">{refresh}
 <meta name="viewport" content="width=device-width,initial-scale=1"><title>Import {escape(view.import_id)}</title>
 <style>{_CSS}</style></head><body>

@@ -90,4 +90,8 @@ def test_the_overview_page_escapes_every_input_and_refreshes_only_while_running(
     done = render_overview(_view(False), viewer="olga", thumbnails={"t1": "https://gw/m/a"}, videos={},
                            workflow_ui="", refresh_s=None)
     assert "http-equiv" not in done and "nothing left to run" in done
+    paused = _view(True).model_copy(update={"paused_by": EVIL})
+    html = render_overview(paused, viewer="olga", thumbnails={"t1": "https://gw/m/a"}, videos={}, workflow_ui="",
+                           refresh_s=5)
+    assert "paused by &lt;script&gt;" in html and EVIL not in html
 
