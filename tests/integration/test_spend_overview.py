@@ -98,6 +98,10 @@ async def test_spend_of_a_reviewed_import_matches_the_ledger(stack, client, task
     listed = await run_cli_async("spend", "--json")
     assert next(s for s in listed.json["imports"] if s["import_id"] == imp) == got
     assert (await run_cli_async("spend", "imp_nothing", "--json")).code == 2
+    table = await run_cli_async("spend", imp)
+    assert table.code == 0 and "wasted: rejected" in table.stdout and "per approved video (2)" in table.stdout
+    every = await run_cli_async("spend")
+    assert every.code == 0 and imp in every.stdout
 
     # The same figures as gauges (the import is among the newest), and on the overview page.
     metrics = await asyncio.to_thread(scrape, f"{stack.gateway_url}/metrics")
