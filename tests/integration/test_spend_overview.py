@@ -3,15 +3,18 @@
 The spend test reviews three videos: one rejected, one regenerated (a new paid attempt) then
 approved, one approved; `spend --json`, the gateway's spend gauges and the overview page must all
 say what the ledger rows say. The overview test opens the page in headless Chromium during a
-40-task run and watches the counts move to the end, where they equal `status` and `spend`.
+40-task run and watches the counts move to the end, where they equal `status` and `spend`
+(`REELQUEUE_DOCS_SCREENSHOT=1` also writes that page's screenshot to docs/import-overview.png).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import Counter
 from decimal import Decimal
+from pathlib import Path
 
 import httpx
 import pytest
@@ -31,6 +34,8 @@ from schema.models import CreditEntry, Task
 
 pytestmark = pytest.mark.integration
 
+DOCS_SHOT = Path(__file__).resolve().parents[2] / "docs" / "import-overview.png"
+WRITE_DOCS_SHOT = os.environ.get("REELQUEUE_DOCS_SCREENSHOT") == "1"  # read before the stack clears REELQUEUE_*
 REASON = "<b>off</b> brand & 'loud'"  # shown on the overview: escaped, never markup
 
 
@@ -192,6 +197,8 @@ async def test_overview_page_follows_a_run_to_the_figures_of_status_and_spend(st
             assert time.monotonic() < deadline, seen[-1]
             await asyncio.sleep(0.5)
         assert await page.locator("#progress polygon.band").count() == 6
+        if WRITE_DOCS_SHOT:
+            await page.screenshot(path=str(DOCS_SHOT), full_page=False)
         # The chart, summed from state events, ends where the tasks' statuses are.
         assert await page.inner_text('.legend b[data-band="succeeded"]') == "40"
         await browser.close()
