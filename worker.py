@@ -8,6 +8,7 @@ runs the sweeper of the API's start outbox (control/outbox.py), on the same task
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -25,6 +26,8 @@ from metrics.server import serve_metrics
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
 from workflows.renditions import RenditionsWorkflow
+
+log = logging.getLogger("reelqueue.worker")
 
 
 def build_worker(client: Client, settings: Settings, *, task_queue: str | None = None) -> Worker:
@@ -59,6 +62,9 @@ def worker_tuning(settings: Settings) -> dict[str, Any]:
 
 
 async def serve(settings: Settings) -> None:
+    from metrics import sdk
+
+    sdk.install()  # before the client: the SDK's metrics go to the same /metrics as ours
     client = await connect(settings)
     worker = build_worker(client, settings)
     stop = asyncio.Event()
@@ -68,8 +74,8 @@ async def serve(settings: Settings) -> None:
     metrics_url = serve_metrics(settings.worker_metrics_host, settings.worker_metrics_port)
     async with worker:
         _mark_ready(settings)
-        print(f"worker serving task queue {settings.task_queue} at {settings.temporal_address}"
-              f"; metrics at {metrics_url or 'off'}", flush=True)
+        log.info("worker serving task queue %s at %s; metrics at %s", settings.task_queue,
+                 settings.temporal_address, metrics_url or "off")
         await _sweeping_outbox(settings, client, stop)
 
 
@@ -94,9 +100,13 @@ def _mark_ready(settings: Settings) -> None:
 def main() -> None:
     """Refuses to start (exit 2, naming the variable) without the secrets it needs."""
     from config.secrets import require
+    from telemetry.logs import configure_logging
+    from telemetry.tracing import setup_tracing
 
     settings = get_settings()
+    configure_logging("worker", settings.log_format, level=settings.log_level, settings=settings)
     require(settings, "worker")
+    setup_tracing("worker")
     asyncio.run(serve(settings))
 
 
