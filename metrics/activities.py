@@ -16,6 +16,7 @@ from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from metrics import ACTIVITIES_IN_FLIGHT, ACTIVITY_SECONDS, ACTIVITY_SLOTS, MEDIA_ACTIVITIES, MEDIA_UTILISATION
+from telemetry.logs import bound
 
 log = logging.getLogger("reelqueue.activity")
 
@@ -47,14 +48,15 @@ class _Timed(ActivityInboundInterceptor):
         self._owner.busy[name] += 1
         ACTIVITIES_IN_FLIGHT.labels(name).inc()
         started, result = time.perf_counter(), "error"
-        try:
-            out = await super().execute_activity(input)
-            result = "ok"
-            return out
-        finally:
-            self._owner.busy[name] -= 1
-            ACTIVITIES_IN_FLIGHT.labels(name).dec()
-            seconds = time.perf_counter() - started
-            ACTIVITY_SECONDS.labels(name, result).observe(seconds)
-            log.info("activity %s %s in %.3fs", name, result, seconds,
-                     extra={"fields": {"result": result, "seconds": round(seconds, 4)}})
+        with bound():  # fields the activity binds (its provider) reach its closing line
+            try:
+                out = await super().execute_activity(input)
+                result = "ok"
+                return out
+            finally:
+                self._owner.busy[name] -= 1
+                ACTIVITIES_IN_FLIGHT.labels(name).dec()
+                seconds = time.perf_counter() - started
+                ACTIVITY_SECONDS.labels(name, result).observe(seconds)
+                log.info("activity %s %s in %.3fs", name, result, seconds,
+                         extra={"fields": {"result": result, "seconds": round(seconds, 4)}})

@@ -23,7 +23,7 @@ from telemetry.redaction import add_secrets, redact, secrets_of
 
 LogFormat = Literal["json", "text"]
 FORMATS: tuple[str, ...] = ("json", "text")
-_bound: ContextVar[dict[str, Any]] = ContextVar("log_fields", default={})  # noqa: B039 (never mutated)
+_bound: ContextVar[dict[str, Any] | None] = ContextVar("log_fields", default=None)
 _TASK_OF_WORKFLOW = re.compile(r"^gen-(?P<task>.+?)(?:-run\d+)?$")  # workflows/api.py workflow_id
 _QUIET = {"httpx": logging.WARNING, "httpcore": logging.WARNING, "uvicorn.error": logging.INFO}
 _ORDER = ("time", "level", "service", "logger", "message", "task_id", "workflow_id", "run_id", "attempt",
@@ -33,7 +33,7 @@ _ORDER = ("time", "level", "service", "logger", "message", "task_id", "workflow_
 @contextmanager
 def bound(**fields: Any) -> Iterator[None]:
     """Adds `fields` to every line logged inside (this task or thread's context only)."""
-    token = _bound.set({**_bound.get(), **{k: v for k, v in fields.items() if v is not None}})
+    token = _bound.set({**(_bound.get() or {}), **_known(fields)})
     try:
         yield
     finally:
@@ -41,8 +41,17 @@ def bound(**fields: Any) -> Iterator[None]:
 
 
 def bind(**fields: Any) -> None:
-    """Adds `fields` for the rest of the current context (an activity's own copy of it)."""
-    _bound.set({**_bound.get(), **{k: v for k, v in fields.items() if v is not None}})
+    """Adds `fields` to the innermost `bound` block, in place: an activity's thread runs in a copy of
+    the context, so this is how its provider reaches the interceptor's closing line."""
+    current = _bound.get()
+    if current is None:
+        _bound.set(_known(fields))
+    else:
+        current.update(_known(fields))
+
+
+def _known(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def task_of_workflow(workflow_id: str | None) -> str | None:
@@ -85,7 +94,7 @@ class StructuredFormatter(logging.Formatter):
             "message": redact(message),
         }
         found.update({k: v for k, v in _execution_fields(record).items() if v is not None})
-        found.update(_bound.get())
+        found.update(_bound.get() or {})
         found.update(getattr(record, "fields", None) or {})  # logger.info(..., extra={"fields": {...}})
         return {k: found[k] for k in (*_ORDER, *sorted(set(found) - set(_ORDER))) if k in found}
 

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 REDACTED = "[redacted]"
 _MEDIA_TOKEN = re.compile(r"(/media/)[^/?#\s]+")
-_QUERY = re.compile(r"\?[^\s\"]*")
+_QUERY = re.compile(r"\?[^\s\"]+")
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"',]+")
 _MIN_SECRET = 6  # shorter configured values (an empty one, "0") would blank ordinary text
 _secrets: tuple[str, ...] = ()  # longest first: a secret holding another goes whole
