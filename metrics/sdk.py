@@ -24,6 +24,19 @@ from temporalio.runtime import (
     TelemetryConfig,
 )
 
+# The worker-tuning signals among them (docs/metrics.md, the dashboard's "Temporal SDK" row), by kind.
+# Every run of a worker reports these; IDLE_SIGNALS appear once a poll has come back empty (a quiet queue).
+TUNING_SIGNALS = {
+    "temporal_workflow_task_schedule_to_start_latency": "histogram",
+    "temporal_activity_schedule_to_start_latency": "histogram",
+    "temporal_worker_task_slots_available": "gauge",
+    "temporal_worker_task_slots_used": "gauge",
+    "temporal_workflow_task_queue_poll_succeed": "counter",
+    "temporal_num_pollers": "gauge",
+    "temporal_workflow_task_queue_poll_empty": "counter",
+    "temporal_activity_poll_no_task": "counter",
+}
+IDLE_SIGNALS = ("temporal_workflow_task_queue_poll_empty", "temporal_activity_poll_no_task")
 BUFFER_SIZE = 200_000
 DRAIN_EVERY_S = 5.0
 # Seconds: schedule-to-start and poll latencies are milliseconds when healthy, minutes when starved.

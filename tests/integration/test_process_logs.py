@@ -14,14 +14,16 @@ from stack_helpers import gateway_log_after, import_small, run_all, stop_gates_o
 import devstack
 from config.settings import Settings
 from delivery.links import LinkSigner
+from metrics.sdk import IDLE_SIGNALS, TUNING_SIGNALS
 from schema import queries
 from schema.db import Database
 from telemetry.redaction import secrets_of
 
 pytestmark = pytest.mark.integration
 
-SDK_SIGNALS = ("temporal_activity_schedule_to_start_latency_bucket", "temporal_worker_task_slots_available",
-               "temporal_worker_task_slots_used", "temporal_workflow_task_schedule_to_start_latency_bucket")
+# The worker-tuning signals as a scrape names them (a counter ends in _total, a histogram has _bucket series).
+SDK_SIGNALS = [name + {"counter": "_total", "histogram": "_bucket", "gauge": ""}[kind]
+               for name, kind in TUNING_SIGNALS.items() if name not in IDLE_SIGNALS]
 
 
 def _lines(path: Path, offset: int) -> list[dict]:
