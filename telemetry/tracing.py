@@ -66,10 +66,28 @@ def activate(provider: Any) -> None:
     from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
 
     deactivate()
-    HTTPXClientInstrumentor().instrument(tracer_provider=provider)
+    HTTPXClientInstrumentor().instrument(tracer_provider=provider, request_hook=_redacted_url,
+                                         async_request_hook=_redacted_url_async)
     # Its declared range stops below the SQLAlchemy 2.1 this project runs; the engine hooks it uses are there.
     SQLAlchemyInstrumentor().instrument(tracer_provider=provider, enable_commenter=False, skip_dep_check=True)
     _provider = provider
+
+
+_URL_ATTRIBUTES = ("url.full", "http.url")
+
+
+def _redacted_url(span: Any, request: Any) -> None:
+    """Signed URLs (S3 presigned, media links) carry their token in the query or the path: the
+    span keeps the URL as telemetry/redaction.py leaves it in a log line."""
+    if span.is_recording():
+        from telemetry.redaction import redact
+
+        url = redact(str(request.url))
+        span.set_attributes({name: url for name in _URL_ATTRIBUTES if name in (span.attributes or {})})
+
+
+async def _redacted_url_async(span: Any, request: Any) -> None:
+    _redacted_url(span, request)
 
 
 def deactivate() -> None:

@@ -61,6 +61,8 @@ async def test_one_task_is_one_trace_through_every_step(stack, tmp_path, spans):
     assert {"RunActivity:submit", "RunActivity:poll_job", "RunActivity:fetch_output"} <= parents, parents
 
     assert any(s.attributes.get("db.system") == "postgresql" for s in mine)  # the ledger's statements
+    urls = [s.attributes.get("url.full") or s.attributes.get("http.url") for s in http]
+    assert urls and all("?" not in url or "?[redacted]" in url for url in urls), urls  # signed URLs' tokens
     text = repr([(s.name, dict(s.attributes), [dict(e.attributes) for e in s.events]) for s in mine])
     for secret in filter(None, secrets_of(stack)):
         assert secret not in text
