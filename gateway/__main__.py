@@ -17,11 +17,13 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings()
     require(settings, "gateway")
+    from metrics import sdk
     from telemetry.logs import configure_logging
     from telemetry.tracing import setup_tracing
 
     configure_logging("gateway", settings.log_format, level=settings.log_level, settings=settings)
     setup_tracing("gateway")
+    sdk.install()  # its Temporal client's request metrics join the gateway's /metrics
     uvicorn.run("gateway.app:app", host=args.host, port=args.port, log_config=None)
 
 

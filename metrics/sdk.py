@@ -77,18 +77,13 @@ class SdkMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         self.drain()
         with self._lock:
-            for name, series in self._counters.items():
-                keys = _keys(series)
-                family = CounterMetricFamily(name, self._help[name], labels=keys)
-                for labels, total in series.items():
-                    family.add_metric(_values(keys, labels), total)
-                yield family
-            for name, series in self._gauges.items():
-                keys = _keys(series)
-                family = GaugeMetricFamily(name, self._help[name], labels=keys)
-                for labels, value in series.items():
-                    family.add_metric(_values(keys, labels), value)
-                yield family
+            for kind, store in ((CounterMetricFamily, self._counters), (GaugeMetricFamily, self._gauges)):
+                for name, series in store.items():
+                    keys = _keys(series)
+                    family = kind(name, self._help[name], labels=keys)
+                    for labels, value in series.items():
+                        family.add_metric(_values(keys, labels), value)
+                    yield family
             for name, series in self._histograms.items():
                 keys = _keys(series)
                 family = HistogramMetricFamily(name, self._help[name], labels=keys)

@@ -111,7 +111,8 @@ class StructuredFormatter(logging.Formatter):
 def configure_logging(service: str, fmt: LogFormat = "json", *, level: str | int = "INFO",
                       settings: Any = None) -> None:
     """The process's one handler (stderr) on the root logger; the secrets of `settings` are
-    redacted from every line. Replaces handlers set before (basicConfig, uvicorn's)."""
+    redacted from every line. Replaces the plain stream handlers set before (basicConfig's, its own
+    from an earlier call) and keeps any other kind (a test runner's capture)."""
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if settings is not None:
@@ -120,7 +121,8 @@ def configure_logging(service: str, fmt: LogFormat = "json", *, level: str | int
     handler.setFormatter(StructuredFormatter(service, fmt))
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
+        if type(old) is logging.StreamHandler:
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
     for name, floor in _QUIET.items():

@@ -94,3 +94,26 @@ def test_sdk_metrics_add_counters_keep_gauges_and_bucket_histograms() -> None:
     assert 'temporal_latency_sum{service_name="temporal-core-sdk"} 3.02' in text
     polls.add(1, {"kind": "activity"})
     assert 'kind="activity",service_name="temporal-core-sdk"} 6.0' in generate_latest(registry).decode()
+
+
+def test_with_tracing_on_the_gateway_answers_under_a_server_span() -> None:
+    from fastapi.testclient import TestClient
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from config.settings import Settings
+    from gateway.app import create_app
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.activate(provider)
+    try:
+        app = create_app(lambda: pytest.fail("/healthz needs no dependency"), settings=Settings())
+        with TestClient(app) as http:
+            assert http.get("/healthz", headers={"X-Request-ID": "span-1"}).status_code == 200
+    finally:
+        tracing.deactivate()
+    assert "GET /healthz" in [span.name for span in exporter.get_finished_spans()]
+    assert not tracing.enabled()
