@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import ParamSpec, TypeVar
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 
 from adapters.providers.base import ProviderError
 from schema.task_store import TaskNotFound
@@ -30,6 +30,7 @@ OUTPUT_UNAVAILABLE = "OutputUnavailable"
 FETCH_REFUSED = "FetchRefused"
 DISPATCH_NOT_CLAIMED = "DispatchNotClaimed"  # a submit for a task whose dispatch the state machine refused
 NOT_YET_CONCLUSIVE = "NotYetConclusive"  # retryable: ask again after the hinted delay
+WORKER_SHUTDOWN = "WorkerShutdown"  # retryable: the worker drained past its timeout; another one goes on
 
 BUSINESS_FAILURES: tuple[str, ...] = (
     INSUFFICIENT_CREDIT, TASK_NOT_FOUND, PROVIDER_REFUSED, OUTPUT_INVALID, OUTPUT_UNAVAILABLE, FETCH_REFUSED,
@@ -59,6 +60,11 @@ def activity_boundary() -> Iterator[None]:
         raise
     except TaskNotFound as exc:
         raise business_failure(f"task {exc} not found", TASK_NOT_FOUND) from exc
+    except CancelledError as exc:
+        if activity.is_worker_shutdown():  # a failure the step's policy retries, on another worker
+            activity.logger.warning("%s cut off by the worker's shutdown", activity.info().activity_type)
+            raise ApplicationError("the worker shut down before the step ended", type=WORKER_SHUTDOWN) from exc
+        raise
     except ProviderError as exc:
         activity.logger.warning("%s: provider call failed: %s", activity.info().activity_type, exc)
         if not exc.retryable:

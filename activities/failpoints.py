@@ -67,7 +67,7 @@ def failpoint(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(60)  # the signal is asynchronous; never run on past the point
     elif action == "hang":
-        while True:
-            time.sleep(3600)
+        while True:  # short sleeps: a cancellation (a worker's shutdown) raised in this thread lands
+            time.sleep(1)
     elif action == "error":
         raise FailpointError(f"failpoint {name}")

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+from pydantic import ValidationError
 from temporalio import activity
 
 from activities.errors import FETCH_REFUSED, OUTPUT_INVALID, OUTPUT_UNAVAILABLE, business_failure, classified
@@ -48,17 +50,19 @@ def asset_ref(asset: Asset) -> AssetRef:
 
 class FreshOutput:
     """A job's output URL, asked for again (a status call) when it is stale, at most `refreshes`
-    times: when it answered 403/404/410, or when its known `expires_at` is within `margin_s`."""
+    times: when it answered 403/404/410, or when its known `expires_at` is within `margin_s`.
+    `known` is the URL an earlier try of the step already got (its heartbeat): used without asking."""
 
     def __init__(
         self, provider: VideoProvider, job_id: str, *, refreshes: int, margin_s: float,
-        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        now: Callable[[], datetime] = lambda: datetime.now(UTC), known: OutputRef | None = None,
     ) -> None:
         self._provider, self._job_id = provider, job_id
         self._budget, self._margin = refreshes, timedelta(seconds=margin_s)
         self._now = now
         self.refreshes = 0
-        self.output = self._ask()
+        self.resumed = known is not None
+        self.output = known or self._ask()
 
     def usable(self) -> OutputRef:
         """The URL to fetch now: asked again while it is about to expire and the budget lasts."""
@@ -118,12 +122,12 @@ class FetchActivities:
         with tempfile.TemporaryDirectory(prefix="rq-fetch-") as tmp:
             local = Path(tmp) / "raw.mp4"
             stored = self.storage.stat(final_key)
-            refreshes = 0
+            fetched: dict[str, Any] = {}
             if stored is not None and stored.sha256:  # promoted earlier, DB write lost: verify, then record
                 self.storage.get_to_file(final_key, local)
             else:
                 try:
-                    stored, refreshes = self._download(task, ref, final_key, local)
+                    stored, fetched = self._download(task, ref, final_key, local)
                 except WriteConflict as conflict:  # write-once: the stored object stays the output
                     stored = self._keep_stored(task, ref, conflict, local)
             info = _probe_or_fail(local)
@@ -133,14 +137,16 @@ class FetchActivities:
                 session, business_key=business_key, tenant_id=task.tenant_id, task_id=task.id, kind="RAW_OUTPUT",
                 bucket=stored.bucket, key=stored.key, size=stored.size, sha256=stored.sha256, mime=VIDEO_MIME,
                 duration_s=info.duration_s, width=info.width, height=info.height, codec=info.video_codec,
-                meta={"attempt_no": ref.attempt_no, "job_id": ref.job_id, "url_refreshes": refreshes},
+                meta={"attempt_no": ref.attempt_no, "job_id": ref.job_id, **fetched},
             )
             return asset_ref(asset)
 
-    def _download(self, task: Task, ref: JobRef, final_key: str, local: Path) -> tuple[StoredObject, int]:
-        """Stream the output to a staging key (and `local`), then promote it; the URL refreshes used."""
+    def _download(self, task: Task, ref: JobRef, final_key: str, local: Path) -> tuple[StoredObject, dict[str, Any]]:
+        """Stream the output to a staging key (and `local`), then promote it; how (URL refreshes
+        used, whether the URL came from an earlier try's heartbeat)."""
         provider = self.providers[task.provider]
-        source = FreshOutput(provider, ref.job_id, refreshes=self.url_refreshes, margin_s=self.expiry_margin_s)
+        source = FreshOutput(provider, ref.job_id, refreshes=self.url_refreshes, margin_s=self.expiry_margin_s,
+                             known=resumed_output(activity.info().heartbeat_details))
         staging = f"tenants/{task.tenant_id}/tasks/{task.id}/staging/{ref.attempt_no}-{activity.info().attempt}.mp4"
         domains = provider.capabilities.output_domains
         while True:
@@ -148,7 +154,7 @@ class FetchActivities:
                 url = source.usable().url
                 with self.fetcher.stream(url, domains=domains, expect=MP4_BODY) as (_meta, chunks), \
                         open(local, "wb") as copy:
-                    staged = self.storage.put_stream(staging, _tee(chunks, copy), VIDEO_MIME)
+                    staged = self.storage.put_stream(staging, _tee(chunks, copy, source.output), VIDEO_MIME)
                 break
             except FetchRefused as exc:
                 raise business_failure(f"output URL refused: {exc}", FETCH_REFUSED) from exc
@@ -156,7 +162,7 @@ class FetchActivities:
                 raise business_failure(f"output is not an acceptable video: {exc}", OUTPUT_INVALID) from exc
             except FetchFailed as exc:
                 if source.expired(exc):
-                    activity.heartbeat("output URL refreshed")
+                    activity.heartbeat(_progress(source.output))
                     continue
                 if not exc.retryable:
                     raise business_failure(f"output download failed: {exc}", OUTPUT_UNAVAILABLE) from exc
@@ -166,7 +172,8 @@ class FetchActivities:
         except Exception:
             self.storage.remove(staging)
             raise
-        return self.storage.promote(staging, final_key, staged.sha256, VIDEO_MIME), source.refreshes
+        how = {"url_refreshes": source.refreshes, "url_from_heartbeat": source.resumed}
+        return self.storage.promote(staging, final_key, staged.sha256, VIDEO_MIME), how
 
     def _keep_stored(self, task: Task, ref: JobRef, conflict: WriteConflict, local: Path) -> StoredObject:
         """Record the conflict as a state event (audit only), then verify and use what is stored."""
@@ -184,13 +191,31 @@ class FetchActivities:
                             content_type=VIDEO_MIME)
 
 
-def _tee(chunks, copy):  # noqa: ANN001, ANN202 - iterator of bytes, binary file
+def _tee(chunks, copy, output: OutputRef):  # noqa: ANN001, ANN202 - iterator of bytes, binary file
+    done = 0
     for n, chunk in enumerate(chunks):
         copy.write(chunk)
+        done += len(chunk)
+        activity.heartbeat(_progress(output, done))
         if n == 0:
             failpoint("mid_download")
-        activity.heartbeat()
         yield chunk
+
+
+def _progress(output: OutputRef, done: int = 0) -> dict:
+    """A fetch's heartbeat: the URL it streams from (a retry on another worker, after a deploy or a
+    crash, starts from it without asking the provider again) and the bytes so far."""
+    return {"output": output.model_dump(mode="json"), "bytes": done}
+
+
+def resumed_output(details: Sequence[Any]) -> OutputRef | None:
+    """The output URL in the last heartbeat of an earlier try of this step, if it left one."""
+    if not details or not isinstance(details[-1], dict):
+        return None
+    try:
+        return OutputRef.model_validate(details[-1].get("output"))
+    except ValidationError:
+        return None
 
 
 def _probe_or_fail(path: Path) -> MediaInfo:

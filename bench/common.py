@@ -46,22 +46,24 @@ def _descendants(proc: psutil.Process) -> float:
     return total
 
 
-def cpu_by_process(pids: dict[str, int | None]) -> dict[str, float]:
-    """CPU seconds so far per service (and `ffmpeg`, `bench` for this process and its threads)."""
+def cpu_by_process(pids: dict[str, int | list[int] | None]) -> dict[str, float]:
+    """CPU seconds so far per service (and `ffmpeg`, `bench` for this process and its threads); a
+    service may be several processes (worker processes of a layout), summed."""
     out = {name: 0.0 for name in CPU_SERVICES} | {"ffmpeg": 0.0}
-    for name, pid in pids.items():
-        if pid is None or name not in CPU_SERVICES:
+    for name, some in pids.items():
+        if some is None or name not in CPU_SERVICES:
             continue
-        try:
-            proc = psutil.Process(pid)
-            children = _reaped(proc) + _descendants(proc)
-            if CPU_SERVICES[name] == "split":
-                out[name] += _own(proc)
-                out["ffmpeg"] += children
-            else:
-                out[name] += _own(proc) + children
-        except psutil.NoSuchProcess:
-            continue
+        for pid in some if isinstance(some, list) else [some]:
+            try:
+                proc = psutil.Process(pid)
+                children = _reaped(proc) + _descendants(proc)
+                if CPU_SERVICES[name] == "split":
+                    out[name] += _own(proc)
+                    out["ffmpeg"] += children
+                else:
+                    out[name] += _own(proc) + children
+            except psutil.NoSuchProcess:
+                continue
     out["bench"] = _own(psutil.Process(os.getpid()))
     return out
 
@@ -81,6 +83,15 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = httpx.get(url, timeout=10).text
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def scrape_all(urls: list[str]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of several workers' /metrics added up (counters, histogram sums and counts)."""
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for url in urls:
+        for key, value in scrape(url).items():
+            merged[key] = merged.get(key, 0.0) + value
+    return merged
 
 
 def total(samples: dict, name: str, **labels: str) -> float:

@@ -2,7 +2,7 @@
 cost per task against the engine's ceiling, in one run on one stack.
 
 Starts the whole embedded stack under a temporary REELQUEUE_HOME (emulator in `fast` render mode,
-the worker as its real process), then:
+the workers as real `python worker.py` processes), then:
 
 1. **engine**: N `BenchNoopWorkflow`s (bench/noop_workflow.py: 8 no-op activities in a row) on a
    worker in this process built with the real worker's tuning (`worker.worker_tuning`): the rate
@@ -15,6 +15,12 @@ the worker as its real process), then:
 Prints one JSON object: engine_wf_per_s, pipeline_tasks_per_s, ratio, cpu_s_per_task by process
 (worker, temporal, postgres, s3, emulator, gateway, ffmpeg; bench/common.py says how), and the
 figures read from the worker's /metrics (submits, status calls, mean seconds per activity).
+
+`--layouts 1,2,3` instead runs the pipeline once per worker layout on the same stack, N new tasks
+each (titles of their own, so every clip is rendered): 1 = one process serving both task queues,
+2 = an io process and a media process, 3 = an io process and two media processes (LAYOUTS). Per
+layout: tasks/s, CPU per task by process, and queue latency (schedule-to-start of first attempts,
+from the workflows' histories) on the io and media queues and of workflow tasks.
 Nothing here is a pass/fail test.
 """
 
@@ -22,11 +28,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.common import (
@@ -37,11 +45,14 @@ from bench.common import (
     fresh_home,
     machine,
     one_second_plan,
-    scrape,
+    scrape_all,
     service_pids,
     total,
-    worker_metrics_url,
 )
+
+# The queues each worker process of a layout serves (`python worker.py --queues ...`).
+LAYOUTS = {"1": ("io,media",), "2": ("io", "media"), "3": ("io", "media", "media")}
+STACK = [name for name in SERVICES if name != "worker"]  # the benchmark starts its own worker processes
 
 
 def stack_env(tasks: int) -> None:
@@ -80,17 +91,91 @@ async def engine_ceiling(settings, workflows: int) -> dict:  # noqa: ANN001 - co
             "activities_per_s": round(workflows * STEPS / took, 1)}
 
 
-def import_tasks(settings, home: Path, tasks: int) -> str:  # noqa: ANN001
+def import_tasks(settings, home: Path, tasks: int, name: str = "bench-pipeline") -> str:  # noqa: ANN001
+    """N tasks of a catalog of its own, titled after it (the emulator renders each clip anew)."""
     from catalog.plan import load_plan
     from catalog.service import run_import
 
-    (home / "images").mkdir(exist_ok=True)
-    shutil.copy(EXAMPLES / "images" / "aurora-lamp.png", home / "images" / "lamp.png")
+    folder = home / name
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    shutil.copy(EXAMPLES / "images" / "aurora-lamp.png", folder / "images" / "lamp.png")
     lines = ["product_id,title,description,image_url,price,currency,category"]
-    lines += [f"P-{i:06d},Pipeline item {i},Generated product {i},images/lamp.png,19.99,USD,Home" for i in range(tasks)]
-    (home / "catalog.csv").write_text("\n".join(lines) + "\n")
-    (home / "plan.toml").write_text(one_second_plan("bench-pipeline"))
-    return run_import(settings, home / "catalog.csv", load_plan(home / "plan.toml"), catalog="bench-pipeline").import_id
+    lines += [f"P-{i:06d},{name} item {i},Generated product {i},images/lamp.png,19.99,USD,Home" for i in range(tasks)]
+    (folder / "catalog.csv").write_text("\n".join(lines) + "\n")
+    (folder / "plan.toml").write_text(one_second_plan(name))
+    return run_import(settings, folder / "catalog.csv", load_plan(folder / "plan.toml"), catalog=name).import_id
+
+
+@contextlib.contextmanager
+def worker_processes(settings, folder: Path, layout: str) -> Iterator[list[tuple[int, str, str]]]:  # noqa: ANN001
+    """The layout's worker processes on the stack's queue, each with a /metrics port of its own:
+    (pid, metrics URL, queues served) each. Stopped afterwards (SIGTERM: they drain)."""
+    from devstack.drill import start_worker, stop_worker, wait_worker_ready
+    from devstack.ports import pick_ports
+
+    queues = LAYOUTS[layout]
+    started = []
+    try:
+        for n, (serves, port) in enumerate(zip(queues, pick_ports(len(queues)), strict=True)):
+            role = f"worker-{n}-{serves.replace(',', '+')}"
+            proc = start_worker(settings, folder, role, settings.task_queue,
+                                {"REELQUEUE_WORKER_METRICS_PORT": str(port)}, serves)
+            started.append((proc, role, f"http://{settings.worker_metrics_host}:{port}/metrics", serves))
+        for proc, role, _, _ in started:
+            asyncio.run(wait_worker_ready(proc, folder, role))
+        yield [(proc.pid, url, serves) for proc, _, url, serves in started]
+    finally:
+        for proc, *_ in started:
+            stop_worker(proc)
+
+
+async def queue_latency(settings, import_id: str) -> dict:  # noqa: ANN001
+    """Schedule-to-start (seconds) of first attempts on the io and media queues, and of workflow tasks,
+    from each task's workflow history: p50, p95, max and how many; and the histories' mean length."""
+    from adapters.temporal_client import connect
+    from schema import queries
+    from schema.db import Database
+    from workflows import api
+
+    with Database(settings.database_url).transaction() as session:
+        ids = [t.workflow_id for t in queries.list_tasks(session, import_id)]
+    client = await connect(settings)
+    media = api.media_queue(settings.task_queue)
+    waits: dict[str, list[float]] = {"io": [], "media": [], "workflow_task": []}
+    events: list[int] = []
+    gate = asyncio.Semaphore(16)
+
+    async def one(workflow_id: str) -> None:
+        async with gate:
+            history = await client.get_workflow_handle(workflow_id).fetch_history()
+        events.append(len(history.events))
+        scheduled = {}
+        for e in history.events:
+            at = e.event_time.ToDatetime()
+            if e.HasField("activity_task_scheduled_event_attributes"):
+                queue = e.activity_task_scheduled_event_attributes.task_queue.name
+                scheduled[e.event_id] = (at, "media" if queue == media else "io")
+            elif e.HasField("workflow_task_scheduled_event_attributes"):
+                scheduled[e.event_id] = (at, "workflow_task")
+            elif e.HasField("activity_task_started_event_attributes"):
+                started = e.activity_task_started_event_attributes
+                if started.attempt == 1:  # later attempts wait out their retry backoff first
+                    since, kind = scheduled[started.scheduled_event_id]
+                    waits[kind].append((at - since).total_seconds())
+            elif e.HasField("workflow_task_started_event_attributes"):
+                since, kind = scheduled[e.workflow_task_started_event_attributes.scheduled_event_id]
+                waits[kind].append((at - since).total_seconds())
+
+    await asyncio.gather(*(one(i) for i in ids))
+    return {kind: _spread(values) for kind, values in waits.items()} | {
+        "history_events_per_workflow": round(sum(events) / max(1, len(events)), 1)}
+
+
+def _spread(values: list[float]) -> dict:
+    ordered = sorted(values) or [float("nan")]
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))], 3)
+    return {"p50": at(0.5), "p95": at(0.95), "max": round(ordered[-1], 3), "n": len(values)}
 
 
 async def pipeline(settings, import_id: str) -> dict:  # noqa: ANN001
@@ -136,6 +221,31 @@ def worker_profile(before: dict, after: dict, tasks: int) -> dict:
             "activities": mean_s}
 
 
+def run_layout(settings, home: Path, layout: str, tasks: int, import_id: str | None = None) -> dict:  # noqa: ANN001
+    """The pipeline on one worker layout: N new tasks (or the given import) from first start to last close."""
+    import_id = import_id or import_tasks(settings, home, tasks, f"bench-layout-{layout}")
+    with worker_processes(settings, home / f"layout-{layout}", layout) as workers:
+        urls = [url for _, url, _ in workers]
+        pids = service_pids(settings) | {"worker": [pid for pid, _, _ in workers]}
+        metrics_before, cpu_before = scrape_all(urls), cpu_by_process(pids)
+        each_before = [cpu_by_process({"worker": pid}) for pid, _, _ in workers]
+        result = asyncio.run(pipeline(settings, import_id))
+        cpu = cpu_delta(cpu_before, cpu_by_process(pids))
+        each = [{"queues": serves} | per_unit(cpu_delta(before, cpu_by_process({"worker": pid})), tasks,
+                                              only=("worker", "ffmpeg"))
+                for (pid, _, serves), before in zip(workers, each_before, strict=True)]
+        profile = worker_profile(metrics_before, scrape_all(urls), tasks)
+    return {
+        "layout": layout, "processes": list(LAYOUTS[layout]),
+        "tasks_per_s": result["tasks_per_s"],
+        "cpu_s_per_task": per_unit(cpu, tasks),
+        "cpu_s_per_task_total": round(sum(v for k, v in cpu.items() if k != "bench") / tasks, 4),
+        "cpu_s_per_task_by_worker_process": each,
+        "queue_latency_s": asyncio.run(queue_latency(settings, import_id)),
+        "pipeline": result, "worker_metrics": profile, "load_avg_1m_after": round(os.getloadavg()[0], 2),
+    }
+
+
 def run(args: argparse.Namespace) -> dict:
     import httpx
 
@@ -144,20 +254,20 @@ def run(args: argparse.Namespace) -> dict:
 
     home = fresh_home("reelqueue-bench-pipeline-")
     stack_env(args.tasks)
-    devstack.up(Settings(), services=SERVICES)
+    devstack.up(Settings(), services=STACK)
     settings = devstack.effective_settings(Settings())
     try:
         httpx.post(f"{settings.emulator_url}/_sim/faults", json={"job_seconds": 0, "job_jitter": 0}, timeout=10)
+        if args.layouts:
+            layouts = [run_layout(settings, home, layout, args.tasks) for layout in args.layouts.split(",")]
+            return {"tasks": args.tasks, "layouts": layouts, "media_threads": settings.media_threads,
+                    "worker_settings": _worker_settings(settings), "machine": machine()}
         pids = service_pids(settings)
         cpu_before = cpu_by_process(pids)
         engine = asyncio.run(engine_ceiling(settings, args.engine_workflows or args.tasks))
         engine["cpu_s_per_wf"] = per_unit(cpu_delta(cpu_before, cpu_by_process(pids)), engine["workflows"],
                                           only=("bench", "temporal", "postgres"))
-        import_id = import_tasks(settings, home, args.tasks)
-        metrics_before, cpu_before = scrape(worker_metrics_url(settings)), cpu_by_process(pids)
-        result = asyncio.run(pipeline(settings, import_id))
-        cpu = cpu_delta(cpu_before, cpu_by_process(pids))
-        profile = worker_profile(metrics_before, scrape(worker_metrics_url(settings)), args.tasks)
+        one = run_layout(settings, home, "1", args.tasks, import_id=import_tasks(settings, home, args.tasks))
         emulator = httpx.get(f"{settings.emulator_url}/_sim/stats", timeout=10).json()
     finally:
         if not args.keep:
@@ -165,25 +275,33 @@ def run(args: argparse.Namespace) -> dict:
             shutil.rmtree(home, ignore_errors=True)
     return {
         "engine_wf_per_s": engine["wf_per_s"],
-        "pipeline_tasks_per_s": result["tasks_per_s"],
-        "ratio": round(result["tasks_per_s"] / engine["wf_per_s"], 3),
-        "cpu_s_per_task": per_unit(cpu, args.tasks),
-        "cpu_s_per_task_total": round(sum(v for k, v in cpu.items() if k != "bench") / args.tasks, 4),
+        "pipeline_tasks_per_s": one["tasks_per_s"],
+        "ratio": round(one["tasks_per_s"] / engine["wf_per_s"], 3),
+        "cpu_s_per_task": one["cpu_s_per_task"],
+        "cpu_s_per_task_total": one["cpu_s_per_task_total"],
         "engine": engine,
-        "pipeline": result,
-        "worker_metrics": profile,
+        "pipeline": one["pipeline"],
+        "queue_latency_s": one["queue_latency_s"],
+        "worker_metrics": one["worker_metrics"],
         "emulator": {k: emulator[k] for k in ("submits", "refused_429", "max_running", "renders", "render_cache_hits",
                                               "status_calls_per_job", "webhooks_sent")},
-        "worker_settings": {k: getattr(settings, k) for k in ("worker_max_activities", "worker_max_local_activities",
-                                                               "worker_max_workflow_tasks")},
+        "worker_settings": _worker_settings(settings),
         "machine": machine(),
     }
+
+
+def _worker_settings(settings) -> dict:  # noqa: ANN001
+    from worker import media_slots
+
+    return {k: getattr(settings, k) for k in ("worker_max_activities", "worker_max_local_activities",
+                                              "worker_max_workflow_tasks")} | {"media_slots": media_slots(settings)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=100, help="pipeline tasks (and engine workflows unless given)")
     parser.add_argument("--engine-workflows", type=int, default=0, help="no-op workflows for the ceiling (0: --tasks)")
+    parser.add_argument("--layouts", default="", help="e.g. 1,2,3: the pipeline per worker layout (LAYOUTS), no engine")
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
     print(json.dumps(run(parser.parse_args()), indent=2))
 

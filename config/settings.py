@@ -147,6 +147,13 @@ class Settings(BaseSettings):
     worker_max_activities: int = Field(default=8, ge=1)
     worker_max_local_activities: int = Field(default=8, ge=1)
     worker_max_workflow_tasks: int = Field(default=100, ge=1)
+    # Task queues (docs/deploy.md, "Task queues and workers"): which ones `python worker.py` serves
+    # ("io,media"; `--queues` overrides), the media queue's activity slots (0: one per usable core,
+    # at least 2; the io queue's are worker_max_activities), and how long SIGTERM lets running
+    # activities finish before they are cancelled and retried on another worker.
+    worker_queues: str = "io,media"
+    media_max_activities: int = Field(default=0, ge=0)
+    worker_drain_s: float = Field(default=60.0, ge=0)
 
     # Logs of the worker and the gateway (telemetry/logs.py): JSON lines, or text for a person.
     log_format: Literal["json", "text"] = "json"

@@ -246,7 +246,7 @@ class _Drill:
         await self._wait_ready(armed, "crash")
         await start_workflows(self.client, [task], import_id, self.queue)
         t0 = time.monotonic()
-        code = await _wait_exit(armed, self.reach_timeout_s)
+        code = await wait_exit(armed, self.reach_timeout_s)
         r.seconds["to_failpoint"] = round(time.monotonic() - t0, 1)
         if code is None:
             r.worker_exit = "still running"
@@ -309,30 +309,12 @@ class _Drill:
         return tasks[0], summary.import_id
 
     def _start_worker(self, role: str, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
-        home = self.folder / role
-        (home / "run").mkdir(parents=True, exist_ok=True)
-        log = self.folder / f"{role}-worker.log"
-        env = worker_env(self.settings, home, self.queue, extra_env)
-        with private_log(log) as out:
-            out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {role} worker, queue {self.queue}, "
-                      f"{FAILPOINTS_ENV}={extra_env.get(FAILPOINTS_ENV, '')}\n".encode())
-            out.flush()
-            proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "worker.py")], stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
-                                    start_new_session=True)
+        proc = start_worker(self.settings, self.folder, role, self.queue, extra_env)
         self.procs.append(proc)
         return proc
 
     async def _wait_ready(self, proc: subprocess.Popen[bytes], role: str) -> None:
-        ready = self.folder / role / "run" / "worker.ready"
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not ready.exists():
-            if proc.poll() is not None:
-                raise DrillError(f"the {role} worker exited ({_exit_text(proc.returncode)}) before serving; "
-                                 f"see {self.folder / f'{role}-worker.log'}")
-            if time.monotonic() > deadline:
-                raise DrillError(f"the {role} worker did not serve within {READY_TIMEOUT_S:.0f}s")
-            await asyncio.sleep(0.1)
+        await wait_worker_ready(proc, self.folder, role)
 
     def _evidence(self, task_id: str) -> dict[str, Any]:
         from schema import queries
@@ -439,7 +421,38 @@ def worker_env(settings: Settings, home: Path, queue: str, extra: dict[str, str]
     return env
 
 
-async def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
+def start_worker(settings: Settings, folder: Path, role: str, queue: str, extra_env: dict[str, str],
+                 queues: str | None = None) -> subprocess.Popen[bytes]:
+    """`python worker.py [--queues ...]` on `queue`, with its own home `folder/role` and its log in
+    `folder/{role}-worker.log`, in a session of its own (its ffmpeg children go with it)."""
+    home = folder / role
+    (home / "run").mkdir(parents=True, exist_ok=True)
+    log = folder / f"{role}-worker.log"
+    env = worker_env(settings, home, queue, extra_env)
+    with private_log(log) as out:
+        out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {role} worker, queue {queue}, "
+                  f"queues {queues or 'default'}, {FAILPOINTS_ENV}={extra_env.get(FAILPOINTS_ENV, '')}\n".encode())
+        out.flush()
+        args = ["--queues", queues] if queues else []
+        return subprocess.Popen([sys.executable, str(REPO_ROOT / "worker.py"), *args],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
+                                start_new_session=True)
+
+
+async def wait_worker_ready(proc: subprocess.Popen[bytes], folder: Path, role: str) -> None:
+    """Until the worker started by `start_worker(..., folder, role, ...)` polls its queues."""
+    ready = folder / role / "run" / "worker.ready"
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise DrillError(f"the {role} worker exited ({_exit_text(proc.returncode)}) before serving; "
+                             f"see {folder / f'{role}-worker.log'}")
+        if time.monotonic() > deadline:
+            raise DrillError(f"the {role} worker did not serve within {READY_TIMEOUT_S:.0f}s")
+        await asyncio.sleep(0.1)
+
+
+async def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         code = proc.poll()
@@ -459,13 +472,13 @@ def _exit_text(code: int) -> str:
 
 async def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     try:
-        await asyncio.gather(*(asyncio.to_thread(_stop, p) for p in procs))
+        await asyncio.gather(*(asyncio.to_thread(stop_worker, p) for p in procs))
     finally:  # cancelled meanwhile: stop them here, synchronously (returns at once for a stopped one)
         for proc in procs:
-            _stop(proc)
+            stop_worker(proc)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_worker(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM (the worker drains and exits), SIGKILL after STOP_TIMEOUT_S; then sweep its group."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -490,4 +503,8 @@ __all__ = [
     "preflight",
     "provider_jobs",
     "run_drills",
+    "start_worker",
+    "stop_worker",
+    "wait_exit",
+    "wait_worker_ready",
 ]

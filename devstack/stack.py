@@ -249,14 +249,15 @@ def restart_service(settings: Settings, name: str, *, wait: bool = True) -> Stac
     return status(settings)
 
 
-def kill_service(settings: Settings, name: str, sig: int = signal.SIGKILL) -> int | None:
-    """Send `sig` to the service's recorded process (a crash, if SIGKILL); returns its pid."""
+def kill_service(settings: Settings, name: str, sig: int = signal.SIGKILL, wait_s: float = 10.0) -> int | None:
+    """Send `sig` to the service's recorded process (a crash, if SIGKILL) and wait up to `wait_s` for
+    it to be gone (a SIGTERMed worker drains first: an `up` right after must not find it still
+    alive and take it for running); returns its pid."""
     pid = running_pid(settings, name)
     if pid is None:
         return None
     send(pid, sig)
-    if sig == signal.SIGKILL:
-        deadline = time.monotonic() + 10
-        while is_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
+    deadline = time.monotonic() + wait_s
+    while is_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
     return pid

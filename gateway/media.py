@@ -3,8 +3,9 @@
 The token (delivery/links.py) grants one object folder until its expiry; the file is one name in
 that folder. A playlist is served as stored, so its relative segment names resolve under the same
 token and the whole stream plays from the one link handed out. Byte ranges are honoured (players
-seek in MP4s with them). Refusals: 403 for a forged, malformed or expired token, 404 for a file
-that is not there or not a media file we serve, 416 for a range outside the object.
+seek in MP4s with them). Refusals: 404 alike for a forged, malformed or expired token and for a file
+that is not there or not a media file we serve (a link that is not valid tells nothing about what
+exists; the log says why), 416 for a range outside the object.
 
 Only the types in `SERVED` are answered, decided by the file name we wrote (never by the type an
 upstream server declared), with `nosniff` and a CSP that runs nothing: no stored object, whatever
@@ -13,6 +14,7 @@ its bytes, is a page on the gateway's origin. `?download=1` asks for an attachme
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -23,6 +25,7 @@ from adapters.storage import ObjectStorage, StoredObject
 from delivery.links import LinkError, LinkSigner
 from gateway.problems import ProblemError
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 CHUNK = 256 * 1024
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -67,7 +70,8 @@ def serve_media(token: str, name: str, request: Request, deps: MediaDeps = Depen
     try:
         key = deps.signer.key_for(token, name)
     except LinkError as exc:
-        raise ProblemError(403, str(exc), slug="media-link-refused") from None
+        log.info("media link refused: %s", exc)
+        raise ProblemError(404, "no such media file", slug="media-not-found") from None
     media_type = served_type(name)
     stored = deps.storage.stat(key) if media_type is not None else None
     if stored is None or not _stored_as(stored, media_type):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from workflows.api import MEDIA_ACTIVITIES  # noqa: F401 - one list of media steps, re-exported here
+
 # Seconds from sub-second local work to hour-long provider waits.
 STATE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 ACTIVITY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
@@ -36,7 +38,6 @@ ACTIVITY_SECONDS = Histogram("reelqueue_activity_seconds", "Wall time of one act
 ACTIVITIES_IN_FLIGHT = Gauge("reelqueue_activities_in_flight", "Activity executions running now in this worker",
                              ["activity"])
 ACTIVITY_SLOTS = Gauge("reelqueue_activity_slots", "Activity executions this worker runs at once (its setting)")
-MEDIA_ACTIVITIES = ("fetch_output", "transcode", "transcode_proxy", "make_renditions", "check_output")
 
 # --- gateway: webhooks ----------------------------------------------------------------------------
 WEBHOOKS = Counter("reelqueue_webhooks", "Provider webhook deliveries by what became of them: matched, orphan, "
@@ -45,5 +46,5 @@ WEBHOOKS = Counter("reelqueue_webhooks", "Provider webhook deliveries by what be
 WEBHOOK_LAG = Histogram("reelqueue_webhook_lag_seconds", "From the provider's event time to the task's workflow "
                         "signaled (matched events)", ["provider"], buckets=LAG_BUCKETS)
 
-MEDIA_UTILISATION = Gauge("reelqueue_media_utilisation", "Activity slots busy with fetch_output or transcode, "
-                          "as a share of all slots (0..1)")
+MEDIA_UTILISATION = Gauge("reelqueue_media_utilisation", "Media activity slots busy (fetch, transcode, renditions, "
+                          "checks) as a share of this worker's media slots (0..1)")

@@ -22,17 +22,19 @@ log = logging.getLogger("reelqueue.activity")
 
 
 class ActivityMetrics(Interceptor):
-    """Install with `Worker(interceptors=[ActivityMetrics(slots)])`; `slots` is the worker's
-    max_concurrent_activities, the denominator of media utilisation."""
+    """One per worker process, on each of its Workers: `slots` is their max_concurrent_activities
+    together, `media_slots` the media queue's, the denominator of media utilisation (0: no media
+    queue here, utilisation stays 0)."""
 
-    def __init__(self, slots: int):
-        self.slots = slots
+    def __init__(self, slots: int, media_slots: int):
+        self.slots, self.media_slots = slots, media_slots
         self.busy: Counter[str] = Counter()
         ACTIVITY_SLOTS.set(slots)
         MEDIA_UTILISATION.set_function(self.media_utilisation)
 
     def media_utilisation(self) -> float:
-        return sum(self.busy[name] for name in MEDIA_ACTIVITIES) / self.slots if self.slots else 0.0
+        busy = sum(self.busy[name] for name in MEDIA_ACTIVITIES)
+        return min(1.0, busy / self.media_slots) if self.media_slots else 0.0
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:  # noqa: A002
         return _Timed(next, self)

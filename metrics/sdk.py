@@ -106,15 +106,23 @@ def _values(keys: list[str], labels: Labels) -> list[str]:
     return [given.get(k, "") for k in keys]
 
 
+_installed: Runtime | None = None
+
+
 def install(registry: CollectorRegistry = REGISTRY) -> Runtime:
     """A Runtime recording into a buffer that `registry` serves, drained every few seconds by a
-    daemon thread; made the process's default, so clients connected after this use it."""
+    daemon thread; made the process's default, so clients connected after this use it. Once per
+    process (a second call returns the first Runtime)."""
+    global _installed
+    if _installed is not None:
+        return _installed
     buffer = MetricBuffer(BUFFER_SIZE, MetricBufferDurationFormat.SECONDS)
     runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
     collector = SdkMetrics(buffer)
     registry.register(collector)
     Runtime.set_default(runtime, error_if_already_set=False)
     threading.Thread(target=_drain_forever, args=(collector,), name="sdk-metrics", daemon=True).start()
+    _installed = runtime
     return runtime
 
 

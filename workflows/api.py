@@ -9,6 +9,19 @@ from __future__ import annotations
 WORKFLOW_NAME = "GenerationWorkflow"
 DEFAULT_TASK_QUEUE = "reelqueue-generation"
 
+# Task queues by kind of work (docs/deploy.md, "Task queues and workers"). The io queue is the one a
+# workflow is started on (REELQUEUE_TASK_QUEUE): workflow tasks, database steps, provider calls. Media
+# steps (download, ffmpeg, checks) go to the media queue named after it, so every deployment and every
+# test queue has its own pair without a second setting to keep in step.
+IO, MEDIA = "io", "media"
+MEDIA_ACTIVITIES = ("fetch_output", "transcode", "transcode_proxy", "make_renditions", "check_output")
+
+
+def media_queue(task_queue: str) -> str:
+    """The media queue of the io queue `task_queue`."""
+    return f"{task_queue}-media"
+
+
 SIGNAL_CANCEL = "cancel"  # CancelRequest: stop the task (an intent; the provider job is cancelled)
 SIGNAL_PROVIDER_UPDATE = "provider_update"  # ProviderUpdate: a webhook saw a change, poll now
 UPDATE_RESOLVE = "resolve"  # ResolveRequest -> ResolveResult: an operator's decision on NEEDS_ATTENTION

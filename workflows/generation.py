@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
     from schema.state_machine import TaskStatus as S
     from workflows import api
     from workflows.observations import Inbox, PollCadence, needs_status_call, terminal
+    from workflows.queues import queue_of
     from workflows.search_attributes import TASK_STATUS
 
 MAX_PAID_ATTEMPTS = 3  # submits that created (or may have created) a provider job
@@ -94,6 +95,7 @@ DECISION_WINS = "review-decision-wins-v1"  # workflow.patched: a decision landin
 # workflow.patched: the task deadline bounds the wait for a slot, a waiting task re-asks its gate (which
 # may have been reset or terminated), and NEEDS_ATTENTION gives the slot back while no job may run
 ADMISSION_BOUNDED = "admission-bounded-v1"
+TASK_QUEUES = "task-queues-v1"  # workflow.patched: media steps run on the media queue (api.media_queue)
 # workflow.patched: a task of a tenant with a concurrency limit holds one of its tenant gate's slots
 # while it generates (asked before the provider's gate, given back once its job succeeded or it ended)
 TENANT_ADMISSION = "tenant-admission-v1"
@@ -985,6 +987,7 @@ class GenerationWorkflow:
         start_to_close, retry, heartbeat = _STEPS[step]
         return await workflow.execute_activity_method(
             step, arg, start_to_close_timeout=start_to_close, retry_policy=retry, heartbeat_timeout=heartbeat,
+            task_queue=queue_of(step.__name__, TASK_QUEUES),
         )
 
 

@@ -18,6 +18,9 @@ with workflow.unsafe.imports_passed_through():
     from activities.media import MediaActivities
     from schema.contracts import RenditionsResult, TranscodeInput
     from workflows import api
+    from workflows.queues import queue_of
+
+TASK_QUEUES = "task-queues-v1"  # workflow.patched: the step runs on the media queue (api.media_queue)
 
 
 @workflow.defn(name=api.RENDITIONS_WORKFLOW_NAME)
@@ -25,7 +28,7 @@ class RenditionsWorkflow:
     @workflow.run
     async def run(self, inp: TranscodeInput) -> RenditionsResult:
         return await workflow.execute_activity_method(
-            MediaActivities.make_renditions, inp,
+            MediaActivities.make_renditions, inp, task_queue=queue_of("make_renditions", TASK_QUEUES),
             start_to_close_timeout=timedelta(minutes=20), heartbeat_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=30),
                                      maximum_attempts=4, non_retryable_error_types=list(BUSINESS_FAILURES)),

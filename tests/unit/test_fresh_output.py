@@ -8,7 +8,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import OUTPUT_UNAVAILABLE
-from activities.fetch import FreshOutput
+from activities.fetch import FreshOutput, _progress, resumed_output
 from adapters.fetcher import FetchFailed
 from adapters.providers.base import JobState, JobStatus, OutputRef
 
@@ -65,3 +65,20 @@ def test_a_job_without_output_is_a_business_failure() -> None:
     with pytest.raises(ApplicationError) as info:
         fresh(_Provider([None], status=JobStatus.FAILED))
     assert info.value.type == OUTPUT_UNAVAILABLE and info.value.non_retryable
+
+
+def test_a_url_from_an_earlier_tries_heartbeat_is_used_without_a_status_call() -> None:
+    provider = _Provider([timedelta(hours=1)])
+    known = OutputRef(url="https://cdn.test/j1.mp4?sig=0", expires_at=NOW + timedelta(minutes=10))
+    source = FreshOutput(provider, "j1", refreshes=3, margin_s=30, now=lambda: NOW, known=known)  # type: ignore[arg-type]
+    assert source.usable() == known and source.resumed and provider.calls == 0
+    # ... and it is still asked for afresh once it turns out stale
+    assert source.expired(FetchFailed("x", retryable=False, status=403)) and provider.calls == 1
+
+
+def test_the_heartbeat_a_resumed_fetch_reads() -> None:
+    output = OutputRef(url="https://cdn.test/j1.mp4", expires_at=NOW)
+    beat = _progress(output, 1024)
+    assert beat["bytes"] == 1024 and resumed_output([beat]) == output
+    for details in ([], ["output URL refreshed"], [{"bytes": 1}], [{"output": {"no": "url"}}]):
+        assert resumed_output(details) is None  # no heartbeat, or one from before the URL was in it

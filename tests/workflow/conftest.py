@@ -23,7 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from workflow_fakes import HISTORIES, RECORD, TASK_ID, World
+from workflow_fakes import HISTORIES, RECORD, TASK_ID, World, media_worker
 
 from workflows import api
 from workflows.generation import GenerationWorkflow
@@ -89,27 +89,28 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
         Needs the test's `worker_restarts` marker: no sticky queue of a gone worker to wait for, and
         a server of the test's own (`own_env`). `single_batch`: the worker that comes back applies an
         activation's jobs all before running workflow code (temporalio's announced next default)."""
-        nonlocal worker
-        await worker.shutdown()
-        worker = None
+        nonlocal workers
+        await asyncio.gather(*(w.shutdown() for w in workers))
+        workers = []
         yield
         serve(single_batch=single_batch)
 
     def serve(*, single_batch: bool = False) -> None:
-        nonlocal worker
+        nonlocal workers
         worker = Worker(env.client, task_queue=queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
                         activities=world.activities(), workflow_runner=SandboxedWorkflowRunner(),
                         **sticky)
         if single_batch:
             worker._set_default_workflow_logic_flag(SINGLE_BATCH, enabled=True)
-        running.append(asyncio.create_task(worker.run()))
+        workers = [worker, media_worker(env.client, queue, world.activities())]
+        running.extend(asyncio.create_task(w.run()) for w in workers)
 
     restarts = request.node.get_closest_marker("worker_restarts") is not None
     if restarts:  # a server of its own: a workflow without a worker stops that server's clock for a while
         env = request.getfixturevalue("own_env")
     sticky = {"max_cached_workflows": 0} if restarts else {}
     world.client = env.client
-    worker: Worker | None = None
+    workers: list[Worker] = []
     running: list[asyncio.Task] = []
     start.worker_stopped = worker_stopped
     serve()
@@ -121,8 +122,7 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
             world.release(name)
         await terminate_between_tasks([*handles, env.client.get_workflow_handle(api.gate_id("fake", queue))])
     finally:
-        if worker is not None:
-            await worker.shutdown()
+        await asyncio.gather(*(w.shutdown() for w in workers))
         for ended in await asyncio.gather(*running, return_exceptions=True):
             if isinstance(ended, BaseException):
                 raise ended

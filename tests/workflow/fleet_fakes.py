@@ -22,7 +22,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from workflow_fakes import ask_gate
+from workflow_fakes import ask_gate, media_worker
 
 from schema import state_machine as sm
 from schema.admission import AdmissionInput
@@ -215,6 +215,7 @@ async def running_fleet(env: WorkflowEnvironment, fleet: Fleet) -> AsyncIterator
     fleet.client = env.client
     async with Worker(env.client, task_queue=run.queue, workflows=[GenerationWorkflow, ProviderGateWorkflow],
                       activities=fleet.activities(), workflow_runner=SandboxedWorkflowRunner(),
-                      max_concurrent_activities=200, max_concurrent_local_activities=200):
+                      max_concurrent_activities=200, max_concurrent_local_activities=200), \
+            media_worker(env.client, run.queue, fleet.activities()):
         yield run
         await terminate_between_tasks([*run.handles, run.gate])

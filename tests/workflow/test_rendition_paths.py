@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
-from workflow_fakes import HISTORIES, RECORD, ending, outage
+from workflow_fakes import HISTORIES, RECORD, ending, media_worker, outage
 
 from activities.errors import OUTPUT_INVALID
 from schema.contracts import RenditionOut, RenditionProfile, RenditionsResult, RenditionStatus, TranscodeInput
@@ -75,7 +75,8 @@ async def _retry_run(env, answers: list) -> tuple[RenditionsResult | BaseExcepti
 
     queue = f"rend-{uuid.uuid4().hex[:8]}"
     handle = None
-    async with Worker(env.client, task_queue=queue, workflows=[RenditionsWorkflow], activities=[make_renditions]):
+    async with Worker(env.client, task_queue=queue, workflows=[RenditionsWorkflow], activities=[make_renditions]), \
+            media_worker(env.client, queue, [make_renditions]):
         try:
             handle = await env.client.start_workflow(
                 api.RENDITIONS_WORKFLOW_NAME, TranscodeInput(task_id="t1", raw_asset_id="raw-1"),

@@ -22,6 +22,7 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.worker import Worker
 
 from activities.errors import INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from schema import state_machine as sm
@@ -150,6 +151,7 @@ class World:
     events: list[tuple[str, str, bool]] = field(default_factory=list)  # (event, to status, applied)
     calls: list[tuple[str, Any]] = field(default_factory=list)
     called_at: list[tuple[str, datetime]] = field(default_factory=list)  # when each activity was scheduled
+    queues: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # activity -> task queues it ran on
     ledger: list[tuple[str, Decimal, str]] = field(default_factory=list)
     gates: dict[str, asyncio.Event] = field(default_factory=dict)
     entered: dict[str, asyncio.Event] = field(default_factory=lambda: defaultdict(asyncio.Event))
@@ -201,6 +203,7 @@ class World:
     async def _enter(self, name: str, arg: Any) -> None:
         self.calls.append((name, arg))
         self.called_at.append((name, activity.info().scheduled_time))
+        self.queues[name].add(activity.info().task_queue)
         self.entered[name].set()
         if name in self.gates:
             await self.gates[name].wait()
@@ -369,6 +372,12 @@ class World:
         return [request_slot, record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
                 abandon_attempt, poll_job, cancel_job, account_stray_job, unaccounted_strays, accept_stray_cost,
                 fetch_output, transcode, transcode_proxy, make_renditions, check_output]
+
+
+def media_worker(client: Any, queue: str, activities: list[Callable[..., Any]]) -> Worker:
+    """The worker of the media queue beside a test's worker on `queue`: only the media steps."""
+    return Worker(client, task_queue=api.media_queue(queue),
+                  activities=[a for a in activities if a.__name__ in api.MEDIA_ACTIVITIES])
 
 
 async def ask_gate(client: Any, inp: AdmissionInput, limit: int) -> None:

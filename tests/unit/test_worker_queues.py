@@ -1,0 +1,47 @@
+"""worker.py's queue options: which queues a process serves, which steps are media, how many media slots."""
+
+from __future__ import annotations
+
+import pytest
+
+import worker
+from activities import build_activities
+from config.settings import Settings
+from workflows import api
+
+
+def test_queues_option() -> None:
+    assert worker.parse_queues("io,media") == ("io", "media")
+    assert worker.parse_queues(" media ") == ("media",)
+    assert worker.parse_queues("io,io") == ("io",)
+    for bad in ("", "gpu", "io,gpu", ","):
+        with pytest.raises(ValueError, match="--queues takes io and/or media"):
+            worker.parse_queues(bad)
+
+
+def test_the_media_worker_registers_exactly_the_media_steps() -> None:
+    activities = build_activities(Settings(s3_access_key="k", s3_secret_key="s"), client=None)
+    names = {a.__temporal_activity_definition.name: a.__name__ for a in activities}  # type: ignore[attr-defined]
+    assert all(defn == name for defn, name in names.items())  # the workflow routes by the method's name
+    assert {a.__name__ for a in worker.media_steps(activities)} == set(api.MEDIA_ACTIVITIES)
+
+
+def test_media_slots_follow_the_cores_unless_set(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda _pid: set(range(8)))
+    monkeypatch.setattr(worker, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
+    assert worker.usable_cores() == 8  # no cgroup file: the affinity
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert worker.usable_cores() == 8
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # a container limited to 1.5 CPUs
+    assert worker.usable_cores() == 2
+    assert worker.media_slots(Settings()) == 2
+    assert worker.media_slots(Settings(media_max_activities=5)) == 5
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda _pid: {0})
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert worker.media_slots(Settings()) == 2  # never fewer than 2
+
+
+def test_a_bad_queue_is_refused_with_exit_2(capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        worker.main(["--queues", "gpu"])
+    assert exited.value.code == 2 and "--queues takes io and/or media" in capsys.readouterr().err
