@@ -117,3 +117,22 @@ def test_with_tracing_on_the_gateway_answers_under_a_server_span() -> None:
         tracing.deactivate()
     assert "GET /healthz" in [span.name for span in exporter.get_finished_spans()]
     assert not tracing.enabled()
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_the_cli_logs_in_the_format_it_is_given(fmt) -> None:
+    from typer.testing import CliRunner
+
+    from starter import app
+
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    try:
+        result = CliRunner().invoke(app, ["--log-format", fmt, "providers", "--json"])
+        assert result.exit_code == 0, result.output
+        (ours,) = [h for h in root.handlers if isinstance(h.formatter, StructuredFormatter)]
+        assert (ours.formatter.service, ours.formatter.fmt) == ("cli", fmt)
+    finally:
+        root.handlers[:] = before
+        root.setLevel(level)
+    assert CliRunner().invoke(app, ["--log-format", "xml", "providers"]).exit_code == 2
