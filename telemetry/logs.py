@@ -25,7 +25,7 @@ LogFormat = Literal["json", "text"]
 FORMATS: tuple[str, ...] = ("json", "text")
 _bound: ContextVar[dict[str, Any] | None] = ContextVar("log_fields", default=None)
 _TASK_OF_WORKFLOW = re.compile(r"^gen-(?P<task>.+?)(?:-run\d+)?$")  # workflows/api.py workflow_id
-_QUIET = {"httpx": logging.WARNING, "httpcore": logging.WARNING, "uvicorn.error": logging.INFO}
+_QUIET = {"httpx": logging.WARNING, "httpcore": logging.WARNING}  # a line per HTTP request
 _ORDER = ("time", "level", "service", "logger", "message", "task_id", "workflow_id", "run_id", "attempt",
           "activity", "provider", "request_id")
 
@@ -119,19 +119,16 @@ def configure_logging(service: str, fmt: LogFormat = "json", *, level: str | int
         add_secrets(secrets_of(settings))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(StructuredFormatter(service, fmt))
+    handler.setLevel(level)
     root = logging.getLogger()
     for old in list(root.handlers):
-        if type(old) is logging.StreamHandler:
+        if type(old) is logging.StreamHandler or isinstance(old.formatter, StructuredFormatter):
             root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level)
+    if root.getEffectiveLevel() > handler.level:  # lowered when asked for more, never raised: other
+        root.setLevel(handler.level)               # handlers (a test's capture) keep what they saw
     for name, floor in _QUIET.items():
         logging.getLogger(name).setLevel(floor)
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "reelqueue.gateway.requests"):
-        named = logging.getLogger(name)  # their own handlers would print a second, unformatted line
-        for old in list(named.handlers):
-            named.removeHandler(old)
-        named.propagate = True
 
 
 def is_configured() -> bool:
