@@ -24,7 +24,8 @@ from telemetry.redaction import add_secrets, redact, secrets_of
 LogFormat = Literal["json", "text"]
 FORMATS: tuple[str, ...] = ("json", "text")
 _bound: ContextVar[dict[str, Any] | None] = ContextVar("log_fields", default=None)
-_TASK_OF_WORKFLOW = re.compile(r"^gen-(?P<task>.+?)(?:-run\d+)?$")  # workflows/api.py workflow_id
+# workflows/api.py: workflow_id (gen-{task}[-run{n}]) and renditions_id (renditions-{task})
+_TASK_OF_WORKFLOW = re.compile(r"^(?:gen-(?P<task>.+?)(?:-run\d+)?|renditions-(?P<again>.+))$")
 _QUIET = {"httpx": logging.WARNING, "httpcore": logging.WARNING}  # a line per HTTP request
 _ORDER = ("time", "level", "service", "logger", "message", "task_id", "workflow_id", "run_id", "attempt",
           "activity", "provider", "request_id")
@@ -56,7 +57,7 @@ def _known(fields: dict[str, Any]) -> dict[str, Any]:
 
 def task_of_workflow(workflow_id: str | None) -> str | None:
     match = _TASK_OF_WORKFLOW.match(workflow_id or "")
-    return match.group("task") if match else None
+    return (match.group("task") or match.group("again")) if match else None
 
 
 def _execution_fields(record: logging.LogRecord) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -54,9 +55,13 @@ async def test_a_task_through_the_real_worker_logs_json_with_its_ids_and_no_secr
     assert {line["service"] for line in lines} == {"worker"}
     done = [line for line in lines if line["logger"] == "reelqueue.activity" and line.get("task_id") == task.id]
     history = [e async for e in client.get_workflow_handle(task.workflow_id).fetch_history_events()]
-    scheduled = {e.activity_task_scheduled_event_attributes.activity_type.name for e in history
-                 if e.HasField("activity_task_scheduled_event_attributes")}
-    assert scheduled <= {line["activity"] for line in done}, scheduled
+    kind = {e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name for e in history
+            if e.HasField("activity_task_scheduled_event_attributes")}
+    completed = Counter(kind[e.activity_task_completed_event_attributes.scheduled_event_id] for e in history
+                        if e.HasField("activity_task_completed_event_attributes"))
+    logged_ok = Counter(line["activity"] for line in done
+                        if line["result"] == "ok" and line["activity"] in kind.values())  # not local activities
+    assert logged_ok == completed and {"submit", "fetch_output", "settle"} <= set(completed), (logged_ok, completed)
     assert all(line["workflow_id"] == task.workflow_id and line["run_id"] and line["attempt"] >= 1 for line in done)
     assert {line.get("provider") for line in done if line["activity"] in ("submit", "poll_job")} == {task.provider}
 

@@ -70,6 +70,7 @@ def test_with_tracing_off_no_client_carries_an_interceptor() -> None:
 
 def test_task_of_workflow() -> None:
     assert task_of_workflow("gen-t_1") == "t_1" and task_of_workflow("gen-t_1-run3") == "t_1"
+    assert task_of_workflow("renditions-t_1") == "t_1"
     assert task_of_workflow("gate-emulator") is None and task_of_workflow(None) is None
 
 
