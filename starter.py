@@ -7,7 +7,7 @@ from enum import StrEnum
 
 import typer
 
-from cli import commands, delivery, operations
+from cli import commands, delivery, imports, operations
 from cli.db import db_app
 from cli.dev import demo, dev_app
 from cli.drill import drill
@@ -18,7 +18,7 @@ from cli.temporal import temporal_app
 from cli.tenants import tenants_app
 
 app = typer.Typer(help="reelqueue: product catalogs to stored, transcoded videos through durable workflows.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True)
 app.command("demo")(demo)
 app.add_typer(dev_app, name="dev")
 app.command("import")(commands.import_catalog)
@@ -27,6 +27,9 @@ app.command("status")(commands.status)
 app.command("tasks")(commands.tasks)
 app.command("show")(commands.show)
 app.command("cancel")(commands.cancel)
+app.command("imports")(imports.imports)
+app.command("pause")(imports.pause)
+app.command("resume")(imports.resume)
 app.command("retry")(commands.retry)
 app.add_typer(operations.ledger_app, name="ledger")
 app.command("attention")(operations.attention)
@@ -95,30 +98,43 @@ def main() -> None:
 
 
 def _run() -> None:
-    """The app, with unreachable services reported in one line instead of a traceback."""
+    """The app, with unreachable services reported in one line instead of a traceback (and, when no
+    stack was found at all, how to start one)."""
     from sqlalchemy.exc import OperationalError
     from urllib3.exceptions import MaxRetryError
 
     from adapters.temporal_client import TemporalConfigError
     from cli.output import EXIT_FAILURE, err_console
+    from config.settings import no_stack_hint
     from delivery.links import LinkError
 
     try:
         app()
-    except LinkError as exc:  # `show` / `export` asked for media links with no key to sign them
-        err_console.print(f"[bold red]error:[/] {exc}; start the stack (reelqueue dev up) or set it")
-    except OperationalError as exc:
-        err_console.print(f"[bold red]error:[/] cannot reach Postgres ({exc.orig}); is the stack up? "
-                          "(reelqueue dev up)")
-    except TemporalConfigError as exc:  # a TEMPORAL_* variable or profile file that cannot be used
-        err_console.print(f"[bold red]error:[/] {exc} (docs/deploy.md, \"Temporal\")")
-    except MaxRetryError as exc:
-        err_console.print(f"[bold red]error:[/] cannot reach object storage ({exc.reason}); is the stack up?")
-    except RuntimeError as exc:
-        if "connect" not in str(exc).lower():
+    except (LinkError, OperationalError, TemporalConfigError, MaxRetryError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "connect" not in str(exc).lower():
             raise
-        err_console.print(f"[bold red]error:[/] cannot reach Temporal ({exc}); is the stack up?")
+        hint = None if isinstance(exc, (LinkError, TemporalConfigError)) else no_stack_hint()
+        err_console.print(f"[bold red]error:[/] {hint or _unreachable(exc)}")
     raise SystemExit(EXIT_FAILURE)
+
+
+def _unreachable(exc: Exception) -> str:
+    """A stack was found (or configured) but one of its services does not answer."""
+    from sqlalchemy.exc import OperationalError
+    from urllib3.exceptions import MaxRetryError
+
+    from adapters.temporal_client import TemporalConfigError
+    from delivery.links import LinkError
+
+    if isinstance(exc, LinkError):  # `show` / `export` asked for media links with no key to sign them
+        return f"{exc}; start the stack (reelqueue dev up) or set it"
+    if isinstance(exc, OperationalError):
+        return f"cannot reach Postgres ({exc.orig}); is the stack up? (reelqueue dev up)"
+    if isinstance(exc, TemporalConfigError):  # a TEMPORAL_* variable or profile file that cannot be used
+        return f"{exc} (docs/deploy.md, \"Temporal\")"
+    if isinstance(exc, MaxRetryError):
+        return f"cannot reach object storage ({exc.reason}); is the stack up?"
+    return f"cannot reach Temporal ({exc}); is the stack up?"
 
 
 if __name__ == "__main__":

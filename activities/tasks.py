@@ -27,6 +27,7 @@ from metrics import STATE_SECONDS, TRANSITION_CONFLICTS, TRANSITIONS
 from schema import task_store
 from schema.contracts import ReviewPolicy, TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
 from schema.db import Database
+from schema.import_scope import import_paused_by
 from schema.models import Asset, Plan, Product, Task, Tenant
 
 
@@ -84,6 +85,7 @@ class TaskActivities:
             product = session.get(Product, task.product_ref) if image is None else None
             plan = self._plan(session, task.plan_id)
             tenant_limit = session.scalar(select(Tenant.max_concurrent).where(Tenant.id == task.tenant_id))
+            paused_by = import_paused_by(session, task)
         image_error = None
         if product is not None and (product.image_asset_id or (product.image_url and is_url(product.image_url))):
             image, image_error = self._store_image(task, product)
@@ -96,7 +98,7 @@ class TaskActivities:
             min_poll_interval_s=provider.capabilities.min_poll_interval_s if provider else 1.0,
             deadline_s=deadlines.job_minutes * 60, task_deadline_s=deadlines.task_hours * 3600,
             plan_limits=plan.limits_for(task.provider), current_attempt_no=task.current_attempt_no,
-            review=review_policy(plan, task), tenant_max_concurrent=tenant_limit,
+            review=review_policy(plan, task), tenant_max_concurrent=tenant_limit, paused_by=paused_by,
         )
         reason = image_error or _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)

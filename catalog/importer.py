@@ -14,7 +14,7 @@ import hashlib
 import json
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -119,7 +119,9 @@ class CatalogImporter:
         self.storage = storage
         self.resolver_factory = resolver_factory  # (storage | None, base_dir) -> ImageResolver
 
-    def run(self, path: Path, plan: Plan, opts: ImportOptions) -> ImportSummary:
+    def run(self, path: Path, plan: Plan, opts: ImportOptions,
+            on_image: Callable[[], None] | None = None) -> ImportSummary:
+        """`on_image` is told after each image is checked (a progress bar)."""
         path = Path(path)
         file_sha, _ = file_sha256(path)
         catalog = opts.catalog or plan.catalog.name or path.stem
@@ -133,7 +135,7 @@ class CatalogImporter:
         issues: list[Issue] = check_plan_locales(plan)
         resolver: ImageResolver = self.resolver_factory(storage, path.parent)
         with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as spool:
-            self._prepare(read.products, plan, opts, resolver, issues, spool)
+            self._prepare(read.products, plan, opts, resolver, issues, spool, on_image)
             issues.extend(read.issues)
             stop = [i for i in issues if i.action is IssueAction.STOP_IMPORT]
             status = "DRY_RUN" if opts.dry_run else ("REJECTED" if stop else "ACCEPTED")
@@ -166,7 +168,7 @@ class CatalogImporter:
     # phase 1 -------------------------------------------------------------------------------
     def _prepare(
         self, products: Iterator[ProductRecord], plan: Plan, opts: ImportOptions, resolver: ImageResolver,
-        issues: list[Issue], spool,  # noqa: ANN001 - text file
+        issues: list[Issue], spool, on_image: Callable[[], None] | None = None,  # noqa: ANN001 - text file
     ) -> None:
         with ThreadPoolExecutor(IMAGE_WORKERS) as pool:
             while batch := list(islice(products, BATCH)):
@@ -176,6 +178,8 @@ class CatalogImporter:
                 for i, image in zip(todo, pool.map(lambda i: resolver.resolve(batch[i].main_image), todo),
                                     strict=True):
                     images[i] = image
+                    if on_image is not None:
+                        on_image()
                 for product, image in zip(batch, images, strict=True):
                     spool.write(self._prepared(product, image, plan, issues).model_dump_json() + "\n")
 

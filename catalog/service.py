@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from adapters.storage import ObjectStorage
@@ -20,6 +21,7 @@ class UnknownImport(LookupError):
 def run_import(
     settings: Settings, file: Path, plan: Plan, *, catalog: str | None = None, dry_run: bool = False,
     supersedes: str | None = None, check_urls: bool = True, tenant: str | None = None,
+    on_image: Callable[[], None] | None = None,
 ) -> ImportSummary:
     """`reelqueue import` and `POST /v1/imports`: `tenant` defaults to the configured one (the CLI's)."""
     tenant = tenant or settings.tenant
@@ -35,4 +37,4 @@ def run_import(
         tenant=tenant, credit_limit=settings.tenant_credit_limit, catalog=catalog, dry_run=dry_run,
         supersedes=supersedes, check_urls=check_urls, reports_dir=settings.home.resolve() / "reports",
     )
-    return importer.run(file, plan, opts)
+    return importer.run(file, plan, opts, on_image)

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from cli.output import EXIT_BAD_INPUT, EXIT_TIMEOUT, console, emit_json, fail
 from config.settings import Settings, get_settings
 from schema import queries
 from schema.db import Database
@@ -36,13 +36,17 @@ def import_catalog(
     from catalog.plan import PlanError, load_plan
     from catalog.readers import CatalogFormatError
     from catalog.service import UnknownImport, run_import
+    from cli.starting import progress_bars
 
     settings = get_settings()
     if not file.is_file():
         fail(f"catalog file not found: {file}", EXIT_BAD_INPUT, as_json=as_json)
     try:
-        summary = run_import(settings, file, load_plan(plan), catalog=catalog, dry_run=dry_run,
-                             supersedes=supersedes, check_urls=check_urls)
+        with progress_bars(not as_json and check_urls, transient=True) as progress:
+            bar = progress.add_task("checking images", total=None)
+            summary = run_import(settings, file, load_plan(plan), catalog=catalog, dry_run=dry_run,
+                                 supersedes=supersedes, check_urls=check_urls,
+                                 on_image=lambda: progress.advance(bar))
     except PlanError as exc:
         fail(str(exc), EXIT_BAD_INPUT, as_json=as_json)
     except CatalogFormatError as exc:
@@ -118,8 +122,11 @@ def run(
     started = start_import_tasks(settings, db, import_id, total, show=not as_json)
     result: dict = {"import_id": import_id, "tasks": total, **started}
     if wait:
+        from cli.starting import SETTLED_FOR_NOW
+
         counts = wait_for_import(db, import_id, total, show=not as_json, timeout_s=timeout)
         result["by_status"] = counts
+        result["timed_out"] = sum(counts.get(s.value, 0) for s in SETTLED_FOR_NOW) < total
     if as_json:
         emit_json(result)
     else:
@@ -131,6 +138,11 @@ def run(
             where = [cmd for status, cmd in (("NEEDS_ATTENTION", "reelqueue attention"),
                                              ("REVIEW", f"reelqueue review {import_id}")) if status in waiting]
             console.print(f"waiting for a person: {waiting} ({'; '.join(where)})")
+        if result["timed_out"]:
+            if not as_json:
+                console.print(f"[bold yellow]timed out[/] after {timeout:g} s with tasks still running; they go on "
+                              f"(follow with reelqueue status {import_id})")
+            raise typer.Exit(EXIT_TIMEOUT)
         if result["by_status"].get("SUCCEEDED", 0) != total:
             raise typer.Exit(1)
 
@@ -221,6 +233,7 @@ def show(
         detail = queries.task_detail(session, task_id)
     if detail is None:
         fail(f"no task {task_id}", EXIT_BAD_INPUT, as_json=as_json)
+    detail["live"] = _live(settings, detail["task"])
     storage = ObjectStorage.from_settings(settings)
     signer = LinkSigner.from_settings(settings)
     for asset in detail["assets"]:  # the task's videos through the gateway (HLS plays), images presigned
@@ -236,7 +249,12 @@ def show(
                   f"{t['aspect_ratio']} / {t['variant']}  (workflow {t['workflow_id']})")
     if t["last_error"]:
         console.print(f"last error: {t['last_error_class']}: {t['last_error']}")
-    if t["status"] == "RETRY_WAIT" and t["next_retry_at"]:
+    live = detail["live"]
+    if live is not None:
+        console.print(f"now: {live['text']}", soft_wrap=True)
+        if live["position"] is not None:
+            console.print(f"place in line at {t['provider']}: {live['position']} (1 = admitted next)")
+    elif t["status"] == "RETRY_WAIT" and t["next_retry_at"]:
         console.print(f"waiting: next attempt due at {t['next_retry_at']}")
     elif t["status"] == "QUEUED":
         console.print(f"waiting: for a {t['provider']} slot (its gate admits tasks oldest first)")
@@ -261,16 +279,36 @@ def show(
         console.print(checks)
 
 
+def _live(settings: Settings, task: dict) -> dict | None:
+    """A running task's live details from its workflow (with its place in line), else None."""
+    from control.gates import live_details
+    from schema.state_machine import TERMINAL
+
+    if task["status"] in TERMINAL:
+        return None
+    live = asyncio.run(live_details(settings, task["workflow_id"], task["provider"]))
+    return live.model_dump(mode="json") if live else None
+
+
 def cancel(
-    task_id: str = typer.Argument(...),
+    task_id: str | None = typer.Argument(None, help="the task to stop (or --import)"),
+    import_id: str | None = typer.Option(None, "--import", help="every open task of this import"),
+    status_filter: str | None = typer.Option(None, "--status", help="with --import: only tasks in these "
+                                             "statuses (comma-separated)"),
     reason: str = typer.Option("requested by user", "--reason"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Ask a task to stop: its workflow is cancelled (an intent: a job that already succeeded wins)."""
+    """Ask a task (or every open task of an import) to stop: its workflow is cancelled (an intent: a
+    job that already succeeded wins)."""
     from control.cancel import NOT_STARTED, cancel_unstarted, cancel_workflow
 
+    if (task_id is None) == (import_id is None):
+        fail("give a TASK_ID or --import IMPORT_ID", EXIT_BAD_INPUT, as_json=as_json)
     settings = get_settings()
     db = _db(settings)
+    if import_id is not None:
+        _cancel_import(settings, db, import_id, status_filter, reason, as_json=as_json)
+        return
     with db.transaction() as session:
         detail = queries.task_detail(session, task_id)
     if detail is None:
@@ -282,6 +320,38 @@ def cancel(
         emit_json({"task_id": task_id, "outcome": outcome})
     else:
         console.print(f"{task_id}: {outcome}")
+
+
+def _cancel_import(settings: Settings, db: Database, import_id: str, status_filter: str | None, reason: str, *,
+                   as_json: bool) -> None:
+    """`cancel --import`: each open task the way `cancel TASK_ID` does one, a few at a time, with a progress bar."""
+    from adapters.temporal_client import connect
+    from cli.starting import progress_bars
+    from control.imports import cancel_import_tasks, open_tasks
+    from schema.state_machine import TaskStatus
+
+    statuses = [s.strip().upper() for s in (status_filter or "").split(",") if s.strip()]
+    unknown = [s for s in statuses if s not in TaskStatus.__members__]
+    if unknown:
+        fail(f"unknown status: {', '.join(unknown)}", EXIT_BAD_INPUT, as_json=as_json)
+    with db.transaction() as session:
+        if not queries.import_exists(session, import_id):
+            fail(f"no import {import_id}", EXIT_BAD_INPUT, as_json=as_json)
+    total = sum(1 for _ in open_tasks(db, import_id, statuses))
+
+    async def go() -> dict[str, int]:
+        client = await connect(settings)
+        with progress_bars(not as_json) as progress:
+            bar = progress.add_task("cancelling", total=total)
+            return await cancel_import_tasks(client, db, import_id, reason, by="cli", statuses=statuses,
+                                             on_done=lambda: progress.advance(bar))
+
+    counts = asyncio.run(go())
+    if as_json:
+        emit_json({"import_id": import_id, "tasks": total, **counts})
+    else:
+        console.print(f"import {import_id}: {counts['cancel_requested']} cancels requested, {counts['canceled']} "
+                      f"canceled before starting, {counts['unchanged']} unchanged")
 
 
 def retry(

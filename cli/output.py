@@ -1,6 +1,6 @@
 """Output conventions: `--json` prints one JSON object with stable keys; humans get rich tables.
 
-Exit codes: 0 ok, 1 failure, 2 bad usage or bad input.
+Exit codes: 0 ok, 1 failure, 2 bad usage or bad input, 3 timed out (`run --wait --timeout`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from rich.markup import escape
 
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+EXIT_TIMEOUT = 3
 
 console = Console()
 err_console = Console(stderr=True)

@@ -92,9 +92,9 @@ async def start_with_progress(client: Client, tasks: Iterable[TaskToStart], tota
                                      on_start=lambda: progress.advance(bar))
 
 
-def progress_bars(show: bool) -> Progress:
+def progress_bars(show: bool, *, transient: bool = False) -> Progress:
     return Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    disable=not show, transient=False)
+                    disable=not show, transient=transient)
 
 
 def wait_with_progress(

@@ -10,6 +10,7 @@ docker-compose.yml sets the same variable names (a test checks that).
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -234,14 +235,33 @@ class StackFileSource(PydanticBaseSettingsSource):
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        import os
-
-        home = Path(os.environ.get("REELQUEUE_HOME", ".reelqueue"))
-        path = home / STACK_FILE
-        if not path.exists():
+        home = find_home()
+        if home is None:
             return {}
-        data = json.loads(path.read_text())
-        return {k: v for k, v in data.get("settings", {}).items() if k in Settings.model_fields}
+        data = json.loads((home / STACK_FILE).read_text())
+        found = {k: v for k, v in data.get("settings", {}).items() if k in Settings.model_fields}
+        return {"home": str(home), **found}  # found above the current directory: `dev status/down` act on it
+
+
+def find_home(start: Path | None = None) -> Path | None:
+    """The running stack's home: $REELQUEUE_HOME (with its stack.json), else the nearest `.reelqueue`
+    holding a stack.json at or above the current directory; None when there is none."""
+    env = os.environ.get("REELQUEUE_HOME")
+    if env:
+        return Path(env) if (Path(env) / STACK_FILE).is_file() else None
+    here = (start or Path.cwd()).resolve()
+    return next((d / ".reelqueue" for d in (here, *here.parents) if (d / ".reelqueue" / STACK_FILE).is_file()), None)
+
+
+def no_stack_hint() -> str | None:
+    """What to tell someone whose command found no stack (and set no DATABASE_URL), else None."""
+    if find_home() is not None or os.environ.get("DATABASE_URL") or os.environ.get("REELQUEUE_DATABASE_URL"):
+        return None
+    where = f"$REELQUEUE_HOME ({os.environ['REELQUEUE_HOME']})" if os.environ.get("REELQUEUE_HOME") else \
+        f"{Path.cwd()} or any directory above it (.reelqueue/{STACK_FILE})"
+    return (f"no reelqueue stack is running: none found in {where}. Start one with `reelqueue dev up` (or "
+            "`make demo`), or set REELQUEUE_HOME to a stack's home, or DATABASE_URL and TEMPORAL_ADDRESS "
+            "for a deployed one")
 
 
 @lru_cache(maxsize=1)

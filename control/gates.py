@@ -12,16 +12,18 @@ import time
 from datetime import timedelta
 
 from pydantic import BaseModel
-from temporalio.client import Client, WorkflowQueryRejectedError
+from temporalio.client import Client, WorkflowQueryFailedError, WorkflowQueryRejectedError
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from adapters.temporal_client import connect
 from config.settings import Settings
 from schema.admission import GateSnapshot
+from schema.contracts import LiveDetails
 from workflows import api
 
 GATE_READ_S = 0.5  # connecting and every gate's query together; `status` must answer within 2 s
+LIVE_READ_S = 3.0  # `show`: connecting, and each of the task's and its gate's queries
 
 
 class GateReading(BaseModel):
@@ -82,3 +84,20 @@ async def stop_gates(client: Client, task_queue: str, providers: list[str]) -> l
             continue
         ended.append(gate.id)
     return ended
+
+
+async def live_details(settings: Settings, workflow_id: str, provider: str,
+                       budget_s: float = LIVE_READ_S) -> LiveDetails | None:
+    """What a running task's workflow says it does now (the `details` query), with its place in its
+    provider's line when it waits for a slot; None when it does not run or did not answer in time."""
+    try:
+        client = await asyncio.wait_for(connect(settings), budget_s)
+        details = await client.get_workflow_handle(workflow_id).query(
+            api.QUERY_DETAILS, result_type=LiveDetails, rpc_timeout=timedelta(seconds=budget_s),
+            reject_condition=QueryRejectCondition.NOT_OPEN)
+        if details.step == "waiting_for_slot":
+            details.position = await client.get_workflow_handle(api.gate_id(provider, settings.task_queue)).query(
+                api.QUERY_GATE_POSITION, workflow_id, result_type=int | None, rpc_timeout=timedelta(seconds=budget_s))
+    except (TimeoutError, RuntimeError, RPCError, WorkflowQueryRejectedError, WorkflowQueryFailedError):
+        return None  # not started, closed, a workflow from before the query, or no worker answering
+    return details

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from temporalio.client import Client
 
 from adapters.storage import ObjectStorage
@@ -24,6 +25,7 @@ from schema.state_machine import TERMINAL
 from schema.uploads import ready_asset
 
 CANCEL_CONCURRENCY = 16
+T = TypeVar("T")
 MAX_PLAN_CHARS = 256 * 1024
 SHOWN_ISSUES = 1000  # the issues an import's view lists (the counts cover all of them)
 
@@ -127,21 +129,40 @@ def start_import_tasks(settings: Settings, db: Database, import_id: str, total: 
     return asyncio.run(start())
 
 
-async def cancel_import_tasks(client: Client, db: Database, import_id: str, reason: str, *, by: str) -> dict[str, int]:
-    """Cancel every task of the import that has not ended, each the way `reelqueue cancel` does one."""
+async def cancel_import_tasks(client: Client, db: Database, import_id: str, reason: str, *, by: str,
+                              statuses: Collection[str] | None = None,
+                              on_done: Callable[[], None] | None = None) -> dict[str, int]:
+    """Cancel every task of the import that has not ended (only those in `statuses`, when given),
+    each the way `reelqueue cancel` does one; `on_done` is told after each (a progress bar)."""
     from control.cancel import NOT_STARTED, cancel_unstarted, cancel_with
 
     counts = {"cancel_requested": 0, "canceled": 0, "unchanged": 0}
-    pending = (t for t in queries.iter_tasks_to_start(db, import_id) if t.status not in TERMINAL)
 
-    async def canceller() -> None:
-        for task in pending:  # one shared generator: each task goes to exactly one canceller
-            outcome = await cancel_with(client, task.workflow_id, reason, by=by)
-            if outcome == NOT_STARTED:
-                outcome = cancel_unstarted(db, task.id, reason)
-            key = {"cancel requested": "cancel_requested", "CANCELED": "canceled"}.get(outcome, "unchanged")
-            counts[key] += 1
+    async def cancel_one(task: Row) -> None:
+        outcome = await cancel_with(client, task.workflow_id, reason, by=by)
+        if outcome == NOT_STARTED:
+            outcome = cancel_unstarted(db, task.id, reason)
+        key = {"cancel requested": "cancel_requested", "CANCELED": "canceled"}.get(outcome, "unchanged")
+        counts[key] += 1
+        if on_done is not None:
+            on_done()
 
-    await asyncio.gather(*(canceller() for _ in range(CANCEL_CONCURRENCY)))
+    await for_each(open_tasks(db, import_id, statuses), cancel_one, CANCEL_CONCURRENCY)
     return counts
 
+
+def open_tasks(db: Database, import_id: str, statuses: Collection[str] | None = None) -> Iterator[Row]:
+    """The import's tasks that have not ended (in `statuses`, when given), read page by page."""
+    return (t for t in queries.iter_tasks_to_start(db, import_id)
+            if t.status not in TERMINAL and (not statuses or t.status in statuses))
+
+
+async def for_each(items: Iterable[T], act: Callable[[T], Awaitable[None]], concurrency: int) -> None:
+    """`act` on every item, at most `concurrency` at a time; `items` is consumed lazily (a paged query)."""
+    pending = iter(items)
+
+    async def worker() -> None:
+        for item in pending:  # one shared iterator: each item goes to exactly one worker
+            await act(item)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -36,6 +36,31 @@ class CancelRequest(BaseModel):
     requested_by: str = "cli"
 
 
+class PauseRequest(BaseModel):
+    """Input of the `pause` signal: the task's import was paused (or resumed, `paused` False) by `by`."""
+
+    paused: bool
+    by: str
+
+
+class LiveDetails(BaseModel):
+    """What a running task is doing now: the `details` query, and (as `text`) the Web UI's current
+    details. `position` is filled by whoever asks the provider's gate (`reelqueue show`)."""
+
+    status: str
+    step: str  # starting, validating, waiting_for_slot, paused, submitting, following_job, retry_wait,
+    #            fetching, transcoding, checking, waiting_for_person, settling, ended
+    text: str
+    since: datetime | None = None  # when the current step began
+    provider: str | None = None
+    attempt_no: int | None = None
+    job_id: str | None = None
+    job_status: str | None = None
+    progress: float | None = None
+    waiting_for: str | None = None  # why a person is needed (evidence), or who paused the import
+    position: int | None = None
+
+
 class ResolveAction(StrEnum):
     RETRY = "retry"  # run the stuck step again (poll, reconcile, cancel, stray)
     # Give up on an unknown submit and submit anew; or book a duplicate job the provider refuses to
@@ -149,6 +174,7 @@ class TaskInfo(BaseModel):
     plan_limits: PlanLimits | None = None  # the plan's admission limits for this provider
     review: ReviewPolicy | None = None  # the template asks for review ("required" or "sample")
     tenant_max_concurrent: int | None = None  # the tenant's concurrency (its gate); None: no tenant layer
+    paused_by: str | None = None  # the task's import is paused (import-pause-v1): who paused it
 
 
 class ValidationResult(BaseModel):

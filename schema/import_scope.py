@@ -4,9 +4,10 @@ a row, an index entry and two foreign-key checks per task, see docs/performance.
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, CompoundSelect, select, union_all
+from sqlalchemy import ColumnElement, CompoundSelect, or_, select, union_all
+from sqlalchemy.orm import Session
 
-from schema.models import ImportTask, Task
+from schema.models import CatalogImport, ImportTask, Task
 
 
 def import_task_ids(import_id: str) -> CompoundSelect:
@@ -18,3 +19,11 @@ def import_task_ids(import_id: str) -> CompoundSelect:
 def in_import(import_id: str) -> ColumnElement[bool]:
     """WHERE clause on `Task`: the task belongs to the import."""
     return Task.id.in_(import_task_ids(import_id))
+
+
+def import_paused_by(session: Session, task: Task) -> str | None:
+    """Who paused an import that covers the task (`reelqueue pause`), or None when none is paused."""
+    linked = select(ImportTask.import_id).where(ImportTask.task_id == task.id)
+    return session.scalar(select(CatalogImport.paused_by).where(
+        CatalogImport.paused_by.is_not(None),
+        or_(CatalogImport.id == task.import_id, CatalogImport.id.in_(linked))).limit(1))

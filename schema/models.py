@@ -136,6 +136,8 @@ class CatalogImport(Base):
     previous_id: Mapped[str | None] = mapped_column(ForeignKey("catalog_imports.id"))
     supersedes_id: Mapped[str | None] = mapped_column(ForeignKey("catalog_imports.id"))
     created_at: Mapped[datetime] = _now_column()
+    paused_by: Mapped[str | None] = mapped_column(String(200))  # `reelqueue pause`: who (None: running)
+    paused_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Product(Base):

@@ -27,6 +27,8 @@ SIGNAL_PROVIDER_UPDATE = "provider_update"  # ProviderUpdate: a webhook saw a ch
 UPDATE_RESOLVE = "resolve"  # ResolveRequest -> ResolveResult: an operator's decision on NEEDS_ATTENTION
 UPDATE_REVIEW = "review"  # ReviewRequest -> ReviewResult: a reviewer's decision on a task in REVIEW
 QUERY_STATUS = "status"  # the task status as the workflow knows it
+QUERY_DETAILS = "details"  # LiveDetails: what the task does now (also the Web UI's current details)
+SIGNAL_PAUSE = "pause"  # PauseRequest: the task's import was paused or resumed
 SIGNAL_SLOT_GRANTED = "slot_granted"  # SlotGrant: the provider's gate admitted this task
 SIGNAL_SLOT_CHECK = "slot_check"  # SlotGrant: the gate asks whether the holder still exists (lease probe)
 SIGNAL_TENANT_SLOT_GRANTED = "tenant_slot_granted"  # SlotGrant: the task's tenant gate admitted it
@@ -37,6 +39,7 @@ SIGNAL_GATE_REQUEST = "request"  # SlotRequest
 SIGNAL_GATE_RELEASE = "release"  # SlotRelease
 SIGNAL_GATE_RENEW = "renew"  # SlotRenewal
 QUERY_GATE_SNAPSHOT = "snapshot"  # GateSnapshot: limit, effective limit, in use, waiting, oldest wait
+QUERY_GATE_POSITION = "position"  # workflow id -> its place in line (1 = next), None when not waiting
 
 
 # RenditionsWorkflow: the renditions step of one task run again on operator request.

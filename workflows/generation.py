@@ -49,6 +49,8 @@ with workflow.unsafe.imports_passed_through():
         GenerationOutcome,
         JobRef,
         JobStatus,
+        LiveDetails,
+        PauseRequest,
         PollResult,
         ProviderUpdate,
         ReconcileOutcome,
@@ -99,6 +101,9 @@ TASK_QUEUES = "task-queues-v1"  # workflow.patched: media steps run on the media
 # workflow.patched: a task of a tenant with a concurrency limit holds one of its tenant gate's slots
 # while it generates (asked before the provider's gate, given back once its job succeeded or it ended)
 TENANT_ADMISSION = "tenant-admission-v1"
+# workflow.patched: a task of a paused import waits before asking for a slot, and leaves its gate's line
+# while paused (it keeps its first place when it asks again); a job already running goes on.
+IMPORT_PAUSE = "import-pause-v1"
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
@@ -194,12 +199,20 @@ class GenerationWorkflow:
         self._in_review = False  # waiting in REVIEW for a reviewer's decision
         self._decision: ReviewRequest | None = None
         self._booked: float | None = None  # cost settled when the task entered REVIEW
+        self._paused_by: str | None = None  # import-pause-v1: who paused the task's import
+        self._pause_told = False  # a pause/resume signal came: it outranks what validation read
+        self._details = LiveDetails(status=S.CREATED.value, step="starting", text="starting")
 
     # -- messages -------------------------------------------------------------------------
 
     @workflow.signal(name=api.SIGNAL_CANCEL)
     def cancel(self, request: CancelRequest) -> None:
         self._cancel = self._cancel or request
+
+    @workflow.signal(name=api.SIGNAL_PAUSE)
+    def pause(self, request: PauseRequest) -> None:
+        self._pause_told = True
+        self._paused_by = request.by if request.paused else None
 
     @workflow.signal(name=api.SIGNAL_SLOT_GRANTED)
     def slot_granted(self, grant: SlotGrant) -> None:
@@ -222,6 +235,10 @@ class GenerationWorkflow:
     @workflow.query(name=api.QUERY_STATUS)
     def status(self) -> str:
         return self._status.value
+
+    @workflow.query(name=api.QUERY_DETAILS)
+    def details(self) -> LiveDetails:
+        return self._details
 
     @workflow.update(name=api.UPDATE_RESOLVE)
     async def resolve(self, request: ResolveRequest) -> ResolveResult:
@@ -302,9 +319,12 @@ class GenerationWorkflow:
                 await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class="activity_failed")
 
     async def _validate_and_reserve(self) -> None:
+        self._tell("validating", "checking the inputs and reserving credit")
         await self._move(E.VALIDATION_STARTED)
         checked = await self._run(TaskActivities.validate_task, TaskRef(task_id=self._task_id, run=self._run_no))
         self._info = checked.info
+        if not self._pause_told:
+            self._paused_by = checked.info.paused_by
         self._attempt_no = checked.info.current_attempt_no  # a re-driven task continues its numbering
         self._deadline = workflow.now() + timedelta(seconds=checked.info.deadline_s)
         self._task_deadline = workflow.now() + timedelta(seconds=checked.info.task_deadline_s)
@@ -354,6 +374,7 @@ class GenerationWorkflow:
 
     async def _submit(self, ref: AttemptRef) -> JobRef | None:
         """One submit; the job to follow, or None once the task is back in QUEUED."""
+        self._tell("submitting", f"submitting attempt {ref.attempt_no} to {self._info.provider}")
         try:
             sent = await self._run(SubmitActivities.submit, ref)
         except ActivityError as exc:  # out of budget: the call may have gone out, so ask, never resend
@@ -387,6 +408,7 @@ class GenerationWorkflow:
 
     async def _reconcile(self, ref: AttemptRef) -> JobRef | None:
         """Find out whether an unknown submit created a job, before anything is sent again."""
+        self._tell("reconciling", f"asking {self._info.provider} whether attempt {ref.attempt_no} created a job")
         while True:
             try:
                 found = await self._run(SubmitActivities.reconcile_submit, ref)
@@ -518,9 +540,11 @@ class GenerationWorkflow:
         paid for, so a cancel now is too late and a failure still settles its cost."""
         renditions = workflow.patched(RENDITIONS)
         try:
+            self._tell("fetching", f"copying job {job.job_id}'s video into our storage")
             raw = await self._run(FetchActivities.fetch_output, job)
             await self._move(E.OUTPUT_PERSISTED, payload={"raw_key": raw.key, "sha256": raw.sha256})
             media = TranscodeInput(task_id=self._task_id, raw_asset_id=raw.asset_id)
+            self._tell("transcoding", "transcoding the proxy MP4")
             if renditions:
                 proxy = await self._run(MediaActivities.transcode_proxy, media)
             else:
@@ -537,6 +561,7 @@ class GenerationWorkflow:
     async def _renditions(self, media: TranscodeInput) -> dict[str, str]:
         """HLS and thumbnail with their own retries. A failure never costs the task its proxy: it
         stays recorded on its rendition row (FAILED, with the error) for a later retry."""
+        self._tell("transcoding", "making the HLS rendition and the thumbnail")
         try:
             made = await self._run(MediaActivities.make_renditions, media)
         except ActivityError as exc:
@@ -550,6 +575,7 @@ class GenerationWorkflow:
         policy = self._info.review
         if policy is None or not workflow.patched(REVIEW):
             return
+        self._tell("checking", "automatic checks of the video (black, frozen, duration, audio)")
         checks = await self._run(ReviewActivities.check_output, CheckInput(
             task_id=self._task_id, attempt_no=self._attempt_no, proxy_asset_id=proxy.asset_id,
             aspect_ratio=self._info.aspect_ratio, duration_s=self._info.duration_s, policy=policy))
@@ -561,6 +587,9 @@ class GenerationWorkflow:
             "proxy": proxy.key, "checks_passed": checks.passed,
             "failed_checks": [c.name for c in checks.checks if not c.passed]})
         self._in_review = True
+        self._tell("waiting_for_person", f"in review: waiting for a reviewer's decision (deadline in "
+                                         f"{policy.deadline_s / 3600:g} h, then {policy.on_deadline})",
+                   waiting_for="review decision" + ("" if checks.passed else " (automatic checks failed)"))
         try:
             await workflow.wait_condition(lambda: self._decision is not None or self._cancel_pending(),
                                           timeout=timedelta(seconds=policy.deadline_s))
@@ -604,6 +633,7 @@ class GenerationWorkflow:
 
     async def _retry_wait(self, error: str, error_class: ErrorClass | None, hint_s: float | None = None) -> None:
         delay = self._retry_delay(hint_s)
+        self._tell("retry_wait", f"next attempt in {delay:.0f} s after: {error}")
         await self._move(E.RETRYABLE_FAILURE, error=error, error_class=(error_class or ErrorClass.RETRYABLE).value,
                          next_retry_at=workflow.now() + timedelta(seconds=delay))
         await self._wait_then_requeue(delay)
@@ -649,6 +679,8 @@ class GenerationWorkflow:
         (a retry returns here for the caller to run its step again; a decision on strays is the
         caller's to carry out)."""
         self._stuck = stuck
+        self._tell("waiting_for_person", f"needs attention (stuck at {stuck}): {evidence}; decide with "
+                                         f"`reelqueue resolve {self._task_id}`", waiting_for=evidence or stuck)
         await self._move(E.NEEDS_ATTENTION, error=evidence, error_class="needs_attention",
                          payload={"stuck": stuck, "evidence": evidence,
                                   "job_id": self._live.job_id if self._live else None,
@@ -713,6 +745,7 @@ class GenerationWorkflow:
         self._error = error
         await self._move(event, error=error, error_class=error_class, payload=payload,
                          cancel_outcome=cancel_outcome)
+        self._tell("ended", f"ended {self._status.value}" + (f": {error}" if error else ""))
         raise TaskEnded(error)
 
     async def _clean_up_after_takeover(self) -> None:
@@ -838,27 +871,54 @@ class GenerationWorkflow:
         first `requested_at`: a gate that still has it ignores it, a gate that lost it (reset,
         terminated) puts it back in its place in line."""
         self._asked_at = self._asked_at or workflow.now()
-        self._granted = None
         request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
                               requested_at=self._asked_at)
-        await self._request_slot(request)
         while True:
-            every = REASK_EVERY * workflow.random().uniform(0.8, 1.2)  # spread: tasks queued together re-ask apart
-            wait = None if not reask else every if until is None else min(every, until - workflow.now())
-            try:
-                await workflow.wait_condition(lambda: self._granted is not None or self._cancel_pending(),
-                                              timeout=wait if wait is None else max(wait, timedelta(seconds=1)))
+            if self._paused() and not await self._wait_while_paused(until):
+                return None
+            self._granted = None
+            self._tell("waiting_for_slot", f"waiting for a slot at provider {self._info.provider} (in line since "
+                                           f"{self._asked_at:%Y-%m-%d %H:%M:%S} UTC)")
+            await self._request_slot(request)
+            await self._wait_for_grant(request, until, reask=reask)
+            if self._granted is not None or not self._paused() or self._cancel_pending():
                 break
-            except TimeoutError:
-                if until is not None and workflow.now() >= until:
-                    break
-                if not await self._signal_gate(api.SIGNAL_GATE_REQUEST, request):
-                    await self._request_slot(request)  # no gate runs: bring one up
+            # Paused while in line: leave it (no grant comes while paused); the next ask keeps the place.
+            await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id))
         if self._granted is None:
             await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id))
             return None
         self._slot, self._renewed_at = self._granted, workflow.now()
         return self._slot
+
+    async def _wait_for_grant(self, request: SlotRequest, until: datetime | None, *, reask: bool) -> None:
+        """Until the gate grants, a cancel comes, `until` passes or (import-pause-v1) the import is paused."""
+        while True:
+            every = REASK_EVERY * workflow.random().uniform(0.8, 1.2)  # spread: tasks queued together re-ask apart
+            wait = None if not reask else every if until is None else min(every, until - workflow.now())
+            try:
+                await workflow.wait_condition(
+                    lambda: self._granted is not None or self._cancel_pending() or self._paused_by is not None,
+                    timeout=wait if wait is None else max(wait, timedelta(seconds=1)))
+                return
+            except TimeoutError:
+                if until is not None and workflow.now() >= until:
+                    return
+                if not await self._signal_gate(api.SIGNAL_GATE_REQUEST, request):
+                    await self._request_slot(request)  # no gate runs: bring one up
+
+    def _paused(self) -> bool:
+        """The task's import is paused (import-pause-v1; runs from before the patch are never paused)."""
+        return self._paused_by is not None and workflow.patched(IMPORT_PAUSE)
+
+    async def _wait_while_paused(self, until: datetime | None) -> bool:
+        """A paused import's task waits here holding no slot; False when a cancel came or `until` passed."""
+        self._tell("paused", f"import paused by {self._paused_by}: waits for `reelqueue resume`, holding no slot",
+                   waiting_for=f"paused by {self._paused_by}")
+        timeout = None if until is None else max(until - workflow.now(), timedelta(seconds=1))
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(lambda: self._paused_by is None or self._cancel_pending(), timeout=timeout)
+        return self._paused_by is None and not self._cancel_pending()
 
     async def _take_tenant_slot(self) -> None:
         """Wait, QUEUED, for one of the tenant's slots (its max_concurrent) before the provider's
@@ -867,6 +927,7 @@ class GenerationWorkflow:
         if limit is None or self._tenant_slot is not None or not workflow.patched(TENANT_ADMISSION):
             return
         self._tenant_granted = None
+        self._tell("waiting_for_slot", f"waiting for one of tenant {self._info.tenant_id}'s {limit} slots")
         request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
                               requested_at=workflow.now())
         await self._run(AdmissionActivities.request_slot, AdmissionInput(
@@ -926,6 +987,7 @@ class GenerationWorkflow:
         """Follow this job from now: its deadline counts from here, so queue time, retry waits and
         earlier attempts never shorten it (runs from before job-deadline-v1 count from validation)."""
         self._live = JobRef(task_id=self._task_id, attempt_no=self._attempt_no, job_id=job_id or "")
+        self._tell("following_job", f"job {job_id} at {self._info.provider}: accepted", job_status="ACCEPTED")
         if workflow.patched(JOB_DEADLINE):
             self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
         return self._live
@@ -935,6 +997,9 @@ class GenerationWorkflow:
         that ended gives its slot back."""
         if state.cost is not None:
             self._costs[job.attempt_no] = state.cost
+        self._tell("following_job", f"job {job.job_id} at {self._info.provider}: {state.raw_status}"
+                   + (f", {state.progress:.0%}" if state.progress is not None else ""),
+                   job_id=job.job_id, job_status=state.raw_status, progress=state.progress)
         if state.terminal and self._live is not None and self._live.job_id == job.job_id:
             self._live = None
             await self._release_slot()
@@ -977,6 +1042,8 @@ class GenerationWorkflow:
         if result.status is not self._status:
             self._status = result.status
             workflow.upsert_search_attributes([TASK_STATUS.value_set(result.status.value)])
+            self._details.status = result.status.value
+            self._publish()
         if not result.applied:
             workflow.logger.warning("task %s: %s not applied, task is %s", self._task_id, event.value, result.status)
             if result.status in TERMINAL:
@@ -987,8 +1054,38 @@ class GenerationWorkflow:
         start_to_close, retry, heartbeat = _STEPS[step]
         return await workflow.execute_activity_method(
             step, arg, start_to_close_timeout=start_to_close, retry_policy=retry, heartbeat_timeout=heartbeat,
-            task_queue=queue_of(step.__name__, TASK_QUEUES),
+            task_queue=queue_of(step.__name__, TASK_QUEUES), summary=_summary(step, arg),
         )
+
+    # -- live details ------------------------------------------------------------------------
+
+    def _tell(self, step: str, text: str, **fields: Any) -> None:
+        """What the task does now, for the `details` query and the Web UI's current details (neither
+        is in the history: no command changes)."""
+        job = self._live.job_id if self._live is not None else None
+        self._details = LiveDetails(**{
+            "status": self._status.value, "step": step, "text": text[:400], "since": workflow.now(),
+            "provider": self._info.provider if self._info else None, "attempt_no": self._attempt_no or None,
+            "job_id": job or None, **fields})
+        self._publish()
+
+    def _publish(self) -> None:
+        d = self._details
+        lines = [f"**{d.status}** · {d.text}"]
+        if d.job_id:
+            progress = f" · {d.progress:.0%}" if d.progress is not None else ""
+            lines.append(f"job `{d.job_id}` (attempt {d.attempt_no}) {d.job_status or ''}{progress}")
+        workflow.set_current_details("\n\n".join(lines))
+
+
+def _summary(step: Callable[..., Any], arg: Any) -> str:
+    """The line the Web UI shows for an activity call: the step, and the attempt and job it is about."""
+    parts = [step.__name__]
+    for field, label in (("attempt_no", "attempt"), ("job_id", "job")):
+        value = getattr(arg, field, None)
+        if value:
+            parts.append(f"{label} {value}")
+    return " · ".join(parts)
 
 
 def _decided(decision: ResolveRequest) -> dict:

@@ -110,6 +110,11 @@ class ProviderGateWorkflow:
             paused_until=self._state.paused_until if self._paused() else None,
         )
 
+    @workflow.query(name=api.QUERY_GATE_POSITION)
+    def position(self, workflow_id: str) -> int | None:
+        """A waiting task's place in line (1 = granted next); None when it does not wait here."""
+        return next((i for i, q in enumerate(self._state.queue, 1) if q.workflow_id == workflow_id), None)
+
     # -- the loop ---------------------------------------------------------------------------
 
     @workflow.run

@@ -161,6 +161,7 @@ class World:
     limit: int = 20
     plan_limits: PlanLimits | None = None  # what validate_task reads from the task's plan
     review: ReviewPolicy | None = None  # what validate_task reads from the task's template
+    paused_by: str | None = None  # what validate_task reads from the task's import (import-pause-v1)
     checks: list[Answer] = field(default_factory=lambda: [CHECKS_PASSED])
     transitions: list[TransitionInput] = field(default_factory=list)  # every applied move, as sent
     strays: list[StrayJobRef] = field(default_factory=list)  # stray_jobs rows not accounted yet
@@ -258,7 +259,7 @@ class World:
             info = TaskInfo(task_id=ref.task_id, tenant_id="default", status=world.status.value, provider="fake",
                             model="m", aspect_ratio="9:16", duration_s=2.0, estimated_cost=float(RESERVED),
                             min_poll_interval_s=1.0, deadline_s=world.deadline_s, current_attempt_no=0,
-                            plan_limits=world.plan_limits, review=world.review)
+                            plan_limits=world.plan_limits, review=world.review, paused_by=world.paused_by)
             return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=info)
 
         @activity.defn(name="reserve_credit")
