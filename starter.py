@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import os
+from enum import StrEnum
 
 import typer
 
@@ -49,6 +49,11 @@ app.add_typer(db_app, name="db")
 app.add_typer(tenants_app, name="tenants")
 
 
+class LogFormatChoice(StrEnum):
+    json = "json"
+    text = "text"
+
+
 def _print_version(asked: bool) -> None:
     if asked:
         typer.echo(f"reelqueue {package_version()}")
@@ -69,12 +74,22 @@ def package_version() -> str:
 def _options(
     _version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                   help="print the version and exit"),
+    log_format: LogFormatChoice = typer.Option(LogFormatChoice.text, "--log-format",
+                                               help="stderr log lines (docs/observability.md)"),
 ) -> None:
-    pass
+    """The CLI reports problems in its own output (tables, reports, --json); library warnings such as
+    fetch refusals are already in the validation report, so only errors reach stderr by default."""
+    from config.settings import Settings
+    from telemetry.logs import configure_logging
+    from telemetry.tracing import setup_tracing
 
-# The CLI reports problems in its own output (tables, reports, --json); library warnings such as
-# fetch refusals are already in the validation report, so only errors reach stderr by default.
-logging.basicConfig(level=os.environ.get("REELQUEUE_LOG_LEVEL", "ERROR"), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        settings = Settings()
+    except ValueError:  # an unusable variable: the command itself reports it
+        settings = None
+    configure_logging("cli", log_format.value, level=os.environ.get("REELQUEUE_LOG_LEVEL", "ERROR"),  # type: ignore[arg-type]
+                      settings=settings)
+    setup_tracing("cli")
 
 
 

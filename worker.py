@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import math
 import os
 import signal
@@ -38,6 +39,7 @@ from workflows.renditions import RenditionsWorkflow
 WORKFLOWS = [GenerationWorkflow, ProviderGateWorkflow, RenditionsWorkflow]
 QUEUES = (api.IO, api.MEDIA)
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+log = logging.getLogger("reelqueue.worker")
 
 
 class QueueWorkers:
@@ -144,6 +146,9 @@ def parse_queues(text: str) -> tuple[str, ...]:
 
 
 async def serve(settings: Settings, queues: Sequence[str] = QUEUES) -> None:
+    from metrics import sdk
+
+    sdk.install()  # before the client: the SDK's metrics go to the same /metrics as ours
     client = await connect(settings)
     workers = build_worker(client, settings, queues=queues)
     stop = asyncio.Event()
@@ -154,15 +159,15 @@ async def serve(settings: Settings, queues: Sequence[str] = QUEUES) -> None:
     served = [w.task_queue for w in workers.workers]
     async with workers:
         _mark_ready(settings)
-        print(f"worker serving {', '.join(served)} at {settings.temporal_address} (media slots "
-              f"{media_slots(settings) if api.MEDIA in queues else 0}); metrics at {metrics_url or 'off'}", flush=True)
+        log.info("worker serving %s at %s (media slots %d); metrics at %s", ", ".join(served),
+                 settings.temporal_address, media_slots(settings) if api.MEDIA in queues else 0, metrics_url or "off")
         sweeper = asyncio.create_task(_sweeping_outbox(settings, client, stop)) if api.IO in queues else None
         await workers.until(stop)
         stop.set()  # also when a Worker ended on its own
         if sweeper is not None:
             await sweeper
-        print(f"worker draining: running activities have {settings.worker_drain_s:.0f} s to finish", flush=True)
-    print("worker stopped", flush=True)
+        log.info("worker draining: running activities have %.0f s to finish", settings.worker_drain_s)
+    log.info("worker stopped")
 
 
 async def _sweeping_outbox(settings: Settings, client: Client, stop: asyncio.Event) -> None:
@@ -187,8 +192,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Refuses to start (exit 2, naming the variable or option) without the secrets it needs or with
     an unknown queue."""
     from config.secrets import require
+    from telemetry.logs import configure_logging
+    from telemetry.tracing import setup_tracing
 
     settings = get_settings()
+    configure_logging("worker", settings.log_format, level=settings.log_level, settings=settings)
     parser = argparse.ArgumentParser(description="Serve reelqueue's task queues.")
     parser.add_argument("--queues", default=settings.worker_queues,
                         help="io, media or io,media (default: REELQUEUE_WORKER_QUEUES, else both)")
@@ -198,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     require(settings, "worker")
+    setup_tracing("worker")
     asyncio.run(serve(settings, queues))
 
 

@@ -32,6 +32,8 @@ from schema.db import Database
 from schema.models import Attempt, CreditEntry, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, AttemptState
 from schema.task_store import TaskNotFound
+from telemetry.logs import bind
+from telemetry.tracing import annotate
 
 _ATTEMPT_STATE = {
     JobStatus.QUEUED: AttemptState.ACKED,
@@ -70,6 +72,9 @@ class PollActivities:
     @classified
     def poll_job(self, ref: JobRef) -> PollResult:
         _, state = self._observe(ref.task_id, lambda p: _status_call(p, ref.job_id))
+        bind(provider=state.provider)
+        annotate(provider=state.provider, job_id=ref.job_id, request_key=state.request_key,
+                 job_status=state.status.value)
         failpoint("mid_poll")
         self._record(ref, state, poll=True)
         return _result(state)

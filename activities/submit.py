@@ -45,6 +45,8 @@ from schema.db import Database
 from schema.models import Asset, Attempt, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState, TaskStatus
 from schema.task_store import TaskNotFound
+from telemetry.logs import bind
+from telemetry.tracing import annotate
 
 SOFTWARE_VERSION = "0.2.0"
 INPUT_URL_TTL = timedelta(hours=2)
@@ -118,7 +120,9 @@ class SubmitActivities:
             )
             task.current_attempt_no = max(task.current_attempt_no, ref.attempt_no)
         failpoint("before_submit")
+        bind(provider=task.provider)
         result = self.providers[task.provider].submit(request)  # outside any transaction
+        annotate(provider=task.provider, request_key=key, job_id=result.job_id, outcome=result.outcome.value)
         SUBMITS.labels(task.provider, result.outcome.value).inc()
         if result.outcome is SubmitOutcome.ACCEPTED:
             failpoint("after_accept_before_record")

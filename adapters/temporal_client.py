@@ -57,4 +57,8 @@ def is_temporal_cloud(address: str) -> bool:
 
 
 async def connect(settings: Settings) -> Client:
-    return await Client.connect(**connect_options(settings), data_converter=pydantic_data_converter)
+    """With tracing on (telemetry/tracing.py), the client and the workers built on it carry its interceptor."""
+    from telemetry.tracing import client_interceptors
+
+    return await Client.connect(**connect_options(settings), data_converter=pydantic_data_converter,
+                                interceptors=client_interceptors())

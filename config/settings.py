@@ -156,6 +156,10 @@ class Settings(BaseSettings):
     media_max_activities: int = Field(default=0, ge=0)
     worker_drain_s: float = Field(default=60.0, ge=0)
 
+    # Logs of the worker and the gateway (telemetry/logs.py): JSON lines, or text for a person.
+    log_format: Literal["json", "text"] = "json"
+    log_level: str = "INFO"
+
     # The worker's Prometheus endpoint (http://host:port/metrics); port 0 turns it off. `dev up`
     # picks a free port and writes it to stack.json; several workers on one host need one each.
     worker_metrics_host: str = "127.0.0.1"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import uvicorn
 
 from emulator.app import create_app
 from emulator.config import WEBHOOK_SECRET_ENV, EmulatorConfig
+from telemetry.logs import configure_logging
 
 
 def parse_args(argv: list[str] | None = None) -> EmulatorConfig:
@@ -44,8 +44,11 @@ def parse_args(argv: list[str] | None = None) -> EmulatorConfig:
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    uvicorn.run(create_app(config), host=config.host, port=config.port, timeout_graceful_shutdown=5)
+    # The worker's and gateway's log lines (telemetry/logs.py): presigned input URLs and output
+    # tokens in its request lines are redacted like theirs.
+    configure_logging("emulator", os.environ.get("REELQUEUE_LOG_FORMAT", "json"))  # type: ignore[arg-type]
+    uvicorn.run(create_app(config), host=config.host, port=config.port, timeout_graceful_shutdown=5,
+                log_config=None)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,16 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    require(Settings(), "gateway")
-    uvicorn.run("gateway.app:app", host=args.host, port=args.port)
+    settings = Settings()
+    require(settings, "gateway")
+    from metrics import sdk
+    from telemetry.logs import configure_logging
+    from telemetry.tracing import setup_tracing
+
+    configure_logging("gateway", settings.log_format, level=settings.log_level, settings=settings)
+    setup_tracing("gateway")
+    sdk.install()  # its Temporal client's request metrics join the gateway's /metrics
+    uvicorn.run("gateway.app:app", host=args.host, port=args.port, log_config=None)
 
 
 if __name__ == "__main__":

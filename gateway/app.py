@@ -26,6 +26,7 @@ from gateway.review import ReviewDeps, review_deps_from_settings
 from gateway.review import router as review_router
 from gateway.v1 import router as v1_router
 from gateway.webhooks import router as webhooks_router
+from telemetry.tracing import instrument_app
 
 MAX_BODY_BYTES = 1024 * 1024  # no route takes more (webhooks have their own, smaller cap)
 
@@ -67,6 +68,7 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
     else:
         application.state.deps = LazyDeps(deps or _from_settings)
     install_problem_handlers(application)
+    instrument_app(application)
     application.include_router(webhooks_router)
     application.include_router(media_router)
     application.include_router(review_router)

@@ -6,22 +6,16 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import re
 
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.problems import ProblemError, problem_response
+from telemetry.redaction import REDACTED, redact
 
-REDACTED = "[redacted]"
-_MEDIA_TOKEN = re.compile(r"(/media/)[^/?#\s]+")
-_QUERY = re.compile(r"\?[^\s\"]*")
+__all__ = ["REDACTED", "redact", "RedactTokens", "install_log_redaction", "BodyLimit", "read_body",
+           "check_metrics_access"]
 ACCESS_LOGGER = "uvicorn.access"
-
-
-def redact(text: str) -> str:
-    """`text` without media tokens (a path segment) or query strings (reviewer tokens travel there)."""
-    return _QUERY.sub("?" + REDACTED, _MEDIA_TOKEN.sub(r"\g<1>" + REDACTED, text))
 
 
 class RedactTokens(logging.Filter):

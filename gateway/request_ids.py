@@ -13,6 +13,7 @@ from contextvars import ContextVar
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.guards import redact
+from telemetry import logs
 
 HEADER = "X-Request-ID"
 _SANE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -43,12 +44,13 @@ class RequestIds:
             await send(message)
 
         try:
-            await self.app(scope, receive, with_id)
+            with logs.bound(request_id=request_id):
+                await self.app(scope, receive, with_id)
         finally:
             # the path only, media tokens redacted (as in the access log, gateway/guards.py)
             path = _printable(redact(scope["path"]))
             log.info("request_id=%s %s %s %d %.1fms", request_id, scope["method"], path, status,
-                     (time.monotonic() - started) * 1000)
+                     (time.monotonic() - started) * 1000, extra={"fields": {"request_id": request_id}})
             current.reset(token)
 
 
@@ -59,7 +61,11 @@ def _printable(path: str) -> str:
 
 def install_request_log() -> None:
     """Once per process: the request lines go to stderr (the gateway's log under `dev up`), beside
-    uvicorn's own, whatever logging the host process set up."""
+    uvicorn's own, whatever logging the host process set up; under telemetry/logs.py's handler they
+    go through it instead."""
+    if logs.is_configured():
+        log.setLevel(logging.INFO)
+        return
     if not log.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

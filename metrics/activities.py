@@ -1,12 +1,13 @@
-"""A worker interceptor that times every activity and counts those in flight.
+"""A worker interceptor that times every activity, counts those in flight and logs one line for each.
 
 Temporal runs interceptors on the event loop around each activity (sync ones included: they await
-the executor), so one place measures transcode and fetch time, errors and media utilisation
-without touching the activities themselves.
+the executor), so one place measures transcode and fetch time, errors and media utilisation, and
+writes the activity's log line (its ids come from telemetry/logs.py), without touching the activities.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from typing import Any
@@ -15,6 +16,9 @@ from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from metrics import ACTIVITIES_IN_FLIGHT, ACTIVITY_SECONDS, ACTIVITY_SLOTS, MEDIA_ACTIVITIES, MEDIA_UTILISATION
+from telemetry.logs import bound
+
+log = logging.getLogger("reelqueue.activity")
 
 
 class ActivityMetrics(Interceptor):
@@ -46,11 +50,15 @@ class _Timed(ActivityInboundInterceptor):
         self._owner.busy[name] += 1
         ACTIVITIES_IN_FLIGHT.labels(name).inc()
         started, result = time.perf_counter(), "error"
-        try:
-            out = await super().execute_activity(input)
-            result = "ok"
-            return out
-        finally:
-            self._owner.busy[name] -= 1
-            ACTIVITIES_IN_FLIGHT.labels(name).dec()
-            ACTIVITY_SECONDS.labels(name, result).observe(time.perf_counter() - started)
+        with bound():  # fields the activity binds (its provider) reach its closing line
+            try:
+                out = await super().execute_activity(input)
+                result = "ok"
+                return out
+            finally:
+                self._owner.busy[name] -= 1
+                ACTIVITIES_IN_FLIGHT.labels(name).dec()
+                seconds = time.perf_counter() - started
+                ACTIVITY_SECONDS.labels(name, result).observe(seconds)
+                log.info("activity %s %s in %.3fs", name, result, seconds,
+                         extra={"fields": {"result": result, "seconds": round(seconds, 4)}})

@@ -49,7 +49,7 @@ def test_a_media_link_built_from_public_values_is_refused(stack):
     key = _stored_video(stack)
     for s3_secret in (PUBLIC_S3_SECRET, stack.s3_secret_key):
         forged = _derived_signer(s3_secret, stack.gateway_url).link(key, 3600).url
-        assert httpx.get(forged, timeout=10).status_code in (401, 403), s3_secret[:4]
+        assert httpx.get(forged, timeout=10).status_code == 404, s3_secret[:4]  # refused, telling nothing
     genuine = LinkSigner.from_settings(stack).link(key, 3600).url
     assert httpx.get(genuine, timeout=10).status_code == 200
 

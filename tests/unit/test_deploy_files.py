@@ -18,14 +18,16 @@ MONITORING = ROOT / "deploy" / "monitoring"
 NOWHERE_DB = "postgresql+psycopg://nobody@127.0.0.1:1/nothing?connect_timeout=2"
 # Series Prometheus makes itself, not the code.
 PROMETHEUS_OWN = {"up"}
-_METRIC = re.compile(r"\b(reelqueue_[a-z0-9_]+|up)\b(?!\s*\()")
+_METRIC = re.compile(r"\b((?:reelqueue|temporal)_[a-z0-9_]+|up)\b(?!\s*\()")
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
 def _exported() -> set[str]:
-    """Every series name the worker and the gateway export (metrics/ and metrics/collector.py)."""
+    """Every series name the worker and the gateway export (metrics/ and metrics/collector.py), and the
+    Temporal SDK's worker-tuning series the worker passes on (metrics/sdk.py)."""
     import metrics
     from metrics.collector import PostgresCollector, snapshot_metrics
+    from metrics.sdk import TUNING_SIGNALS
     from schema.db import Database
 
     families = [m for m in vars(metrics).values() if hasattr(m, "describe") and hasattr(m, "_name")]
@@ -33,6 +35,7 @@ def _exported() -> set[str]:
     families += list(snapshot_metrics([], {}, ["emulator"]))
     families += list(PostgresCollector(Database(NOWHERE_DB), {}, []).collect())  # reelqueue_database_up
     names = {family.name + suffix for family in families for suffix in _SUFFIXES.get(family.type, ("",))}
+    names |= {name + suffix for name, kind in TUNING_SIGNALS.items() for suffix in _SUFFIXES[kind]}
     assert {"reelqueue_submits_total", "reelqueue_queue_depth", "reelqueue_database_up",
             "reelqueue_webhook_lag_seconds_bucket", "reelqueue_credit_spent_total"} <= names
     return names
