@@ -78,6 +78,18 @@ def test_the_dashboard_covers_queues_states_spend_webhooks_and_slots() -> None:
         assert needle in text, needle
 
 
+def test_no_two_dashboard_panels_overlap() -> None:
+    """Panels added by different branches keep their own cells (Grafana would shuffle overlaps)."""
+    dashboard = json.loads((MONITORING / "grafana" / "dashboards" / "reelqueue.json").read_text())
+    taken: dict[tuple[int, int], str] = {}
+    for panel in dashboard["panels"]:
+        g = panel["gridPos"]
+        for cell in ((x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])):
+            assert cell not in taken, (panel["title"], taken[cell])
+            taken[cell] = panel["title"]
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
 def test_every_alert_names_only_metrics_the_code_exports(exported: set[str]) -> None:
     rules = _alert_rules()
     assert len({r["alert"] for r in rules}) == len(rules)
