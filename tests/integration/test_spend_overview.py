@@ -20,7 +20,7 @@ import httpx
 import pytest
 from cli_helpers import run_cli_async
 from sqlalchemy import select
-from stack_helpers import import_small, wait_for_status
+from stack_helpers import gateway_log_after, import_small, wait_for_status
 from test_review_gallery import BROWSER_ARGS, CHROMIUM, _browser_or_skip
 
 from bench.common import scrape, total
@@ -212,3 +212,6 @@ async def test_overview_page_follows_a_run_to_the_figures_of_status_and_spend(st
         assert Decimal(spend[key]) == Decimal(str(spent[key])), key
     assert Decimal(spend["per-succeeded"]) == Decimal(str(spent["cost_per_succeeded"]))
     assert spend["per-approved"] == "-" and spent["cost_per_approved"] is None  # no review in this plan
+    # The link's token never reached the gateway's log (its query is redacted).
+    log = gateway_log_after(stack, f"/review/{imp}/overview?[redacted]")
+    assert f"/review/{imp}/overview?[redacted]" in log and link.json["url"].split("token=")[1] not in log
