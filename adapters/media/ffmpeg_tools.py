@@ -187,6 +187,9 @@ def run_ffmpeg(
         raise MediaKilled(f"{what}: killed by {name} (memory or CPU limit, or the OOM killer): {tail}")
     if any(word in tail for word in _OUT_OF_MEMORY):
         raise MediaKilled(f"{what}: out of memory: {tail}")
+    if not tail:  # at our log level ffmpeg names every input or output error; silence is a limit hit
+        raise MediaKilled(f"{what}: exit {proc.returncode} without a word (a memory limit hit before "
+                          "ffmpeg could report it)")
     raise MediaError(f"{what}: exit {proc.returncode}: {tail}")
 
 

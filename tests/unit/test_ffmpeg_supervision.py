@@ -99,6 +99,15 @@ def test_out_of_memory_is_a_retryable_kill(clip: Path, tmp_path: Path) -> None:
     assert info.value.retryable
 
 
+def test_a_failure_ffmpeg_does_not_explain_is_a_retryable_kill(tmp_path: Path) -> None:
+    """Under a tight RLIMIT_AS, ffmpeg sometimes exits 1 before it can print anything; here the
+    silence is made with -loglevel quiet on an input that does not exist."""
+    with pytest.raises(MediaKilled, match="without a word") as info:
+        run_ffmpeg(ffmpeg.input(str(tmp_path / "absent.mp4")).output(str(tmp_path / "o.mp4")), "silent",
+                   loglevel="quiet")
+    assert info.value.retryable
+
+
 def test_a_full_disk_is_retryable_even_when_ffmpeg_exits_0(clip: Path) -> None:
     with pytest.raises(MediaDiskFull) as info:
         run_ffmpeg(ffmpeg.input(str(clip)).output("/dev/full", f="mpegts"), "to a full disk")
