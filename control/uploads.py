@@ -1,4 +1,4 @@
-"""Uploads through presigned URLs (seed 002 sections 4.7.1 and 4.12.1; docs/architecture.md, "Uploads").
+"""Uploads through presigned URLs (docs/architecture.md, "Uploads: presigned, checked in quarantine").
 
 The client declares name, size, type and sha256; the server picks the key (in a quarantine
 prefix) and signs a PUT for that key only, or a multipart upload's parts for a large file. On
@@ -48,7 +48,7 @@ MULTIPART_FROM = 16 * 1024 * 1024  # a larger file is sent in parts
 MIN_PART = 8 * 1024 * 1024  # S3 wants at least 5 MiB per part but the last
 MAX_PARTS = 1000
 VALIDATION_LEASE_S = 15 * 60  # a VALIDATING upload untouched this long lost its validator: claimable again
-MAX_PENDING = 100  # uploads of one tenant awaiting completion at once (the seed's upload quota)
+MAX_PENDING = 100  # uploads of one tenant awaiting completion at once (an upload quota per tenant)
 CATALOG_SUFFIXES = {".csv", ".tsv", ".txt"}
 TEXT_PROBE_BYTES = 1024 * 1024  # a catalog's first MiB must look like text
 _BINARY_MAGIC = (b"PK\x03\x04", b"%PDF", b"\x1f\x8b", b"\x7fELF", b"MZ", b"GIF8", b"BM")
