@@ -43,7 +43,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
         max_input_pixels=settings.media_max_input_pixels, max_input_duration_s=settings.media_max_input_duration_s,
     )
     review = ReviewActivities(db, storage)
-    admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s)
+    admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s, settings.provider_breaker)
     return [
         admission.request_slot,
         tasks.validate_task,

@@ -104,6 +104,9 @@ TENANT_ADMISSION = "tenant-admission-v1"
 # workflow.patched: a task of a paused import waits before asking for a slot, and leaves its gate's line
 # while paused (it keeps its first place when it asks again); a job already running goes on.
 IMPORT_PAUSE = "import-pause-v1"
+# workflow.patched: a submit that failed as the provider's breaker counts (5xx, timeout, no connection) is
+# reported to the gate: with the slot's release, or, for an unknown outcome (slot kept), by a renewal
+BREAKER = "breaker-v1"
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
@@ -381,10 +384,10 @@ class GenerationWorkflow:
             if _error_type(exc) in BUSINESS_FAILURES:
                 raise
             outcome, error, error_class, retry_after = SubmitOutcome.UNKNOWN, _describe(exc), None, None
-            job_id = None
+            job_id = failure = None
         else:
             outcome, error, error_class = sent.outcome, sent.error, sent.error_class
-            retry_after, job_id = sent.retry_after_s, sent.job_id
+            retry_after, job_id, failure = sent.retry_after_s, sent.job_id, sent.failure
             self._webhooks = sent.webhooks and workflow.patched(WEBHOOKS)
             for early in sent.early_updates:  # webhooks that came before the submit's answer
                 self._inbox.offer(early)
@@ -397,11 +400,13 @@ class GenerationWorkflow:
         if outcome is SubmitOutcome.UNKNOWN:
             self._paid += 1
             self._unknown = ref
+            await self._report_failure(failure)
             await self._move(E.SUBMIT_AMBIGUOUS, error=error, error_class=ErrorClass.UNKNOWN_OUTCOME.value)
             return await self._reconcile(ref)
         if outcome is SubmitOutcome.REJECTED_RETRYABLE:  # backpressure, not a spent attempt
             self._refusals += 1
-            await self._release_slot(throttled=True, retry_after_s=retry_after)
+            reported = failure if failure and workflow.patched(BREAKER) else None
+            await self._release_slot(throttled=True, retry_after_s=retry_after, failure=reported)
             await self._retry_wait(error or "provider refused the submit", error_class, retry_after)
             return None
         await self._end(E.FINAL_FAILURE, error=error, error_class=(error_class or ErrorClass.NON_RETRYABLE).value)
@@ -962,11 +967,19 @@ class GenerationWorkflow:
         await self._signal_gate(api.SIGNAL_GATE_RENEW, SlotRenewal(
             workflow_id=workflow.info().workflow_id, token=self._slot.token, accepted=accepted))
 
-    async def _release_slot(self, *, throttled: bool = False, retry_after_s: float | None = None) -> None:
+    async def _report_failure(self, failure: str | None) -> None:
+        """Tell the gate that the submit under the slot still held (its outcome unknown) failed."""
+        if failure is None or self._slot is None or not workflow.patched(BREAKER):
+            return
+        await self._signal_gate(api.SIGNAL_GATE_RENEW, SlotRenewal(
+            workflow_id=workflow.info().workflow_id, token=self._slot.token, failure=failure))
+
+    async def _release_slot(self, *, throttled: bool = False, retry_after_s: float | None = None,
+                            failure: str | None = None) -> None:
         if self._slot is None:
             return
         release = SlotRelease(workflow_id=workflow.info().workflow_id, token=self._slot.token, throttled=throttled,
-                              retry_after_s=retry_after_s)
+                              retry_after_s=retry_after_s, failure=failure)
         self._slot = None
         await self._signal_gate(api.SIGNAL_GATE_RELEASE, release)
 
