@@ -54,11 +54,17 @@ def forget(state: BreakerState, holder: str) -> None:
         state.probe = None
 
 
+def mode_at(state: BreakerState, now: datetime) -> BreakerMode:
+    """The mode now: an open breaker whose cool-down has passed is half-open (reads only)."""
+    if state.mode is BreakerMode.OPEN and now >= state.open_until:
+        return BreakerMode.HALF_OPEN
+    return state.mode
+
+
 def room(state: BreakerState, now: datetime) -> int | None:
     """How many slots for new submits the breaker allows now (None: no limit of its own); once the
     cool-down has passed it half-opens and allows the one probe."""
-    if state.mode is BreakerMode.OPEN and now >= state.open_until:
-        state.mode = BreakerMode.HALF_OPEN
+    state.mode = mode_at(state, now)
     if state.mode is BreakerMode.CLOSED:
         return None
     if state.mode is BreakerMode.HALF_OPEN and state.probe is None:
@@ -67,10 +73,11 @@ def room(state: BreakerState, now: datetime) -> int | None:
 
 
 def describe(state: BreakerState, policy: BreakerPolicy, now: datetime) -> str:
-    """One line for `reelqueue status` and the gate's Web UI details."""
-    if state.mode is BreakerMode.OPEN:
+    """One line for the gate's Web UI details."""
+    mode = mode_at(state, now)
+    if mode is BreakerMode.OPEN:
         return (f"open until {state.open_until:%H:%M:%S} UTC (opened {state.opens}x; last failure "
                 f"{state.last_failure})")
-    if state.mode is BreakerMode.HALF_OPEN:
+    if mode is BreakerMode.HALF_OPEN:
         return f"half-open: probe {'sent by ' + state.probe if state.probe else 'next'}"
     return f"closed ({failures(state, policy, now)} submit failures in {policy.window_s:.0f} s)"

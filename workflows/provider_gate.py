@@ -124,7 +124,7 @@ class ProviderGateWorkflow:
             waiting=len(self._state.queue), oldest_wait_s=(workflow.now() - oldest).total_seconds() if oldest else 0.0,
             granted=self._state.next_token - 1, throttles=self._state.throttles,
             paused_until=self._state.paused_until if self._paused() else None,
-            breaker=self._state.breaker.mode,
+            breaker=breaker.mode_at(self._state.breaker, workflow.now()),
             breaker_failures=breaker.failures(self._state.breaker, self._policy, workflow.now()),
             breaker_open_until=self._state.breaker.open_until, breaker_opens=self._state.breaker.opens,
         )
@@ -264,13 +264,14 @@ class ProviderGateWorkflow:
         history. Set every round: a worker that replayed the gate reports it from its next round."""
         if not self._breaker_on or self._grant_signal != api.SIGNAL_SLOT_GRANTED:  # a tenant gate: no breaker
             return
-        b = self._state.breaker
+        b, now = self._state.breaker, workflow.now()
+        mode = breaker.mode_at(b, now)
         workflow.set_current_details(
-            f"**breaker {b.mode.value}** · {breaker.describe(b, self._policy, workflow.now())}\n\n"
+            f"**breaker {mode.value}** · {breaker.describe(b, self._policy, now)}\n\n"
             f"slots {len(self._state.holders)} / {math.floor(self._state.effective)} (limit {self._limit}) · "
             f"{len(self._state.queue)} waiting")
         gauge = workflow.metric_meter().create_gauge(BREAKER_STATE, "Provider breaker: 0 closed, 1 half-open, 2 open")
-        gauge.set(MODE_VALUE[b.mode], {"provider": self._provider})
+        gauge.set(MODE_VALUE[mode], {"provider": self._provider})
 
     async def _send(self, workflow_id: str, grant: SlotGrant) -> None:
         await workflow.get_external_workflow_handle(workflow_id).signal(self._grant_signal, grant)

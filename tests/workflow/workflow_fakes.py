@@ -26,7 +26,7 @@ from temporalio.worker import Worker
 
 from activities.errors import INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from schema import state_machine as sm
-from schema.admission import AdmissionInput, GateInput, PlanLimits
+from schema.admission import AdmissionInput, BreakerPolicy, GateInput, PlanLimits
 from schema.contracts import (
     AssetRef,
     AttemptRef,
@@ -381,12 +381,13 @@ def media_worker(client: Any, queue: str, activities: list[Callable[..., Any]]) 
                   activities=[a for a in activities if a.__name__ in api.MEDIA_ACTIVITIES])
 
 
-async def ask_gate(client: Any, inp: AdmissionInput, limit: int) -> None:
+async def ask_gate(client: Any, inp: AdmissionInput, limit: int, *, breaker: BreakerPolicy | None = None) -> None:
     """What `request_slot` does, from inside a fake activity. The time-skipping test server drops
     signal-with-start's signal: start, then signal."""
     queue = activity.info().task_queue
     gate = await client.start_workflow(
-        api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=limit, grant_signal=inp.grant_signal),
+        api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=limit, grant_signal=inp.grant_signal,
+                                          breaker=breaker),
         id=api.gate_id(inp.provider, queue), task_queue=queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
     await gate.signal(api.SIGNAL_GATE_REQUEST, inp.request)
