@@ -89,6 +89,7 @@ class Fleet:
     breaker: BreakerPolicy | None = None  # the provider gate's breaker policy (None: the defaults)
     submits: list[tuple[str, datetime, str]] = field(default_factory=list)  # (task, when, "accepted" or failure)
     reconciled: list[tuple[str, datetime]] = field(default_factory=list)  # (task, when)
+    followed: list[tuple[str, str, datetime]] = field(default_factory=list)  # ("poll_job" or "cancel_job", job, when)
     seen: dict[str, TransitionResult] = field(default_factory=dict)
 
     def cancelled(self) -> list[str]:
@@ -175,6 +176,7 @@ class Fleet:
 
         @activity.defn(name="poll_job")
         async def poll_job(ref: JobRef) -> PollResult:
+            fleet.followed.append(("poll_job", ref.job_id, now()))
             return state(ref.job_id)
 
         @activity.defn(name="reconcile_submit")
@@ -187,6 +189,7 @@ class Fleet:
 
         @activity.defn(name="cancel_job")
         async def cancel_job(ref: JobRef) -> PollResult:
+            fleet.followed.append(("cancel_job", ref.job_id, now()))
             if not state(ref.job_id).terminal:
                 fleet.jobs[ref.job_id].cancelled = True
             return state(ref.job_id)

@@ -19,11 +19,13 @@ from temporalio.client import WorkflowHandle
 from temporalio.runtime import MetricBuffer, MetricBufferDurationFormat, Runtime, TelemetryConfig
 from test_admission_bounds import finish, snapshot
 from test_live_details import current_details
-from workflow_fakes import HISTORIES, RECORD
+from workflow_fakes import HISTORIES, RECORD, until
 
 from metrics.sdk import SdkMetrics
 from schema.admission import BreakerMode, BreakerPolicy, GateSnapshot
+from schema.contracts import CancelRequest
 from schema.state_machine import TaskStatus as S
+from workflows import api
 from workflows.generation import BREAKER
 from workflows.provider_gate import BREAKER as GATE_BREAKER
 
@@ -61,11 +63,11 @@ def submits_between(fleet: Fleet, start: datetime, end: datetime) -> list[tuple[
     return [s for s in fleet.submits if start <= s[1] < end]
 
 
-def assert_all_succeeded_once(fleet: Fleet) -> None:
+def assert_all_succeeded_once(fleet: Fleet, tasks: list[str] = TASKS) -> None:
     """Every task SUCCEEDED with one provider job (no attempt spent on the outage), ledger balanced."""
-    assert {fleet.status[t] for t in TASKS} == {S.SUCCEEDED}
-    assert {fleet.jobs_of(t) for t in TASKS} == {1}
-    assert all(fleet.balanced(t) for t in TASKS)
+    assert {fleet.status[t] for t in tasks} == {S.SUCCEEDED}
+    assert {fleet.jobs_of(t) for t in tasks} == {1}
+    assert all(fleet.balanced(t) for t in tasks)
 
 
 async def test_failing_submits_open_the_breaker_the_queue_waits_and_a_probe_closes_it(own_env):
@@ -135,6 +137,29 @@ async def test_a_timed_out_submit_reconciles_with_its_own_provider_while_the_bre
         assert all(s >= max(asked, end) for t, s, _ in fleet.submits if t == task_id and s > at)
     assert fleet.asked == {PROVIDER}
     assert_all_succeeded_once(fleet)
+
+
+async def test_status_and_cancel_calls_go_on_while_the_breaker_is_open(own_env):
+    """Only new submits wait: a running job is still followed (status calls) and can be cancelled."""
+    fleet = Fleet(limit=6, job_s=3600.0, breaker=POLICY, webhooks=False)
+    async with running_fleet(own_env, fleet) as run:
+        running = await run.start("r0")
+        await until(own_env, lambda: fleet.status["r0"] is S.RUNNING, step_s=1)
+        fleet.failing = "http_503"
+        for task_id in TASKS[:3]:
+            await run.start(task_id)
+        opened = await until_gate(own_env, run, lambda g: g.breaker is BreakerMode.OPEN)
+        await own_env.sleep(60)
+        await running.signal(api.SIGNAL_CANCEL, CancelRequest(reason="not needed", requested_by="test"))
+        await until(own_env, lambda: fleet.status["r0"] is S.CANCELED, step_s=1)
+        still = await snapshot(run.gate)
+        fleet.failing = None
+        await finish(own_env, fleet, run)
+    start = opened_at(opened, POLICY)
+    during = [(call, job) for call, job, at in fleet.followed if start < at < opened.breaker_open_until]
+    assert ("poll_job", "r0-a1") in during and ("cancel_job", "r0-a1") in during
+    assert still.breaker is BreakerMode.OPEN and fleet.cancelled() == ["r0-a1"] and fleet.balanced("r0")
+    assert_all_succeeded_once(fleet, TASKS[:3])
 
 
 async def test_the_breaker_is_in_the_worker_metrics_and_the_gate_details():
