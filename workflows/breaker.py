@@ -7,6 +7,10 @@ from datetime import datetime, timedelta
 
 from schema.admission import BreakerMode, BreakerPolicy, BreakerState
 
+# Outcomes kept for the window at most (the newest): the gate carries them across continue-as-new,
+# and a busy provider's minute of submits must not make that payload large.
+OUTCOMES_KEPT = 500
+
 
 def _open(state: BreakerState, policy: BreakerPolicy, now: datetime) -> None:
     state.mode, state.open_until, state.probe = BreakerMode.OPEN, now + timedelta(seconds=policy.cooldown_s), None
@@ -33,7 +37,8 @@ def record(state: BreakerState, policy: BreakerPolicy, now: datetime, holder: st
         state.last_failure = failure
     if state.mode is BreakerMode.CLOSED:
         cutoff = now - timedelta(seconds=policy.window_s)
-        state.outcomes = [*(o for o in state.outcomes if o[0] > cutoff), (now, failure is not None)]
+        kept = [o for o in state.outcomes[-(OUTCOMES_KEPT - 1):] if o[0] > cutoff]
+        state.outcomes = [*kept, (now, failure is not None)]
         failed = failures(state, policy, now)
         if failure is not None and failed >= policy.failures and failed >= policy.failure_ratio * len(state.outcomes):
             _open(state, policy, now)

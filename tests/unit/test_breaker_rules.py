@@ -87,3 +87,9 @@ def test_a_probe_given_back_unused_lets_another_go():
     assert breaker.room(state, at(41)) == 0
     breaker.forget(state, "p")
     assert breaker.room(state, at(42)) == 1
+
+
+def test_a_busy_window_keeps_only_the_newest_outcomes():
+    state = BreakerState()
+    feed(state, [None] * (breaker.OUTCOMES_KEPT + 100), every_s=0.01)
+    assert len(state.outcomes) == breaker.OUTCOMES_KEPT
