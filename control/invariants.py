@@ -67,17 +67,18 @@ async def check_invariants(
     rules = [pg.finished]
     rules.append(inv.provider_jobs_rule(pg.jobs, provider_jobs) if pg.jobs is not None and provider_jobs is not None
                  else RuleResult.not_checked(Invariant.PROVIDER_JOBS, "no job counts from the provider"))
+    slow = [gate_slots(settings, db, import_id, pg.providers, pg.tenants)]  # S3 and Temporal at once
     if storage:
         store = ObjectStorage.from_settings(settings)
-        rules.append(await asyncio.to_thread(asset_hashes, store, pg.assets))
-        rules.append(await asyncio.to_thread(orphan_objects, db, store, pg.prefixes, orphan_safety_s,
-                                             settings.gc_staging_min_age_s))
+        slow.append(asyncio.to_thread(asset_hashes, store, pg.assets))
+        slow.append(asyncio.to_thread(orphan_objects, db, store, pg.prefixes, orphan_safety_s,
+                                      settings.gc_staging_min_age_s))
     else:
         rules += [RuleResult.not_checked(r, "object storage not read")
                   for r in (Invariant.ASSET_SHA256, Invariant.ORPHAN_OBJECTS)]
+    rules += await asyncio.gather(*slow)
     rules += inv.ledger_results(ledger.violations, pg.totals)
     rules.append(pg.events)
-    rules.append(await gate_slots(settings, db, import_id, pg.providers, pg.tenants))
     order = list(Invariant)
     rules.sort(key=lambda r: order.index(Invariant(r.rule)))
     report = InvariantReport.of(import_id, pg.tasks, rules)
