@@ -76,8 +76,10 @@ def activity_boundary() -> Iterator[None]:
         if what is None:
             activity.logger.exception("%s failed (will be retried by policy)", activity.info().activity_type)
             raise
-        activity.logger.warning("%s: %s", activity.info().activity_type, what)
-        raise ApplicationError(what, type=DEPENDENCY_UNAVAILABLE) from exc
+        activity.logger.warning("%s: %s", activity.info().activity_type, what, exc_info=exc)
+        # No chained cause: the driver's and urllib3's tracebacks made the failure bigger than the
+        # server keeps ("Failure exceeds size limit"), and the workflow then lost the error's type.
+        raise ApplicationError(what, type=DEPENDENCY_UNAVAILABLE) from None
     except ProviderError as exc:
         activity.logger.warning("%s: provider call failed: %s", activity.info().activity_type, exc)
         if not exc.retryable:
