@@ -23,18 +23,27 @@ def budget(step) -> int:
     return _STEPS[step][1].maximum_attempts
 
 
+async def outage_past_budget(env, world: World, run_world, step, script: list, waiting: S, message: str) -> list:
+    """`step` fails DependencyUnavailable for 4 tries more than its budget, then works: the task waits
+    in `waiting` meanwhile and ends SUCCEEDED with one submit. Returns the submits made during the wait."""
+    tries = budget(step) + 4
+    script[:] = [unavailable(message)] * tries + [None]
+    handle = await run_world()
+    await until(env, lambda: len(world.called(step.__name__)) > budget(step))
+    assert world.status is waiting, "waiting for the dependency, not ended"
+    submitted_meanwhile = list(world.called("submit"))
+    assert await ending(handle) == "completed"
+    assert world.status is S.SUCCEEDED and "FAILED_FINAL" not in world.moves()
+    assert len(world.called(step.__name__)) == tries + 1
+    assert len(world.called("submit")) == 1 and world.balanced()
+    return submitted_meanwhile
+
+
 async def test_a_ledger_refusing_writes_past_the_budget_delays_the_reservation_and_nothing_is_submitted(
         env, world: World, run_world):
-    tries = budget(LedgerActivities.reserve_credit) + 5
-    world.reserves = [unavailable("the database refused the statement: lock not available")] * tries + [None]
-    handle = await run_world()
-    await until(env, lambda: len(world.called("reserve_credit")) > budget(LedgerActivities.reserve_credit))
-    assert world.status is S.VALIDATING, "waiting for the ledger, not ended"
-    assert world.called("submit") == [], "no job is submitted before its reservation is written"
-    assert await ending(handle) == "completed"
-    assert world.status is S.SUCCEEDED
-    assert len(world.called("reserve_credit")) == tries + 1
-    assert len(world.called("submit")) == 1 and world.balanced()
+    submitted = await outage_past_budget(env, world, run_world, LedgerActivities.reserve_credit, world.reserves,
+                                         S.VALIDATING, "the database refused the statement: lock not available")
+    assert submitted == [], "no job is submitted before its reservation is written"
 
 
 async def test_a_submit_that_cannot_reach_the_database_spends_no_paid_attempt(env, world: World, run_world):
@@ -49,15 +58,8 @@ async def test_a_submit_that_cannot_reach_the_database_spends_no_paid_attempt(en
 
 async def test_object_storage_down_past_the_fetch_budget_keeps_the_task_in_output_fetching(
         env, world: World, run_world):
-    tries = budget(FetchActivities.fetch_output) + 4
-    world.fetches = [unavailable("object storage is unreachable")] * tries + [None]
-    handle = await run_world()
-    await until(env, lambda: len(world.called("fetch_output")) > budget(FetchActivities.fetch_output))
-    assert world.status is S.OUTPUT_FETCHING
-    assert await ending(handle) == "completed"
-    assert world.status is S.SUCCEEDED and "FAILED_FINAL" not in world.moves()
-    assert len(world.called("fetch_output")) == tries + 1
-    assert len(world.called("submit")) == 1 and world.balanced()
+    await outage_past_budget(env, world, run_world, FetchActivities.fetch_output, world.fetches, S.OUTPUT_FETCHING,
+                             "object storage is unreachable")
 
 
 async def test_the_task_deadline_still_ends_the_wait(env, world: World, run_world):
