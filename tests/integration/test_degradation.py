@@ -86,6 +86,11 @@ async def result(client, task: Task, timeout_s: float = 240):  # noqa: ANN202
     return await asyncio.wait_for(handle.result(), timeout=timeout_s)
 
 
+def report(what: str, task: Task, since: float) -> None:
+    """How long the task took to end once the dependency was back (the figures in docs/reliability.md)."""
+    print(f"{what}: task {task.id[:8]} ended {time.monotonic() - since:.1f} s later")
+
+
 @contextlib.contextmanager
 def stopped(stack: Settings, name: str, sig: int) -> Iterator[None]:
     """The stack's `name` down for the block (killed with `sig`), started again afterwards."""
@@ -133,7 +138,9 @@ async def test_postgres_down_refuses_new_work_and_the_running_task_resumes(
         assert answer.headers["content-type"] == "application/problem+json" and int(answer.headers["retry-after"]) > 0
         assert answer.json()["type"].endswith("database-unavailable")
 
+    back_at = time.monotonic()
     outcome = await result(client, running)
+    report("Postgres back", running, back_at)
     assert outcome.status.value == "SUCCEEDED", outcome
     assert len(jobs_of(emulator_jobs, running.id)) == 1 and outcome.attempts == 1, "the outage cost no attempt"
     assert_ledger_balanced(stack, [running.id])
@@ -188,8 +195,10 @@ async def test_a_locked_ledger_submits_nothing_new_and_the_running_task_settles_
     assert created.status_code == 503 and created.json()["type"].endswith("database-unavailable"), created.text
     assert count(db, Task, tenant_id=tenant) == 0
 
+    back_at = time.monotonic()
     for task in (running, new):
         outcome = await result(client, task)
+        report("ledger unlocked", task, back_at)
         assert outcome.status.value == "SUCCEEDED", outcome
         assert len(jobs_of(emulator_jobs, task.id)) == 1
     assert_ledger_balanced(stack, [running.id, new.id])
@@ -209,7 +218,9 @@ async def test_object_storage_down_holds_the_task_in_output_fetching_until_it_re
         step = await pending(client, task.workflow_id)
     assert step is not None and step[0] == "fetch_output" and "object storage is unreachable" in step[2], step
 
+    back_at = time.monotonic()
     outcome = await result(client, task)
+    report("object storage back", task, back_at)
     assert outcome.status.value == "SUCCEEDED", outcome
     assert len(jobs_of(emulator_jobs, task.id)) == 1
     storage = ObjectStorage.from_settings(stack)
