@@ -30,7 +30,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
-    from activities.errors import BUSINESS_FAILURES, INSUFFICIENT_CREDIT, TASK_NOT_FOUND
+    from activities.errors import BUSINESS_FAILURES, DEPENDENCY_UNAVAILABLE, INSUFFICIENT_CREDIT, TASK_NOT_FOUND
     from activities.fetch import FetchActivities
     from activities.ledger import LedgerActivities
     from activities.media import MediaActivities
@@ -104,6 +104,10 @@ TENANT_ADMISSION = "tenant-admission-v1"
 # workflow.patched: a task of a paused import waits before asking for a slot, and leaves its gate's line
 # while paused (it keeps its first place when it asks again); a job already running goes on.
 IMPORT_PAUSE = "import-pause-v1"
+# workflow.patched: a step whose retry budget ran out on Postgres or object storage being out of reach (or
+# the ledger refusing writes) runs again after a pause, until the task's deadline, instead of ending the task
+DEGRADATION = "degradation-v1"
+DEPENDENCY_PAUSE_S = 30.0  # between runs of a step waiting for Postgres or object storage to come back
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
@@ -1052,10 +1056,28 @@ class GenerationWorkflow:
 
     async def _run(self, step: Callable[..., Any], arg: Any) -> Any:
         start_to_close, retry, heartbeat = _STEPS[step]
-        return await workflow.execute_activity_method(
-            step, arg, start_to_close_timeout=start_to_close, retry_policy=retry, heartbeat_timeout=heartbeat,
-            task_queue=queue_of(step.__name__, TASK_QUEUES), summary=_summary(step, arg),
-        )
+        while True:
+            try:
+                return await workflow.execute_activity_method(
+                    step, arg, start_to_close_timeout=start_to_close, retry_policy=retry, heartbeat_timeout=heartbeat,
+                    task_queue=queue_of(step.__name__, TASK_QUEUES), summary=_summary(step, arg),
+                )
+            except ActivityError as exc:
+                if not self._waits_for_dependency(step, exc):
+                    raise
+            self._tell("waiting", f"{step.__name__} waits for Postgres or object storage to come back")
+            await self._pause(DEPENDENCY_PAUSE_S, wake_on_cancel=False)
+
+    def _waits_for_dependency(self, step: Callable[..., Any], exc: ActivityError) -> bool:
+        """A step that ran out of tries because Postgres or object storage was out of reach (or the
+        ledger refused writes) is run again, not failed: the outage costs the task time, not its
+        attempts (degradation-v1). Status calls keep their own outage handling (`_follow`); the task's
+        deadline still ends the wait."""
+        if _error_type(exc) != DEPENDENCY_UNAVAILABLE or step == PollActivities.poll_job:
+            return False
+        if self._task_deadline is not None and workflow.now() >= self._task_deadline:
+            return False
+        return workflow.patched(DEGRADATION)
 
     # -- live details ------------------------------------------------------------------------
 
