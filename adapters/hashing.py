@@ -16,7 +16,7 @@ import threading
 from types import TracebackType
 
 BATCH_BYTES = 1024 * 1024
-DEPTH = 4
+DEPTH = 2
 
 
 class BackgroundSha256:
