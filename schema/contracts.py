@@ -248,6 +248,7 @@ class PollResult(BaseModel):
     cost: float | None = None
     error_class: ErrorClass | None = None
     error: str | None = None
+    output_expires_at: datetime | None = None  # when the provider's output URL expires (a job that succeeded)
 
     @property
     def terminal(self) -> bool:
