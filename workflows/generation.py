@@ -13,7 +13,7 @@ The invariants it keeps (docs/architecture.md, "Failure paths"):
   nothing new, stops what it started and closes the ledger.
 
 Every status change goes through the `record_transition` local activity (the state machine in
-Postgres) and is mirrored into the TaskStatus search attribute for the Web UI.
+Postgres); the TaskStatus search attribute for the Web UI shows it coarsely (RUNNING while in progress).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import api
     from workflows.observations import Inbox, PollCadence, needs_status_call, terminal
     from workflows.queues import fetch_priority, queue_of
-    from workflows.search_attributes import TASK_STATUS
+    from workflows.search_attributes import TASK_STATUS, shown_status
 
 MAX_PAID_ATTEMPTS = 3  # submits that created (or may have created) a provider job
 ADMISSION = "admission-v1"  # workflow.patched: ask the provider's gate for a slot before submitting
@@ -113,6 +113,9 @@ DEGRADATION = "degradation-v1"
 # workflow.patched: an output's fetch (and each run of it after a wait for storage) goes on its queue with a
 # priority from the time its provider URL has left (workflows/queues.py `fetch_priority`)
 EXPIRY_FIRST = "expiry-first-v1"
+# workflow.patched: the TaskStatus search attribute is upserted only when its shown value changes
+# (workflows/search_attributes.py `shown_status`: RUNNING for every step in progress)
+COARSE_STATUS = "coarse-status-v1"
 DEPENDENCY_PAUSE_S = 30.0  # between runs of a step waiting for Postgres or object storage to come back
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
@@ -213,6 +216,7 @@ class GenerationWorkflow:
         self._paused_by: str | None = None  # import-pause-v1: who paused the task's import
         self._pause_told = False  # a pause/resume signal came: it outranks what validation read
         self._details = LiveDetails(status=S.CREATED.value, step="starting", text="starting")
+        self._shown: str | None = None  # coarse-status-v1: the TaskStatus search attribute's last upsert
 
     # -- messages -------------------------------------------------------------------------
 
@@ -1063,7 +1067,7 @@ class GenerationWorkflow:
         )
         if result.status is not self._status:
             self._status = result.status
-            workflow.upsert_search_attributes([TASK_STATUS.value_set(result.status.value)])
+            self._show_status(result.status)
             self._details.status = result.status.value
             self._publish()
         if not result.applied:
@@ -1071,6 +1075,14 @@ class GenerationWorkflow:
             if result.status in TERMINAL:
                 raise TaskTakenOver(result.status)
         return result
+
+    def _show_status(self, status: S) -> None:
+        """Mirror the status into the TaskStatus search attribute, only when the value users filter on
+        changes (coarse-status-v1); before it, the exact status at every change (called on a change)."""
+        shown = shown_status(status) if workflow.patched(COARSE_STATUS) else status.value
+        if shown != self._shown:
+            self._shown = shown
+            workflow.upsert_search_attributes([TASK_STATUS.value_set(shown)])
 
     async def _run(self, step: Callable[..., Any], arg: Any) -> Any:
         start_to_close, retry, heartbeat = _STEPS[step]

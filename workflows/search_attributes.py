@@ -4,6 +4,8 @@
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.common import SearchAttributeKey
 
+from schema.state_machine import TaskStatus
+
 TASK_STATUS = SearchAttributeKey.for_keyword("TaskStatus")
 IMPORT_ID = SearchAttributeKey.for_keyword("ImportId")
 PRODUCT_ID = SearchAttributeKey.for_keyword("ProductId")
@@ -12,6 +14,20 @@ ASPECT_RATIO = SearchAttributeKey.for_keyword("AspectRatio")
 PROVIDER = SearchAttributeKey.for_keyword("Provider")
 
 ALL = (TASK_STATUS, IMPORT_ID, PRODUCT_ID, LOCALE, ASPECT_RATIO, PROVIDER)
+
+# The TaskStatus values a user filters on: where a task ended, and the two waits for a person. Every
+# other status is a step of a task in progress, shown as RUNNING (the exact one is in Postgres and the
+# workflow's `status` query): each upsert is a history event and a visibility write, so a task
+# upserts once or twice (RUNNING, then its end) instead of at each step (coarse-status-v1).
+SHOWN_AS_IS = frozenset({
+    TaskStatus.CREATED, TaskStatus.NEEDS_ATTENTION, TaskStatus.REVIEW, TaskStatus.INVALID, TaskStatus.SUCCEEDED,
+    TaskStatus.CANCELED, TaskStatus.REJECTED, TaskStatus.FAILED_FINAL, TaskStatus.EXPIRED,
+})
+
+
+def shown_status(status: TaskStatus) -> str:
+    """The TaskStatus search attribute's value for a task in `status`."""
+    return status.value if status in SHOWN_AS_IS else TaskStatus.RUNNING.value
 
 
 def type_name(value: int) -> str:

@@ -1,0 +1,57 @@
+"""What one task costs the engine (issue 24), on the time-skipping server: the TaskStatus search
+attribute is upserted only when the value users filter on changes (coarse-status-v1), read from the
+workflow's history.
+
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/coarse-status-v1/.
+"""
+
+from __future__ import annotations
+
+from temporalio.converter import decode_typed_search_attributes
+from workflow_fakes import RUNNING, World, ending, job, outage, resolve, until
+
+from schema.contracts import ErrorClass, JobStatus, ResolveAction
+from schema.state_machine import TaskStatus as S
+from workflows.generation import COARSE_STATUS
+from workflows.search_attributes import TASK_STATUS
+
+HISTORY_FOLDER = COARSE_STATUS
+
+
+async def shown_statuses(handle) -> list[str]:  # noqa: ANN001
+    """Each TaskStatus value the workflow upserted, in order."""
+    history = await handle.fetch_history()
+    shown = []
+    for e in history.events:
+        if e.HasField("upsert_workflow_search_attributes_event_attributes"):
+            upserted = e.upsert_workflow_search_attributes_event_attributes.search_attributes
+            value = decode_typed_search_attributes(upserted).get(TASK_STATUS)
+            if value is not None:  # the SDK's own upserts (TemporalChangeVersion) carry no TaskStatus
+                shown.append(value)
+    return shown
+
+
+async def test_a_task_that_succeeds_upserts_its_status_twice(world: World, run_world):
+    handle = await run_world()
+    assert await ending(handle) == "completed"
+    assert len(world.moves()) == 9, "nine status changes, as before"
+    assert await shown_statuses(handle) == ["RUNNING", "SUCCEEDED"]
+
+
+async def test_a_failed_task_shows_its_ending(world: World, run_world):
+    world.polls = [job(JobStatus.FAILED, cost=0.0, error_class=ErrorClass.MODERATION, error="SAFETY.INPUT")]
+    handle = await run_world()
+    assert await ending(handle) == "failed:FAILED_FINAL"
+    assert await shown_statuses(handle) == ["RUNNING", "FAILED_FINAL"]
+
+
+async def test_a_task_waiting_for_a_person_shows_it_and_then_running_again(env, world: World, run_world):
+    up = {"ok": False}
+    world.deadline_s = 900
+    world.polls = [RUNNING, lambda: job(JobStatus.SUCCEEDED) if up["ok"] else outage()]
+    handle = await run_world()
+    await until(env, lambda: world.status is S.NEEDS_ATTENTION)
+    up["ok"] = True
+    await resolve(handle, ResolveAction.RETRY, "status API is back")
+    assert await ending(handle) == "completed"
+    assert await shown_statuses(handle) == ["RUNNING", "NEEDS_ATTENTION", "RUNNING", "SUCCEEDED"]
