@@ -12,9 +12,11 @@ the workers as real `python worker.py` processes), then:
    admission far above N, real fetch and transcode: `pipeline_tasks_per_s` from the first start
    to the last workflow closed.
 
-Prints one JSON object: engine_wf_per_s, pipeline_tasks_per_s, ratio, cpu_s_per_task by process
-(worker, temporal, postgres, s3, emulator, gateway, ffmpeg; bench/common.py says how), and the
-figures read from the worker's /metrics (submits, status calls, mean seconds per activity).
+Prints one JSON object: the orchestration cost (`orchestration_cost`: engine_cpu_s_per_step,
+orchestration_cpu_s_per_task, steps_per_task, orchestration_ratio, history_events_per_task),
+engine_wf_per_s, pipeline_tasks_per_s, ratio, cpu_s_per_task by process (worker, temporal, postgres,
+s3, emulator, gateway, ffmpeg; bench/common.py says how), and the figures read from the worker's
+/metrics (submits, status calls, mean seconds per activity).
 
 `--layouts 1,2,3` instead runs the pipeline once per worker layout on the same stack, N new tasks
 each (titles of their own, so every clip is rendered): 1 = one process serving both task queues,
@@ -52,6 +54,7 @@ from bench.common import (
 
 # The queues each worker process of a layout serves (`python worker.py --queues ...`).
 LAYOUTS = {"1": ("io,media",), "2": ("io", "media"), "3": ("io", "media", "media")}
+ORCHESTRATION = ("temporal", "worker", "gateway", "postgres")  # the processes orchestration CPU counts
 STACK = [name for name in SERVICES if name != "worker"]  # the benchmark starts its own worker processes
 
 
@@ -87,7 +90,7 @@ async def engine_ceiling(settings, workflows: int) -> dict:  # noqa: ANN001 - co
         done = await asyncio.gather(*(one(i) for i in range(workflows)))
         took = time.perf_counter() - t0
     assert all(d == STEPS for d in done), "a no-op workflow did not run every step"
-    return {"workflows": workflows, "seconds": round(took, 2), "wf_per_s": round(workflows / took, 2),
+    return {"workflows": workflows, "steps": STEPS, "seconds": round(took, 2), "wf_per_s": round(workflows / took, 2),
             "activities_per_s": round(workflows * STEPS / took, 1)}
 
 
@@ -143,12 +146,14 @@ async def queue_latency(settings, import_id: str) -> dict:  # noqa: ANN001
     media = api.media_queue(settings.task_queue)
     waits: dict[str, list[float]] = {"io": [], "media": [], "workflow_task": []}
     events: list[int] = []
+    steps: list[int] = []  # activity tasks scheduled (local activities are markers, not counted)
     gate = asyncio.Semaphore(16)
 
     async def one(workflow_id: str) -> None:
         async with gate:
             history = await client.get_workflow_handle(workflow_id).fetch_history()
         events.append(len(history.events))
+        steps.append(sum(e.HasField("activity_task_scheduled_event_attributes") for e in history.events))
         scheduled = {}
         for e in history.events:
             at = e.event_time.ToDatetime()
@@ -168,7 +173,8 @@ async def queue_latency(settings, import_id: str) -> dict:  # noqa: ANN001
 
     await asyncio.gather(*(one(i) for i in ids))
     return {kind: _spread(values) for kind, values in waits.items()} | {
-        "history_events_per_workflow": round(sum(events) / max(1, len(events)), 1)}
+        "history_events_per_workflow": round(sum(events) / max(1, len(events)), 1),
+        "activities_per_workflow": round(sum(steps) / max(1, len(steps)), 2)}
 
 
 def _spread(values: list[float]) -> dict:
@@ -273,7 +279,7 @@ def run(args: argparse.Namespace) -> dict:
         if not args.keep:
             devstack.down(settings)
             shutil.rmtree(home, ignore_errors=True)
-    return {
+    return orchestration_cost(engine, one) | {
         "engine_wf_per_s": engine["wf_per_s"],
         "pipeline_tasks_per_s": one["tasks_per_s"],
         "ratio": round(one["tasks_per_s"] / engine["wf_per_s"], 3),
@@ -288,6 +294,19 @@ def run(args: argparse.Namespace) -> dict:
         "worker_settings": _worker_settings(settings),
         "machine": machine(),
     }
+
+
+def orchestration_cost(engine: dict, one: dict) -> dict:
+    """The pipeline's orchestration cost against the engine's own cost per step, from the same run
+    (issue 24): engine CPU per no-op step (Temporal + this process's client and worker), orchestration CPU
+    per task (Temporal, worker, gateway, Postgres: not ffmpeg, the emulator or S3), business steps per task
+    (activity tasks in its history), their ratio, and the history's length per task."""
+    per_step = sum(engine["cpu_s_per_wf"].values()) / engine["steps"]
+    orchestration = sum(one["cpu_s_per_task"].get(k, 0.0) for k in ORCHESTRATION)
+    steps = one["queue_latency_s"]["activities_per_workflow"]
+    return {"engine_cpu_s_per_step": round(per_step, 4), "orchestration_cpu_s_per_task": round(orchestration, 4),
+            "steps_per_task": steps, "orchestration_ratio": round(orchestration / (per_step * steps), 2),
+            "history_events_per_task": one["queue_latency_s"]["history_events_per_workflow"]}
 
 
 def _worker_settings(settings) -> dict:  # noqa: ANN001
