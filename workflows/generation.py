@@ -116,6 +116,13 @@ EXPIRY_FIRST = "expiry-first-v1"
 # workflow.patched: the TaskStatus search attribute is upserted only when its shown value changes
 # (workflows/search_attributes.py `shown_status`: RUNNING for every step in progress)
 COARSE_STATUS = "coarse-status-v1"
+# workflow.patched, asked once as a run starts: a run that records it was started on code with every patch
+# of IMPLIED, so none of those is asked (each would cost a marker and a TemporalChangeVersion upsert in
+# every task's history). A patch added after it is asked on its own (`_patched` only answers for IMPLIED).
+PATCH_BASELINE = "patch-baseline-v1"
+IMPLIED = frozenset({ADMISSION, WEBHOOKS, RENDITIONS, REVIEW, STRAYS, JOB_DEADLINE, WEBHOOK_WAKE, ACCEPTED_RISK_ENDS,
+                     DECISION_WINS, ADMISSION_BOUNDED, TASK_QUEUES, TENANT_ADMISSION, IMPORT_PAUSE, BREAKER,
+                     DEGRADATION, EXPIRY_FIRST, COARSE_STATUS})
 DEPENDENCY_PAUSE_S = 30.0  # between runs of a step waiting for Postgres or object storage to come back
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
@@ -216,6 +223,7 @@ class GenerationWorkflow:
         self._paused_by: str | None = None  # import-pause-v1: who paused the task's import
         self._pause_told = False  # a pause/resume signal came: it outranks what validation read
         self._details = LiveDetails(status=S.CREATED.value, step="starting", text="starting")
+        self._baseline = False  # patch-baseline-v1: every patch of IMPLIED applies to this run
         self._shown: str | None = None  # coarse-status-v1: the TaskStatus search attribute's last upsert
 
     # -- messages -------------------------------------------------------------------------
@@ -296,6 +304,7 @@ class GenerationWorkflow:
     @workflow.run
     async def run(self, inp: GenerationInput) -> GenerationOutcome:
         self._task_id, self._run_no = inp.task_id, inp.run
+        self._baseline = workflow.patched(PATCH_BASELINE)
         work = asyncio.create_task(self._produce())
         while True:
             try:
@@ -352,7 +361,7 @@ class GenerationWorkflow:
                 raise
             await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class="credit")
         await self._move(E.VALIDATION_PASSED)
-        bounded = workflow.patched(ADMISSION_BOUNDED)
+        bounded = self._patched(ADMISSION_BOUNDED)
         await self._move(E.QUEUED, deadline_at=self._task_deadline if bounded else None)
 
     async def _generate(self) -> JobRef:
@@ -401,7 +410,7 @@ class GenerationWorkflow:
         else:
             outcome, error, error_class = sent.outcome, sent.error, sent.error_class
             retry_after, job_id, failure = sent.retry_after_s, sent.job_id, sent.failure
-            self._webhooks = sent.webhooks and workflow.patched(WEBHOOKS)
+            self._webhooks = sent.webhooks and self._patched(WEBHOOKS)
             for early in sent.early_updates:  # webhooks that came before the submit's answer
                 self._inbox.offer(early)
         if outcome is SubmitOutcome.ACCEPTED:
@@ -418,7 +427,7 @@ class GenerationWorkflow:
             return await self._reconcile(ref)
         if outcome is SubmitOutcome.REJECTED_RETRYABLE:  # backpressure, not a spent attempt
             self._refusals += 1
-            reported = failure if failure and workflow.patched(BREAKER) else None
+            reported = failure if failure and self._patched(BREAKER) else None
             await self._release_slot(throttled=True, retry_after_s=retry_after, failure=reported)
             await self._retry_wait(error or "provider refused the submit", error_class, retry_after)
             return None
@@ -434,7 +443,7 @@ class GenerationWorkflow:
                 if _error_type(exc) == TASK_NOT_FOUND:
                     raise
                 decision = await self._attention("reconcile", f"cannot ask the provider: {_describe(exc)}")
-                if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK and workflow.patched(ACCEPTED_RISK_ENDS):
+                if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK and self._patched(ACCEPTED_RISK_ENDS):
                     await self._release_slot()  # the attempt is abandoned: asking again would call it absent
                     return None
                 continue
@@ -493,7 +502,7 @@ class GenerationWorkflow:
                 next_call = self._jittered(cadence.next() if polled is not None else OUTAGE_PAUSE_S)
             if workflow.now() >= self._deadline:
                 return await self._stop(job, E.DEADLINE_PASSED, error="provider job did not finish before the deadline")
-            if self._inbox.holds(job.job_id) and workflow.patched(WEBHOOK_WAKE):
+            if self._inbox.holds(job.job_id) and self._patched(WEBHOOK_WAKE):
                 slept_out = False  # a webhook came while the last step ran: act on it now, not at the next call
                 continue
             slept_out = await self._pause_until(next_call, wake_on_update=True)
@@ -556,7 +565,7 @@ class GenerationWorkflow:
     async def _deliver(self, job: JobRef) -> NoReturn:
         """Copy the output, make the renditions, settle, SUCCEEDED. The provider job is done and
         paid for, so a cancel now is too late and a failure still settles its cost."""
-        renditions = workflow.patched(RENDITIONS)
+        renditions = self._patched(RENDITIONS)
         try:
             self._tell("fetching", f"copying job {job.job_id}'s video into our storage")
             raw = await self._run(FetchActivities.fetch_output, job)
@@ -591,7 +600,7 @@ class GenerationWorkflow:
         does not. The provider already charged, so the credit is settled on entering REVIEW; a
         regenerate runs a new paid attempt and comes back here with its video."""
         policy = self._info.review
-        if policy is None or not workflow.patched(REVIEW):
+        if policy is None or not self._patched(REVIEW):
             return
         self._tell("checking", "automatic checks of the video (black, frozen, duration, audio)")
         checks = await self._run(ReviewActivities.check_output, CheckInput(
@@ -614,7 +623,7 @@ class GenerationWorkflow:
         except TimeoutError:
             # A decision accepted in the same activation as the deadline's timer wins: the reviewer
             # was told it was taken, and its update must complete (runs from before ignored it).
-            if self._decision is None or not workflow.patched(DECISION_WINS):
+            if self._decision is None or not self._patched(DECISION_WINS):
                 self._in_review = False
                 if policy.on_deadline == "approve":
                     await self._end(E.REVIEW_APPROVED, payload={"decision": "approve", "by": REVIEW_DEADLINE_BY,
@@ -628,7 +637,7 @@ class GenerationWorkflow:
         await self._decide(self._decision)
         # A new production window: the review wait does not count against the new attempt's deadlines
         # (`_track` restarts the job's deadline at its submit; older runs restart it here).
-        if not workflow.patched(JOB_DEADLINE):
+        if not self._patched(JOB_DEADLINE):
             self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
         self._task_deadline = max(self._task_deadline, workflow.now() + timedelta(seconds=self._info.task_deadline_s))
         await self._deliver(await self._generate())
@@ -728,7 +737,7 @@ class GenerationWorkflow:
     async def _wait_for_decision(self) -> bool:
         """Wait for the operator, holding the slot only while a job of this task may be running at the
         provider; True if the slot was given back meanwhile."""
-        hold = self._slot_hold() if workflow.patched(ADMISSION_BOUNDED) else None
+        hold = self._slot_hold() if self._patched(ADMISSION_BOUNDED) else None
         if self._slot is not None and hold is not None:
             if hold:
                 with contextlib.suppress(TimeoutError):
@@ -780,7 +789,7 @@ class GenerationWorkflow:
         """Settle what providers charged (possibly nothing) and release the rest of the hold;
         duplicate jobs are accounted first, as ADJUSTMENTs of their own. Returns the event that
         ends the task (a person's decision on strays may change it)."""
-        if workflow.patched(STRAYS):
+        if self._patched(STRAYS):
             event = await self._settle_strays(event)
         elif self._strays:
             await asyncio.gather(*self._strays)
@@ -875,9 +884,9 @@ class GenerationWorkflow:
         """Wait, QUEUED, until the provider's gate grants a slot (oldest first); False when a cancel
         came first. Waiting is a blocked workflow: it costs nothing however many tasks wait. The task
         deadline bounds the wait (the task ends EXPIRED and leaves the queue)."""
-        if self._slot is not None or not workflow.patched(ADMISSION):
+        if self._slot is not None or not self._patched(ADMISSION):
             return True
-        bounded = workflow.patched(ADMISSION_BOUNDED)
+        bounded = self._patched(ADMISSION_BOUNDED)
         granted = await self._await_slot(self._task_deadline if bounded else None, reask=bounded)
         if granted is None and not self._cancel_pending():
             await self._end(E.DEADLINE_PASSED, error="the task's deadline passed while it waited for a slot")
@@ -927,7 +936,7 @@ class GenerationWorkflow:
 
     def _paused(self) -> bool:
         """The task's import is paused (import-pause-v1; runs from before the patch are never paused)."""
-        return self._paused_by is not None and workflow.patched(IMPORT_PAUSE)
+        return self._paused_by is not None and self._patched(IMPORT_PAUSE)
 
     async def _wait_while_paused(self, until: datetime | None) -> bool:
         """A paused import's task waits here holding no slot; False when a cancel came or `until` passed."""
@@ -942,7 +951,7 @@ class GenerationWorkflow:
         """Wait, QUEUED, for one of the tenant's slots (its max_concurrent) before the provider's
         gate is asked; the task deadline bounds the wait and a cancel ends it (request withdrawn)."""
         limit = self._info.tenant_max_concurrent
-        if limit is None or self._tenant_slot is not None or not workflow.patched(TENANT_ADMISSION):
+        if limit is None or self._tenant_slot is not None or not self._patched(TENANT_ADMISSION):
             return
         self._tenant_granted = None
         self._tell("waiting_for_slot", f"waiting for one of tenant {self._info.tenant_id}'s {limit} slots")
@@ -982,7 +991,7 @@ class GenerationWorkflow:
 
     async def _report_failure(self, failure: str | None) -> None:
         """Tell the gate that the submit under the slot still held (its outcome unknown) failed."""
-        if failure is None or self._slot is None or not workflow.patched(BREAKER):
+        if failure is None or self._slot is None or not self._patched(BREAKER):
             return
         await self._signal_gate(api.SIGNAL_GATE_RENEW, SlotRenewal(
             workflow_id=workflow.info().workflow_id, token=self._slot.token, failure=failure))
@@ -1014,7 +1023,7 @@ class GenerationWorkflow:
         earlier attempts never shorten it (runs from before job-deadline-v1 count from validation)."""
         self._live = JobRef(task_id=self._task_id, attempt_no=self._attempt_no, job_id=job_id or "")
         self._tell("following_job", f"job {job_id} at {self._info.provider}: accepted", job_status="ACCEPTED")
-        if workflow.patched(JOB_DEADLINE):
+        if self._patched(JOB_DEADLINE):
             self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
         return self._live
 
@@ -1034,7 +1043,7 @@ class GenerationWorkflow:
         """Cancel and cost each duplicate job in the background; the task ends only after."""
         for job_id in job_ids:
             stray = StrayJobRef(task_id=ref.task_id, attempt_no=ref.attempt_no, job_id=job_id)
-            accounting = (self._account_stray(stray) if workflow.patched(STRAYS)
+            accounting = (self._account_stray(stray) if self._patched(STRAYS)
                           else self._run(PollActivities.account_stray_job, stray))
             self._strays.append(asyncio.create_task(accounting))
 
@@ -1076,10 +1085,14 @@ class GenerationWorkflow:
                 raise TaskTakenOver(result.status)
         return result
 
+    def _patched(self, patch: str) -> bool:
+        """`workflow.patched`, answered without a marker for the patches a patch-baseline-v1 run has."""
+        return (self._baseline and patch in IMPLIED) or workflow.patched(patch)
+
     def _show_status(self, status: S) -> None:
         """Mirror the status into the TaskStatus search attribute, only when the value users filter on
         changes (coarse-status-v1); before it, the exact status at every change (called on a change)."""
-        shown = shown_status(status) if workflow.patched(COARSE_STATUS) else status.value
+        shown = shown_status(status) if self._patched(COARSE_STATUS) else status.value
         if shown != self._shown:
             self._shown = shown
             workflow.upsert_search_attributes([TASK_STATUS.value_set(shown)])
@@ -1090,7 +1103,7 @@ class GenerationWorkflow:
             try:
                 return await workflow.execute_activity_method(
                     step, arg, start_to_close_timeout=start_to_close, retry_policy=retry, heartbeat_timeout=heartbeat,
-                    task_queue=queue_of(step.__name__, TASK_QUEUES), summary=_summary(step, arg),
+                    task_queue=queue_of(step.__name__, TASK_QUEUES, self._patched), summary=_summary(step, arg),
                     priority=self._priority(step),
                 )
             except ActivityError as exc:
@@ -1104,7 +1117,7 @@ class GenerationWorkflow:
         out at each run: after a wait for storage, the one whose URL is closest to expiring goes first."""
         if step != FetchActivities.fetch_output or self._output_expires is None:
             return Priority.default
-        if not workflow.patched(EXPIRY_FIRST):
+        if not self._patched(EXPIRY_FIRST):
             return Priority.default
         return fetch_priority(self._output_expires, workflow.now())
 
@@ -1117,7 +1130,7 @@ class GenerationWorkflow:
             return False
         if self._task_deadline is not None and workflow.now() >= self._task_deadline:
             return False
-        return workflow.patched(DEGRADATION)
+        return self._patched(DEGRADATION)
 
     # -- live details ------------------------------------------------------------------------
 

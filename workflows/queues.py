@@ -3,6 +3,7 @@ with which priority on it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -11,10 +12,10 @@ from temporalio.common import Priority
 from workflows import api
 
 
-def queue_of(activity_name: str, patch: str) -> str | None:
-    """A media step on the media queue of the workflow's own queue once `patch` applies; anything
-    else (and a media step of a run from before the patch) on the workflow's queue (None)."""
-    if activity_name in api.MEDIA_ACTIVITIES and workflow.patched(patch):
+def queue_of(activity_name: str, patch: str, patched: Callable[[str], bool] = workflow.patched) -> str | None:
+    """A media step on the media queue of the workflow's own queue once `patch` applies (asked of
+    `patched`); anything else (and a media step of a run from before the patch) on the workflow's queue (None)."""
+    if activity_name in api.MEDIA_ACTIVITIES and patched(patch):
         return api.media_queue(workflow.info().task_queue)
     return None
 
