@@ -48,6 +48,8 @@ def test_webhook_pipeline_and_capacity_benchmarks() -> None:
     assert pipeline["pipeline"]["by_status"] == {"SUCCEEDED": 3} and pipeline["engine"]["workflows"] == 3
     assert pipeline["ratio"] > 0 and pipeline["cpu_s_per_task"]["ffmpeg"] > 0
     assert pipeline["worker_metrics"]["submits_per_task"] == 1.0
+    assert pipeline["steps_per_task"] >= 8 and pipeline["history_events_per_task"] > 0
+    assert pipeline["orchestration_ratio"] > 0 and pipeline["engine_cpu_s_per_step"] > 0
     capacity = last_json(bench("bench.capacity", "--rate", "1", "--minutes", "0.1", "--provider-seconds", "2",
                                "--limit", "10", "--webhooks", "on", "--drain-s", "90", "--sample-s", "1"))
     (mode,) = capacity["modes"]
