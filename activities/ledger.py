@@ -17,6 +17,7 @@ from temporalio import activity
 
 from activities.errors import INSUFFICIENT_CREDIT, business_failure, classified
 from activities.failpoints import failpoint
+from activities.tasks import apply_moves, moved
 from metrics import CREDIT_SPENT
 from schema.contracts import LedgerResult, SettleInput, TaskRef, run_suffix
 from schema.db import Database
@@ -34,6 +35,8 @@ class LedgerActivities:
     @activity.defn(name="reserve_credit")
     @classified
     def reserve_credit(self, ref: TaskRef) -> LedgerResult:
+        """Hold the task's estimate; the moves the request carries (transition-in-work-v1: the task
+        becomes QUEUED) are committed with the hold, and none without it."""
         with self.db.transaction() as session:
             ledger = _TaskLedger.read(session, ref.task_id, ref.run)
             reserve_key = f"reserve:{ref.task_id}{run_suffix(ref.run)}"
@@ -45,7 +48,9 @@ class LedgerActivities:
                         INSUFFICIENT_CREDIT,
                     )
                 ledger.append(session, [_Entry("RESERVE", ledger.estimated_cost, reserve_key)])
-            return ledger.balance()
+            done = apply_moves(session, ref.moves)
+            balance = ledger.balance()
+        return balance.model_copy(update={"moved": moved(done)})
 
     @activity.defn(name="settle")
     @classified

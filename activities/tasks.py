@@ -52,26 +52,9 @@ class TaskActivities:
     @classified
     def record_transition(self, req: TransitionInput) -> TransitionResult:
         """Apply one state-machine event; idempotent per source_event_id."""
-        updates = {}
-        if req.error_class is not None or req.error is not None:
-            updates = {"last_error_class": req.error_class, "last_error": req.error}
-        if req.cancel_outcome is not None:
-            updates["cancel_outcome"] = req.cancel_outcome
-        updates["next_retry_at"] = req.next_retry_at  # set while RETRY_WAIT, cleared by any other move
-        if req.prompt_override is not None:
-            updates["prompt_override"] = req.prompt_override
-        if req.deadline_at is not None:
-            updates["deadline_at"] = req.deadline_at
-        payload = dict(req.payload)
-        if req.error:
-            payload.setdefault("error", req.error)
         with self.db.transaction() as session:
-            out = task_store.transition(
-                session, req.task_id, req.event, source=req.source, source_event_id=req.source_event_id,
-                attempt_no=req.attempt_no, payload=payload, task_updates=updates,
-            )
-        _observe(req, out)
-        return TransitionResult(applied=out.applied, status=out.status, version=out.version)
+            done = apply_moves(session, [req])
+        return moved(done)[0]
 
     @activity.defn(name="validate_task")
     @classified
@@ -141,6 +124,48 @@ def review_policy(plan: PlanSpec, task: Task) -> ReviewPolicy | None:
     return ReviewPolicy(required=required, deadline_s=settings.deadline_hours * 3600, on_deadline=settings.on_deadline,
                         duration_tolerance_s=settings.duration_tolerance_s, audio_expected=settings.audio_expected,
                         max_black_ratio=settings.max_black_ratio, max_frozen_ratio=settings.max_frozen_ratio)
+
+
+def apply_transition(session: Session, req: TransitionInput) -> task_store.TransitionOutcome:
+    """One state-machine event in the caller's transaction (record_transition's, or that of an activity
+    whose own write the move follows: transition-in-work-v1); idempotent per source_event_id."""
+    updates: dict = {}
+    if req.error_class is not None or req.error is not None:
+        updates = {"last_error_class": req.error_class, "last_error": req.error}
+    if req.cancel_outcome is not None:
+        updates["cancel_outcome"] = req.cancel_outcome
+    updates["next_retry_at"] = req.next_retry_at  # set while RETRY_WAIT, cleared by any other move
+    if req.prompt_override is not None:
+        updates["prompt_override"] = req.prompt_override
+    if req.deadline_at is not None:
+        updates["deadline_at"] = req.deadline_at
+    payload = dict(req.payload)
+    if req.error:
+        payload.setdefault("error", req.error)
+    return task_store.transition(session, req.task_id, req.event, source=req.source,
+                                 source_event_id=req.source_event_id, attempt_no=req.attempt_no, payload=payload,
+                                 task_updates=updates)
+
+
+Applied = list[tuple[TransitionInput, task_store.TransitionOutcome]]  # moves applied in one transaction
+
+
+def apply_moves(session: Session, moves: list[TransitionInput]) -> Applied:
+    """A request's moves in order, in the caller's transaction; one the table refuses ends the list
+    (the workflow then stops as after a refused record_transition)."""
+    done: Applied = []
+    for req in moves:
+        done.append((req, apply_transition(session, req)))
+        if not done[-1][1].applied:
+            break
+    return done
+
+
+def moved(done: Applied) -> list[TransitionResult]:
+    """After the caller's commit: the moves' metrics, and their results for the workflow."""
+    for req, out in done:
+        _observe(req, out)
+    return [TransitionResult(applied=out.applied, status=out.status, version=out.version) for _, out in done]
 
 
 def _observe(req: TransitionInput, out: task_store.TransitionOutcome) -> None:

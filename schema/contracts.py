@@ -156,6 +156,9 @@ class ProviderUpdate(BaseModel):
 class TaskRef(BaseModel):
     task_id: str
     run: int = 1
+    # transition-in-work-v1: moves the workflow decided, committed by the activity in its own transaction
+    # (in order; one the table refuses stops the rest). Only reserve_credit takes them so far.
+    moves: list[TransitionInput] = Field(default_factory=list)
 
 
 class TaskInfo(BaseModel):
@@ -342,6 +345,7 @@ class LedgerResult(BaseModel):
     settled: float
     released: float
     adjusted: float = 0.0
+    moved: list[TransitionResult] = Field(default_factory=list)  # what became of the request's `moves`
 
 
 class GenerationOutcome(BaseModel):

@@ -120,6 +120,9 @@ COARSE_STATUS = "coarse-status-v1"
 # of IMPLIED, so none of those is asked (each would cost a marker and a TemporalChangeVersion upsert in
 # every task's history). A patch added after it is asked on its own (`_patched` only answers for IMPLIED).
 PATCH_BASELINE = "patch-baseline-v1"
+# workflow.patched: moves that follow an activity's own write ride on its request and are committed in its
+# transaction (so far: reserve_credit takes validation_passed and queued); not in IMPLIED
+TRANSITIONS_IN_WORK = "transition-in-work-v1"
 IMPLIED = frozenset({ADMISSION, WEBHOOKS, RENDITIONS, REVIEW, STRAYS, JOB_DEADLINE, WEBHOOK_WAKE, ACCEPTED_RISK_ENDS,
                      DECISION_WINS, ADMISSION_BOUNDED, TASK_QUEUES, TENANT_ADMISSION, IMPORT_PAUSE, BREAKER,
                      DEGRADATION, EXPIRY_FIRST, COARSE_STATUS})
@@ -354,12 +357,20 @@ class GenerationWorkflow:
         self._task_deadline = workflow.now() + timedelta(seconds=checked.info.task_deadline_s)
         if not checked.ok:
             await self._end(E.VALIDATION_FAILED, error=checked.reason, error_class="invalid_input")
+        in_work = workflow.patched(TRANSITIONS_IN_WORK)
+        bounded = self._patched(ADMISSION_BOUNDED) if in_work else False
+        moves = [self._request(E.VALIDATION_PASSED),
+                 self._request(E.QUEUED, deadline_at=self._task_deadline if bounded else None)] if in_work else []
         try:
-            await self._run(LedgerActivities.reserve_credit, TaskRef(task_id=self._task_id, run=self._run_no))
+            reserved = await self._run(LedgerActivities.reserve_credit,
+                                       TaskRef(task_id=self._task_id, run=self._run_no, moves=moves))
         except ActivityError as exc:
             if _error_type(exc) != INSUFFICIENT_CREDIT:
                 raise
             await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class="credit")
+        if in_work:
+            await self._carried(moves, reserved.moved)
+            return
         await self._move(E.VALIDATION_PASSED)
         bounded = self._patched(ADMISSION_BOUNDED)
         await self._move(E.QUEUED, deadline_at=self._task_deadline if bounded else None)
@@ -1061,19 +1072,38 @@ class GenerationWorkflow:
                     payload: dict | None = None, cancel_outcome: str | None = None,
                     next_retry_at: datetime | None = None, prompt_override: str | None = None,
                     deadline_at: datetime | None = None) -> TransitionResult:
+        return await self._record(self._request(
+            event, error=error, error_class=error_class, payload=payload, cancel_outcome=cancel_outcome,
+            next_retry_at=next_retry_at, prompt_override=prompt_override, deadline_at=deadline_at))
+
+    def _request(self, event: E, *, payload: dict | None = None, **fields: Any) -> TransitionInput:
+        """The next move this run decides, with its source id (its place in the run's sequence)."""
         self._seq += 1
+        return TransitionInput(
+            task_id=self._task_id, event=event,
+            source_event_id=f"{self._task_id}{run_suffix(self._run_no)}:{self._seq}:{event.value}",
+            attempt_no=self._attempt_no or None, payload=payload or {}, **fields)
+
+    async def _record(self, req: TransitionInput) -> TransitionResult:
+        """A move on its own: the record_transition local activity."""
         result: TransitionResult = await workflow.execute_local_activity_method(
-            TaskActivities.record_transition,
-            TransitionInput(
-                task_id=self._task_id, event=event,
-                source_event_id=f"{self._task_id}{run_suffix(self._run_no)}:{self._seq}:{event.value}",
-                attempt_no=self._attempt_no or None, payload=payload or {}, error=error, error_class=error_class,
-                cancel_outcome=cancel_outcome, next_retry_at=next_retry_at, prompt_override=prompt_override,
-                deadline_at=deadline_at,
-            ),
+            TaskActivities.record_transition, req,
             start_to_close_timeout=timedelta(seconds=15),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
         )
+        return self._moved(req.event, result)
+
+    async def _carried(self, moves: list[TransitionInput], results: list[TransitionResult]) -> None:
+        """Moves an activity committed with its own write (transition-in-work-v1), taken in as if
+        recorded one by one; those it did not get to (after one the table refused) are recorded on
+        their own, as they would have been."""
+        for req, result in zip(moves, results, strict=False):
+            self._moved(req.event, result)
+        for req in moves[len(results):]:
+            await self._record(req)
+
+    def _moved(self, event: E, result: TransitionResult) -> TransitionResult:
+        """What a recorded move changes here: the status, its search attribute, and a takeover."""
         if result.status is not self._status:
             self._status = result.status
             self._show_status(result.status)

@@ -14,10 +14,13 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.errors import INSUFFICIENT_CREDIT
 from activities.ledger import LedgerActivities
+from activities.tasks import TaskActivities
 from schema import queries
-from schema.contracts import SettleInput, TaskRef
+from schema.contracts import SettleInput, TaskRef, TransitionInput
 from schema.db import Database
-from schema.models import CreditEntry
+from schema.models import CreditEntry, StateEvent, Task
+from schema.state_machine import TaskEvent as E
+from schema.state_machine import TaskStatus as S
 
 pytestmark = pytest.mark.integration
 
@@ -48,3 +51,35 @@ def test_reserve_settle_once_per_key_within_the_tenant_credit(stack, tmp_path):
         env.run(ledger.reserve_credit, TaskRef(task_id=second))
     nothing = env.run(ledger.settle, SettleInput(task_id=second, attempt_no=1, cost=0.0))
     assert (nothing.reserved, nothing.settled, nothing.released) == (0.0, 0.0, 0.0)
+
+
+def test_reserve_commits_the_moves_it_carries_with_the_hold_and_none_without_it(stack, tmp_path):
+    """transition-in-work-v1: the task becomes QUEUED in the transaction that holds its credit; a
+    refused reservation moves nothing, and a repeat applies nothing twice."""
+    tenant = stack.model_copy(update={"tenant": f"moves-{uuid.uuid4().hex[:8]}", "tenant_credit_limit": 5})
+    summary = import_small(tenant, tmp_path, [("M-1", "Lamp", "A lamp")], ratios=("9:16", "16:9"))
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        first, second = (t.id for t in queries.list_tasks(session, summary.import_id))  # 3 credits each
+    ledger, tasks, env = LedgerActivities(db), TaskActivities(db, None, {}, None), ActivityEnvironment()  # type: ignore[arg-type]
+
+    def moves(task_id: str) -> list[TransitionInput]:
+        env.run(tasks.record_transition, TransitionInput(task_id=task_id, event=E.VALIDATION_STARTED,
+                                                         source_event_id=f"{task_id}:1:validation_started"))
+        return [TransitionInput(task_id=task_id, event=event, source_event_id=f"{task_id}:{n}:{event.value}")
+                for n, event in ((2, E.VALIDATION_PASSED), (3, E.QUEUED))]
+
+    reserved = env.run(ledger.reserve_credit, TaskRef(task_id=first, moves=moves(first)))
+    assert [(m.applied, m.status, m.version) for m in reserved.moved] == [(True, S.QUOTA_RESERVED, 2),
+                                                                          (True, S.QUEUED, 3)]
+    again = env.run(ledger.reserve_credit, TaskRef(task_id=first, moves=moves(first)))  # a retried activity
+    assert [(m.applied, m.status, m.version) for m in again.moved] == [(True, S.QUEUED, 3)] * 2
+    with pytest.raises(ApplicationError):  # 2 credits left, the second needs 3
+        env.run(ledger.reserve_credit, TaskRef(task_id=second, moves=moves(second)))
+    with db.transaction() as session:
+        assert (session.get(Task, first).status, session.get(Task, second).status) == ("QUEUED", "VALIDATING")
+        events = session.scalars(select(StateEvent.event).where(StateEvent.task_id == first)
+                                 .order_by(StateEvent.id)).all()
+    assert events[-3:] == ["validation_started", "validation_passed", "queued"]
+    released = env.run(ledger.settle, SettleInput(task_id=first, cost=0.0, reason="test over"))  # no hold left behind
+    assert released.released == 3.0

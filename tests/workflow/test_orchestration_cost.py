@@ -7,13 +7,15 @@ history: the TaskStatus search attribute is upserted only when the value users f
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from temporalio.converter import decode_typed_search_attributes
 from workflow_fakes import RUNNING, World, ending, job, outage, resolve, until
 
 from schema.contracts import ErrorClass, JobStatus, ResolveAction
 from schema.state_machine import TaskStatus as S
-from workflows.generation import COARSE_STATUS, PATCH_BASELINE
+from workflows.generation import COARSE_STATUS, PATCH_BASELINE, TRANSITIONS_IN_WORK
 from workflows.search_attributes import TASK_STATUS
 
 HISTORY_FOLDER = COARSE_STATUS
@@ -32,15 +34,19 @@ async def shown_statuses(handle) -> list[str]:  # noqa: ANN001
     return shown
 
 
-async def patch_markers(handle) -> tuple[int, int]:  # noqa: ANN001
-    """How many patch markers the workflow recorded, and how many TemporalChangeVersion upserts."""
+async def patches_asked(handle) -> tuple[int, list[str]]:  # noqa: ANN001
+    """How many patch markers the workflow recorded, and the patches its last TemporalChangeVersion
+    upsert lists (the SDK writes one per patch a run asks)."""
     history = await handle.fetch_history()
     markers = sum(e.HasField("marker_recorded_event_attributes")
                   and e.marker_recorded_event_attributes.marker_name == "core_patch" for e in history.events)
-    versions = sum(e.HasField("upsert_workflow_search_attributes_event_attributes") and "TemporalChangeVersion"
-                   in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
-                   for e in history.events)
-    return markers, versions
+    listed: list[str] = []
+    for e in history.events:
+        if e.HasField("upsert_workflow_search_attributes_event_attributes"):
+            fields = e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+            if "TemporalChangeVersion" in fields:
+                listed = json.loads(fields["TemporalChangeVersion"].data)
+    return markers, sorted(listed)
 
 
 @pytest.mark.histories(PATCH_BASELINE)
@@ -50,7 +56,8 @@ async def test_a_run_records_one_patch_for_all_the_earlier_ones(world: World, ru
     assert world.moves()[-1] == "SUCCEEDED" and world.balanced()
     assert [r.job_id for r in world.called("poll_job")] == ["job-1", "job-1"], "the media and gate paths still run"
     assert len(world.called("request_slot")) == 1 and len(world.called("make_renditions")) == 1
-    assert await patch_markers(handle) == (1, 1)
+    assert await patches_asked(handle) == (2, sorted([PATCH_BASELINE, TRANSITIONS_IN_WORK])), \
+        "the baseline stands for every patch before it; a later one is asked on its own"
 
 
 async def test_a_task_that_succeeds_upserts_its_status_twice(world: World, run_world):
@@ -77,3 +84,39 @@ async def test_a_task_waiting_for_a_person_shows_it_and_then_running_again(env, 
     await resolve(handle, ResolveAction.RETRY, "status API is back")
     assert await ending(handle) == "completed"
     assert await shown_statuses(handle) == ["RUNNING", "NEEDS_ATTENTION", "RUNNING", "SUCCEEDED"]
+
+
+async def local_moves_before_the_gate(handle) -> int:  # noqa: ANN001
+    """Local activity markers between validate_task's completion and request_slot's scheduling."""
+    history = await handle.fetch_history()
+    count, after_validate = 0, False
+    for e in history.events:
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            name = e.activity_task_scheduled_event_attributes.activity_type.name
+            if name == "request_slot":
+                return count
+            after_validate = after_validate or name == "validate_task"
+        elif after_validate and e.HasField("marker_recorded_event_attributes") and (
+                e.marker_recorded_event_attributes.marker_name == "core_local_activity"):
+            count += 1
+    return count
+
+
+@pytest.mark.histories(TRANSITIONS_IN_WORK)
+async def test_reserve_credit_commits_validation_passed_and_queued_with_its_hold(world: World, run_world):
+    handle = await run_world()
+    assert await ending(handle) == "completed"
+    assert world.moves()[:3] == ["VALIDATING", "QUOTA_RESERVED", "QUEUED"] and world.moves()[-1] == "SUCCEEDED"
+    [reserve] = world.called("reserve_credit")
+    assert [m.event.value for m in reserve.moves] == ["validation_passed", "queued"]
+    assert reserve.moves[1].deadline_at is not None, "QUEUED records the task's deadline, as before"
+    assert await local_moves_before_the_gate(handle) == 0
+    assert world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1}
+
+
+@pytest.mark.histories(TRANSITIONS_IN_WORK)
+async def test_without_credit_no_carried_move_is_applied(world: World, run_world):
+    world.credit = False
+    handle = await run_world()
+    assert await ending(handle) == "failed:FAILED_FINAL"
+    assert world.moves() == ["VALIDATING", "FAILED_FINAL"]

@@ -239,24 +239,38 @@ class World:
             self.ledger.append(("ADJUSTMENT", cost, key))
         self.strays = [s for s in self.strays if s.job_id != ref.job_id]
 
+    def transition(self, req: TransitionInput) -> TransitionResult:
+        """One move through the real state machine, idempotent per source event as in Postgres."""
+        if req.source_event_id in self.seen:
+            return self.seen[req.source_event_id]
+        to = sm.target(self.status, req.event)
+        if sm.refusal(self.status, req.event, self.past) is not None:
+            to = None
+        self.events.append((req.event.value, (to or self.status).value, to is not None))
+        if to is not None:
+            self.past = self.past.after(req.event, self.status, to)
+            self.status, self.version = to, self.version + 1
+            self.transitions.append(req)
+        result = TransitionResult(applied=to is not None, status=self.status, version=self.version)
+        self.seen[req.source_event_id] = result
+        return result
+
+    def carried(self, moves: list[TransitionInput]) -> list[TransitionResult]:
+        """The moves an activity commits with its own write (transition-in-work-v1): in order, up to
+        the first the table refuses."""
+        done: list[TransitionResult] = []
+        for req in moves:
+            done.append(self.transition(req))
+            if not done[-1].applied:
+                break
+        return done
+
     def activities(self) -> list[Callable[..., Any]]:
         world = self
 
         @activity.defn(name="record_transition")
         async def record_transition(req: TransitionInput) -> TransitionResult:
-            if req.source_event_id in world.seen:  # idempotent per source event, as in Postgres
-                return world.seen[req.source_event_id]
-            to = sm.target(world.status, req.event)
-            if sm.refusal(world.status, req.event, world.past) is not None:
-                to = None
-            world.events.append((req.event.value, (to or world.status).value, to is not None))
-            if to is not None:
-                world.past = world.past.after(req.event, world.status, to)
-                world.status, world.version = to, world.version + 1
-                world.transitions.append(req)
-            result = TransitionResult(applied=to is not None, status=world.status, version=world.version)
-            world.seen[req.source_event_id] = result
-            return result
+            return world.transition(req)
 
         @activity.defn(name="validate_task")
         async def validate_task(ref: TaskRef) -> ValidationResult:
@@ -279,7 +293,7 @@ class World:
                 raise ApplicationError("tenant has 0 credits", type=INSUFFICIENT_CREDIT, non_retryable=True)
             if not any(k == "reserve" for _, _, k in world.ledger):
                 world.ledger.append(("RESERVE", RESERVED, "reserve"))
-            return LedgerResult(reserved=float(RESERVED), settled=0, released=0)
+            return LedgerResult(reserved=float(RESERVED), settled=0, released=0, moved=world.carried(ref.moves))
 
         @activity.defn(name="settle")
         async def settle(req: SettleInput) -> LedgerResult:
