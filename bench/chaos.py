@@ -482,40 +482,50 @@ async def _invariants(settings: Settings, import_id: str, provider_jobs: dict[st
 
 
 def wasted_spend(settings: Settings, import_id: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the provider charged (its succeeded jobs' usage) and the share that bought no video, by cause:
-    `duplicate_job` (a second job under one attempt's request key), `superseded_attempt` (a job of an
-    attempt other than the one whose video the task kept), `task_without_video` (a job of a task that
-    ended without SUCCEEDED). The ledger's settled total is there to compare."""
+    """`spend_by_cause` over the run's tasks, attempts and duplicate jobs; the ledger's sums beside it."""
     from sqlalchemy import text
 
+    scope = {"i": import_id}
     with _db(settings).transaction() as session:
-        rows = session.execute(text("SELECT id, status, current_attempt_no FROM tasks WHERE import_id = :i"),
-                               {"i": import_id}).all()
-        tasks = {r[0]: (r[1], r[2]) for r in rows}
+        tasks = {r[0]: (r[1], r[2]) for r in session.execute(text(
+            "SELECT id, status, current_attempt_no FROM tasks WHERE import_id = :i"), scope).all()}
         bound = {(r[0], r[1]): r[2] for r in session.execute(text(
             "SELECT a.task_id, a.attempt_no, a.provider_job_id FROM attempts a JOIN tasks t ON t.id = a.task_id "
-            "WHERE t.import_id = :i"), {"i": import_id}).all()}
+            "WHERE t.import_id = :i"), scope).all()}
+        strays = dict(session.execute(text(
+            "SELECT s.provider_job_id, s.found_by FROM stray_jobs s JOIN tasks t ON t.id = s.task_id "
+            "WHERE t.import_id = :i"), scope).all())
         ledger = {k: float(v) for k, v in session.execute(text(
             "SELECT c.entry_type, sum(c.amount) FROM credit_ledger c JOIN tasks t ON t.id = c.task_id "
-            "WHERE t.import_id = :i GROUP BY c.entry_type"), {"i": import_id}).all()}
+            "WHERE t.import_id = :i GROUP BY c.entry_type"), scope).all()}
+    return spend_by_cause(jobs, tasks, bound, strays) | {"ledger": ledger}
+
+
+def spend_by_cause(jobs: list[dict[str, Any]], tasks: dict[str, tuple[str, int | None]],
+                   bound: dict[tuple[str, int], str | None], strays: dict[str, str]) -> dict[str, Any]:
+    """What the provider charged (its jobs' usage) and the share that bought no video, by cause:
+    `duplicate_job:{found_by}` (a job other than the one its attempt is bound to, as stray_jobs found
+    it; `unrecorded` if it did not), `superseded_attempt` (a job of an attempt other than the one whose
+    video the task kept), `no_video:{status}` (a job of a task that ended without SUCCEEDED).
+    `tasks`: id -> (status, current attempt); `bound`: (task, attempt no) -> job id; `strays`: job id -> found_by."""
     total, wasted = 0.0, Counter[str]()
     for job in jobs:
         cost = float((job.get("usage") or {}).get("cost") or 0.0)
+        total += cost
         if not cost:
             continue
-        total += cost
         task_id, attempt_no = _task_of(job["request_key"]), _attempt_of(job["request_key"])
-        status, kept = tasks.get(task_id, ("?", None))
-        if bound.get((task_id, attempt_no)) != job["id"]:
-            wasted["duplicate_job"] += cost
+        status, kept = tasks.get(task_id, ("UNKNOWN_TASK", None))
+        if bound.get((task_id, attempt_no or 0)) != job["id"]:
+            wasted[f"duplicate_job:{strays.get(job['id'], 'unrecorded')}"] += cost
         elif status != "SUCCEEDED":
-            wasted["task_without_video"] += cost
+            wasted[f"no_video:{status}"] += cost
         elif attempt_no != kept:
             wasted["superseded_attempt"] += cost
     waste = sum(wasted.values())
     return {"provider_total": round(total, 2), "wasted": round(waste, 2),
             "wasted_share": round(waste / total, 4) if total else 0.0,
-            "by_cause": {k: round(v, 2) for k, v in sorted(wasted.items())}, "ledger": ledger}
+            "by_cause": {k: round(v, 2) for k, v in sorted(wasted.items())}}
 
 
 def run_folder(settings: Settings) -> Path:
