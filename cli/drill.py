@@ -67,13 +67,17 @@ def drill(
 
 
 def _print_table(results) -> None:  # noqa: ANN001 - list[DrillResult]
-    table = Table("point", "evidence on recovery", "outcome", "provider jobs", "ledger balanced",
+    table = Table("point", "evidence on recovery", "outcome", "provider jobs", "ledger balanced", "invariants",
                   "to crash / recovery (s)", title="crash drills")
     for r in results:
         outcome = r.outcome if r.ok else f"[red]{r.outcome}[/]"
         jobs = "-" if r.provider_jobs is None else str(r.provider_jobs)
         secs = f"{r.seconds.get('to_failpoint', '-')} / {r.seconds.get('recovery', '-')}"
-        table.add_row(r.point, r.evidence_text, outcome, jobs, "yes" if r.ledger_balanced else "[red]no[/]", secs)
+        broken = [f"{rule} {n}" for rule, n in r.invariants.items()] + [f"{u.split(':')[0]} unchecked"
+                                                                       for u in r.invariants_unchecked]
+        invariants = f"[red]{', '.join(broken)}[/]" if broken else "ok"
+        table.add_row(r.point, r.evidence_text, outcome, jobs, "yes" if r.ledger_balanced else "[red]no[/]",
+                      invariants, secs)
     console.print(table)
     for r in results:
         if not r.ok:

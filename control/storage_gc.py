@@ -53,14 +53,14 @@ class GcReport(BaseModel):
     unreferenced_objects: list[GcObject] = []
 
 
-def _task_of(key: str) -> str | None:
+def task_of(key: str) -> str | None:
     match = _TASK_KEY.match(key)
     return match.group(1) if match else None
 
 
 def referenced_keys(db: Database, keys: list[str]) -> set[str]:
     """The subset of `keys` that some row refers to."""
-    tasks = {t for t in map(_task_of, keys) if t}
+    tasks = {t for t in map(task_of, keys) if t}
     with db.transaction() as session:
         rows = session.execute(
             select(Asset.key, Asset.meta).where(or_(Asset.key.in_(keys), Asset.task_id.in_(tasks)))
@@ -73,7 +73,7 @@ def referenced_keys(db: Database, keys: list[str]) -> set[str]:
     return named & set(keys)
 
 
-def _pages(objects: Iterable[ListedObject]) -> Iterator[list[ListedObject]]:
+def pages(objects: Iterable[ListedObject]) -> Iterator[list[ListedObject]]:
     it = iter(objects)
     while page := list(islice(it, PAGE)):
         yield page
@@ -86,7 +86,7 @@ def collect_garbage(
     """One pass over `prefix`: remove old unreferenced staging objects, count and list the rest."""
     now = now or datetime.now(UTC)
     report = GcReport(prefix=prefix, dry_run=dry_run, min_age_s=min_age.total_seconds())
-    for page in _pages(storage.list_objects(prefix)):
+    for page in pages(storage.list_objects(prefix)):
         named = referenced_keys(db, [o.key for o in page])
         for obj in page:
             report.scanned += 1

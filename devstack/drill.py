@@ -8,8 +8,9 @@ For each failpoint (activities/failpoints.py), `run_drills`:
 3. waits until that process dies by SIGKILL (the failpoint), or reports that it never got there;
 4. records what recovery will find: task status, attempt states, asset rows, stored objects;
 5. starts a clean worker on the same queue and waits for the workflow's result;
-6. checks the task ended SUCCEEDED, the emulator holds exactly one job for it, and its ledger
-   is balanced (RESERVE = SETTLE + RELEASE).
+6. checks the task ended SUCCEEDED, the emulator holds exactly one job for it, and every invariant
+   of control/invariants.py holds for the drill's import (its ledger balanced, its state events
+   allowed, its objects' bytes, no orphan object, no attempt left SENDING, no slot held, ...).
 
 Every worker gets its own REELQUEUE_HOME under the drill's folder (with every setting passed in
 its environment), so it never touches the stack's worker ready file. Every process started here
@@ -94,8 +95,10 @@ class DrillResult(BaseModel):
     outcome: str = DRILL_ERROR  # the task's final status, or one of the drill outcomes above
     provider_jobs: int | None = None  # emulator jobs whose request key starts with the task id
     ledger: dict[str, float] = Field(default_factory=dict)  # sums by entry type
-    ledger_balanced: bool = False  # RESERVE = SETTLE + RELEASE, and schema.ledger_check found nothing
-    ledger_violations: list[str] | None = None  # schema.ledger_check's findings; None where it is absent
+    ledger_balanced: bool = False  # a reservation made, and no ledger rule of the invariant checker broken
+    ledger_violations: list[str] | None = None  # schema.ledger_check's findings
+    invariants: dict[str, int] = Field(default_factory=dict)  # rule -> violations (control/invariants.py)
+    invariants_unchecked: list[str] = Field(default_factory=list)  # rules the checker could not decide
     attempts_after: list[dict[str, Any]] = Field(default_factory=list)
     ok: bool = False
     error: str | None = None
@@ -231,7 +234,7 @@ class _Drill:
             await self._stop_gate()
             r.seconds["total"] = round(time.monotonic() - started, 1)
             r.ok = (r.error is None and r.reached and r.outcome == OK_OUTCOME and r.provider_jobs == 1
-                    and r.ledger_balanced)
+                    and r.ledger_balanced and not r.invariants and not r.invariants_unchecked)
         return r
 
     async def _run(self, r: DrillResult) -> None:
@@ -273,6 +276,7 @@ class _Drill:
             r.error = f"workflow closed with {type(exc).__name__}: {getattr(exc, 'cause', None) or exc}"
         r.seconds["recovery"] = round(time.monotonic() - t1, 1)
         await asyncio.to_thread(self._check, r, task.id)
+        await self._invariants(r, task.id)
 
     async def _stop_gate(self) -> None:
         """The drill's queue is served no more: its provider's gate must not wait there for ever."""
@@ -359,8 +363,20 @@ class _Drill:
                             for a in detail.get("attempts", [])]
         r.provider_jobs = provider_jobs(self.settings, task_id)
         r.ledger = {k: float(v) for k, v in ledger_sums(self.settings, task_id).items()}
-        r.ledger_violations = ledger_violations(self.settings, self.import_id)
-        r.ledger_balanced = ledger_balanced(self.settings, task_id) and not r.ledger_violations
+
+    async def _invariants(self, r: DrillResult, task_id: str) -> None:
+        """The shared checker over the drill's import, while its clean worker still serves the queue
+        (the gate answers); nothing writes any more, so no orphan window is needed."""
+        from control.invariants import check_invariants
+        from schema.invariants import LEDGER_RULES
+
+        report = await check_invariants(self.settings.model_copy(update={"task_queue": self.queue}),
+                                        import_id=self.import_id, provider_jobs={task_id: r.provider_jobs or 0},
+                                        orphan_safety_s=0)
+        r.invariants = report.violated()
+        r.invariants_unchecked = [f"{x.rule}: {x.detail}" for x in report.rules if not x.checked]
+        r.ledger_violations = [f"{v.rule}: {v.detail}" for v in report.ledger_violations]
+        r.ledger_balanced = r.ledger.get("RESERVE", 0) > 0 and not (LEDGER_RULES & set(r.invariants))
 
 
 # -- checks, usable on their own --------------------------------------------------------------
@@ -383,13 +399,6 @@ def ledger_sums(settings: Settings, task_id: str) -> dict[str, Decimal]:
             .where(CreditEntry.task_id == task_id).group_by(CreditEntry.entry_type)
         ).all()
     return {kind: Decimal(total) for kind, total in rows}
-
-
-def ledger_balanced(settings: Settings, task_id: str) -> bool:
-    """A reservation was made and RESERVE = SETTLE + RELEASE."""
-    sums = ledger_sums(settings, task_id)
-    reserve = sums.get("RESERVE", Decimal(0))
-    return reserve > 0 and reserve == sums.get("SETTLE", Decimal(0)) + sums.get("RELEASE", Decimal(0))
 
 
 def ledger_violations(settings: Settings, import_id: str | None) -> list[str] | None:
@@ -499,7 +508,6 @@ __all__ = [
     "DrillError",
     "DrillResult",
     "evidence_text",
-    "ledger_balanced",
     "preflight",
     "provider_jobs",
     "run_drills",

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from schema.import_scope import in_import
 from schema.models import Attempt, CreditEntry, StrayJob, Task
-from schema.state_machine import ATTEMPT_SETTLED, TERMINAL, TaskStatus
+from schema.state_machine import ATTEMPT_SETTLED, TERMINAL, AttemptState, TaskStatus
 
 # INVALID can be revalidated, but it holds no reservation and runs no job: for money it is an end.
 LEDGER_FINAL: frozenset[str] = frozenset(s.value for s in (*TERMINAL, TaskStatus.INVALID))
@@ -37,6 +37,7 @@ class Rule(StrEnum):
     UNBALANCED = "unbalanced"  # finished task: RESERVE != SETTLE + RELEASE
     REPEATED_ENTRY = "repeated_entry"  # more than one RESERVE, SETTLE or RELEASE row for a task
     OPEN_ATTEMPT = "open_attempt"  # finished task with an attempt whose job may still bill
+    ATTEMPT_SENDING = "attempt_sending"  # finished task with an attempt still SENDING: a submit never concluded
     STRAY_UNACCOUNTED = "stray_unaccounted"  # duplicate provider job without accounted + ADJUSTMENT
     RESERVATION_WITHOUT_WORKFLOW = "reservation_without_workflow"  # open hold, nobody to close it
     HELD_PAST_DEADLINE = "held_past_deadline"  # open hold of a waiting task past its task deadline
@@ -132,16 +133,19 @@ def _ledger_rules(session: Session, import_id: str | None,
 
 
 def _open_attempts(session: Session, import_id: str | None) -> list[Violation]:
+    """Attempts not settled on a finished task; one still SENDING (its submit was never concluded,
+    not even as UNKNOWN) is its own rule, the one the chaos run counts as "no attempt left SENDING"."""
     stmt = _scoped(
         select(Attempt.task_id, Task.status, Attempt.attempt_no, Attempt.submit_state, Attempt.provider_job_id)
         .select_from(Task).join(Attempt, Attempt.task_id == Task.id), import_id,
     ).where(Task.status.in_(LEDGER_FINAL), Attempt.submit_state.not_in([s.value for s in ATTEMPT_SETTLED]))
-    return [
-        Violation(task_id=task_id, status=status, rule=Rule.OPEN_ATTEMPT,
-                  detail=f"attempt {no} is {state} (job {job or 'unknown'}) on a {status} task: "
-                         "a provider job the ledger does not account for")
-        for task_id, status, no, state, job in session.execute(stmt.order_by(Attempt.task_id, Attempt.attempt_no))
-    ]
+    out = []
+    for task_id, status, no, state, job in session.execute(stmt.order_by(Attempt.task_id, Attempt.attempt_no)):
+        rule = Rule.ATTEMPT_SENDING if state == AttemptState.SENDING.value else Rule.OPEN_ATTEMPT
+        out.append(Violation(task_id=task_id, status=status, rule=rule,
+                             detail=f"attempt {no} is {state} (job {job or 'unknown'}) on a {status} task: "
+                                    "a provider job the ledger does not account for"))
+    return out
 
 
 def _unaccounted_strays(session: Session, import_id: str | None) -> list[Violation]:

@@ -39,6 +39,7 @@ SIGNAL_GATE_REQUEST = "request"  # SlotRequest
 SIGNAL_GATE_RELEASE = "release"  # SlotRelease
 SIGNAL_GATE_RENEW = "renew"  # SlotRenewal
 QUERY_GATE_SNAPSHOT = "snapshot"  # GateSnapshot: limit, effective limit, in use, waiting, oldest wait
+QUERY_GATE_HOLDERS = "holders"  # list[str]: the workflow ids holding a slot now (the invariant checker's)
 QUERY_GATE_POSITION = "position"  # workflow id -> its place in line (1 = next), None when not waiting
 
 

@@ -110,6 +110,11 @@ class ProviderGateWorkflow:
             paused_until=self._state.paused_until if self._paused() else None,
         )
 
+    @workflow.query(name=api.QUERY_GATE_HOLDERS)
+    def holders(self) -> list[str]:
+        """Who holds a slot now: a finished task among them is a slot lost (control/invariants.py)."""
+        return sorted(self._state.holders)
+
     @workflow.query(name=api.QUERY_GATE_POSITION)
     def position(self, workflow_id: str) -> int | None:
         """A waiting task's place in line (1 = granted next); None when it does not wait here."""

@@ -74,6 +74,7 @@ async def test_drill(drills: dict[str, DrillResult], point: str, client):
     r = drills[point]
     detail = (f"{point}: {r.error or 'no error'}; armed worker {r.worker_exit}; evidence {r.evidence_text}; "
               f"outcome {r.outcome}; provider jobs {r.provider_jobs}; ledger {r.ledger} {r.ledger_violations}; "
+              f"invariants broken {r.invariants}, unchecked {r.invariants_unchecked}; "
               f"task {r.task_id}; logs {r.logs}")
     assert r.error is None, detail
     assert r.reached and r.worker_exit == "SIGKILL", detail  # the failpoint really fired
@@ -81,6 +82,7 @@ async def test_drill(drills: dict[str, DrillResult], point: str, client):
     assert r.outcome == "SUCCEEDED", detail
     assert r.provider_jobs == 1, detail
     assert r.ledger_balanced, detail
+    assert r.invariants == {} and r.invariants_unchecked == [], detail  # control/invariants.py, every rule
     assert r.ok, detail
     gate = await client.get_workflow_handle(api.gate_id("emulator", r.task_queue)).describe()
     assert gate.status == WorkflowExecutionStatus.TERMINATED, f"{point}: the drill left its gate {gate.status.name}"

@@ -16,7 +16,7 @@ from stack_helpers import import_small, run_all, serving, start_one_at_provider
 from schema import queries
 from schema.contracts import CancelRequest
 from schema.db import Database
-from schema.models import Attempt, CreditEntry, StrayJob, Task
+from schema.models import Attempt, CreditEntry, StateEvent, StrayJob, Task
 from workflows import api
 
 pytestmark = pytest.mark.integration
@@ -48,8 +48,8 @@ def test_an_import_that_ran_to_the_end_passes(finished):
     import_id, task_ids = finished
     code, report = _check(import_id)
     assert code == 0, report
-    assert report == {"import_id": import_id, "tasks_checked": 3, "workflows_described": 0, "violations": [],
-                      "ok": True}
+    assert {k: report[k] for k in ("import_id", "tasks_checked", "workflows_described", "violations", "ok")} == \
+        {"import_id": import_id, "tasks_checked": 3, "workflows_described": 0, "violations": [], "ok": True}
     human = run_cli("ledger", "check", import_id)
     assert human.code == 0 and "ledger ok" in human.stdout and "3 tasks checked" in human.stdout
 
@@ -141,9 +141,17 @@ def test_an_open_reservation_needs_a_running_workflow_or_a_person(stack, tmp_pat
     assert "no such workflow" in violation["detail"] and task.workflow_id in violation["detail"]
 
     with db.transaction() as session:  # a task waiting for a decision holds its reservation on purpose
-        session.execute(update(Task).where(Task.id == task.id).values(status="NEEDS_ATTENTION"))
+        session.execute(update(Task).where(Task.id == task.id).values(status="NEEDS_ATTENTION", version=1))
+        session.add(StateEvent(task_id=task.id, source="test", source_event_id=f"{task.id}:attention",
+                               event="needs_attention", from_status="CREATED", to_status="NEEDS_ATTENTION",
+                               task_version=1, payload={"stuck": "reconcile", "evidence": "the provider is mute"}))
     code, report = _check(summary.import_id)
     assert code == 0 and report["workflows_described"] == 0
+    with db.transaction() as session:  # without its evidence a person could not decide: reported
+        session.execute(delete(StateEvent).where(StateEvent.task_id == task.id))
+    code, report = _check(summary.import_id)
+    assert code == 1 and report["violations"] == []
+    assert {r["rule"]: r["violations"] for r in report["rules"] if r["violations"]} == {"task_finished": 1}
 
 
 def test_a_reservation_held_while_waiting_past_the_task_deadline_is_reported(stack, finished, tmp_path):
