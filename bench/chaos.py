@@ -26,6 +26,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from config.settings import ProviderLimits, Settings
+from control.invariants import check_invariants, jobs_by_task
 from emulator.wire import ALIVE, FaultRates
 
 EXAMPLE_IMAGE = Path(__file__).resolve().parents[1] / "examples" / "images" / "aurora-lamp.png"
@@ -47,6 +48,7 @@ ACTIVITIES: dict[str, tuple[str, ...]] = {
     "reserve_credit": ("VALIDATING",),
 }
 ANY_STATUS = tuple(sorted({s for statuses in ACTIVITIES.values() for s in statuses}))
+SAMPLE = 12  # workflows described per status group at each kill
 SPAWN_TIMEOUT_S = 300.0  # a replacement worker must serve within this (restarts of Temporal included)
 ENDED = ("SUCCEEDED", "CANCELED", "REJECTED", "FAILED_FINAL", "EXPIRED", "NEEDS_ATTENTION")
 FAULT_STATS = ("submits_hung", "injected_429", "injected_5xx", "output_urls_expired", "outage_refusals",
@@ -102,7 +104,7 @@ class ChaosOptions(BaseModel):
 class Kill(BaseModel):
     at_s: float
     pid: int
-    aimed_at: str  # the activity type this kill looked for
+    aimed_at: str  # the activity type this kill went for ("any": none was seen running)
     running: list[str]  # activity types the victim was running (from Temporal), empty if none was seen
     task_ids: list[str] = Field(default_factory=list)
 
@@ -169,7 +171,7 @@ async def run_chaos(settings: Settings, options: ChaosOptions, folder: Path,
         # Checked while the workers still serve the run's queue: its gate answers the slot rule's query.
         stats_after = _get(settings, "/_sim/stats")
         jobs = [j for j in _get(settings, "/_sim/jobs")["jobs"] if _task_of(j["request_key"]) in run.task_ids]
-        per_task = Counter(_task_of(j["request_key"]) for j in jobs)
+        per_task = jobs_by_task(j["request_key"] for j in jobs)
         checked = await _invariants(settings, import_id, {t: per_task.get(t, 0) for t in run.task_ids})
     finally:
         await run.stop(tasks[0].provider if tasks else None)
@@ -261,42 +263,53 @@ class _Run:
             return
 
     async def killing(self) -> None:
-        """SIGKILL a worker (and its ffmpeg children) every kill_every_s, aimed at each activity type
-        in turn, until the target is reached or every task ended; a new worker replaces it."""
-        kinds = list(ACTIVITIES)
+        """SIGKILL a worker (its process group: ffmpeg children too) every kill_every_s until the target
+        is reached and every activity type was hit mid-run (or every task ended); a new worker replaces
+        each. Each kill goes to a worker Temporal says is running the activity type hit least so far;
+        past the target, only to one running a type not hit yet."""
         target = self.options.kill_target()
-        while len(self.kills) < target and not self.done.is_set():
+        while not self.done.is_set():
+            hit = Counter(kind for k in self.kills for kind in k.running)
+            missing = [kind for kind in ACTIVITIES if not hit[kind]]
+            if len(self.kills) >= target and not missing:
+                return
             await self._sleep(self.options.kill_every_s)
             if self.done.is_set():
-                break
-            aimed = kinds[len(self.kills) % len(kinds)]
-            victim, running, task_ids = await self._victim(aimed)
+                return
+            running = await self._running_activities(missing or list(ACTIVITIES))
+            chosen = self._choose(running, hit, missing if len(self.kills) >= target else None)
+            if chosen is None:
+                continue
+            victim, aimed, kinds, task_ids = chosen
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(victim.pid, signal.SIGKILL)
             await asyncio.to_thread(victim.wait)
             self.workers.remove(victim)
-            self.kills.append(Kill(at_s=self.now(), pid=victim.pid, aimed_at=aimed, running=running,
-                                   task_ids=task_ids))
+            self.kills.append(Kill(at_s=self.now(), pid=victim.pid, aimed_at=aimed, running=kinds, task_ids=task_ids))
             await self.spawn()
 
-    async def _victim(self, aimed: str) -> tuple[subprocess.Popen[bytes], list[str], list[str]]:
-        """A worker Temporal says runs `aimed` now, else one running anything, else any worker."""
+    def _choose(self, running: list[tuple[int, str, str]], hit: Counter[str], need: list[str] | None,
+                ) -> tuple[subprocess.Popen[bytes], str, list[str], list[str]] | None:
+        """(worker, the type aimed at, the types and tasks it runs): one running the type hit least so
+        far (of `need` when given), else any worker (None when `need` is given: no kill this time)."""
         by_pid = {p.pid: p for p in self.workers}
-        for statuses, wanted in ((ACTIVITIES[aimed], aimed), (ANY_STATUS, None)):
-            running = [r for r in await self._running_activities(statuses) if r[0] in by_pid]
-            hits = [r for r in running if wanted is None or r[1] == wanted]
-            if hits:
-                pid = self.rng.choice(hits)[0]
-                mine = [(kind, task) for p, kind, task in running if p == pid]
-                return by_pid[pid], sorted({k for k, _ in mine}), sorted({t for _, t in mine})
-        return self.rng.choice(self.workers), [], []
+        candidates = [r for r in running if r[0] in by_pid and (need is None or r[1] in need)]
+        if not candidates:
+            return None if need is not None else (self.rng.choice(self.workers), "any", [], [])
+        least = min(hit[kind] for _, kind, _ in candidates)
+        pid, aimed, _ = self.rng.choice([r for r in candidates if hit[r[1]] == least])
+        mine = [(kind, task) for p, kind, task in running if p == pid]
+        return by_pid[pid], aimed, sorted({k for k, _ in mine}), sorted({t for _, t in mine})
 
-    async def _running_activities(self, statuses: tuple[str, ...]) -> list[tuple[int, str, str]]:
-        """(worker pid, activity type, task) of activities STARTED in a sample of the run's workflows
-        whose task is in `statuses` (Temporal's pending activities name the worker's identity, pid@host)."""
+    async def _running_activities(self, kinds: list[str]) -> list[tuple[int, str, str]]:
+        """(worker pid, activity type, task) of activities STARTED in a sample of the run's workflows:
+        some whose task is in a status where one of `kinds` runs, some in any status (Temporal's pending
+        activities name the worker's identity, pid@host)."""
         from temporalio.api.enums.v1 import PendingActivityState
 
-        sample = await asyncio.to_thread(self._tasks_in, statuses, 30)
+        groups = {ACTIVITIES[kind] for kind in kinds} | {ANY_STATUS}
+        samples = await asyncio.gather(*(asyncio.to_thread(self._tasks_in, g, SAMPLE) for g in groups))
+        sample = dict(pair for rows in samples for pair in rows)
         found: list[tuple[int, str, str]] = []
 
         async def one(task_id: str, workflow_id: str) -> None:
@@ -308,7 +321,7 @@ class _Run:
                         if pid.isdigit():
                             found.append((int(pid), act.activity_type.name, task_id))
 
-        await asyncio.gather(*(one(t, w) for t, w in sample))
+        await asyncio.gather(*(one(t, w) for t, w in sample.items()))
         return found
 
     def _tasks_in(self, statuses: tuple[str, ...], limit: int) -> list[tuple[str, str]]:
@@ -476,8 +489,6 @@ def import_tasks(settings: Settings, folder: Path, count: int) -> tuple[str, lis
 async def _invariants(settings: Settings, import_id: str, provider_jobs: dict[str, int]) -> Any:  # noqa: ANN401
     """control/invariants.py's report over the run's import, with the emulator's jobs per task; every
     writer is idle once every task ended, so an object without its row is an orphan at once."""
-    from control.invariants import check_invariants
-
     return await check_invariants(settings, import_id=import_id, provider_jobs=provider_jobs, orphan_safety_s=0)
 
 
