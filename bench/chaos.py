@@ -53,21 +53,6 @@ SPAWN_TIMEOUT_S = 300.0  # a replacement worker must serve within this (restarts
 ENDED = ("SUCCEEDED", "CANCELED", "REJECTED", "FAILED_FINAL", "EXPIRED", "NEEDS_ATTENTION")
 FAULT_STATS = ("submits_hung", "injected_429", "injected_5xx", "output_urls_expired", "outage_refusals",
                "webhooks_duplicated", "webhooks_reordered", "webhooks_dropped_injected")
-_PLAN = """\
-name = "chaos"
-locales = ["en-US"]
-aspect_ratios = ["9:16"]
-
-[[templates]]
-id = "clip"
-version = "chaos-v1"
-duration_s = 1
-provider = "emulator"
-model = "emu-motion-1"
-cost_estimate = 2
-[templates.prompts]
-"en-US" = "Product shot of {title}, {price}."
-"""
 
 
 class ChaosOptions(BaseModel):
@@ -468,6 +453,7 @@ class _Run:
 def import_tasks(settings: Settings, folder: Path, count: int) -> tuple[str, list]:
     """`count` one-second tasks of one catalog (one image and title: the emulator's render cache
     serves most clips, so the run is about orchestration under faults, not rendering)."""
+    from bench.common import one_second_plan
     from catalog.plan import load_plan
     from catalog.service import run_import
     from schema import queries
@@ -477,7 +463,7 @@ def import_tasks(settings: Settings, folder: Path, count: int) -> tuple[str, lis
     lines = ["product_id,title,description,image_url,price,currency,category"]
     lines += [f"X-{i:06d},Chaos lamp,A lamp for the chaos run,images/lamp.png,19.99,USD,Home" for i in range(count)]
     (folder / "catalog.csv").write_text("\n".join(lines) + "\n")
-    (folder / "plan.toml").write_text(_PLAN)
+    (folder / "plan.toml").write_text(one_second_plan("chaos"))
     summary = run_import(settings, folder / "catalog.csv", load_plan(folder / "plan.toml"),
                          catalog=f"chaos-{folder.name}", check_urls=False)
     if summary.status != "ACCEPTED" or not summary.import_id:
