@@ -152,6 +152,7 @@ async def run_chaos(settings: Settings, options: ChaosOptions, folder: Path,
         await asyncio.gather(run.killing(), run.restarting(), starting)
         say(f"chaos done: {len(run.kills)} kills, {len(run.restarts)} restarts; draining ...")
         by_status = await run.drain(import_id)
+        await asyncio.gather(*run.measuring)
         seconds = time.monotonic() - started
         # Checked while the workers still serve the run's queue: its gate answers the slot rule's query.
         stats_after = _get(settings, "/_sim/stats")
@@ -191,6 +192,7 @@ class _Run:
         self.restarts: list[Restart] = []
         self.outage: dict[str, Any] = {}
         self.refusals_from_s: float | None = None
+        self.measuring: list[asyncio.Task[None]] = []  # recovery times still being measured
         self.done = asyncio.Event()  # every task ended: the chaos stops
         self._spawned = 0
 
@@ -353,8 +355,12 @@ class _Run:
             entry.error = f"{type(exc).__name__}: {exc}"
         entry.down_s = round(time.monotonic() - started, 1)
         up_at = datetime.now(UTC)
-        entry.to_progress_s = await self._next_transition(up_at)
+        self.measuring.append(asyncio.create_task(self._progress_after(entry, up_at)))
         return entry
+
+    async def _progress_after(self, entry: Restart, up_at: datetime) -> None:
+        """Measured beside the run (the next restart does not wait for it)."""
+        entry.to_progress_s = await self._next_transition(up_at)
 
     async def provider_outage(self, seconds: float) -> None:
         """Every provider call (submit, status, list, cancel) answers 503 for `seconds`."""
@@ -380,7 +386,8 @@ class _Run:
             await asyncio.sleep(1.0)
 
     async def _next_transition(self, since: datetime) -> float | None:
-        """Seconds from `since` until a state event of the run is recorded after it (the pipeline moved)."""
+        """Seconds from `since` until a state event of the run is recorded after it (the pipeline moved);
+        None if none came before the run ended or within recovery_timeout_s."""
         from sqlalchemy import text
 
         deadline = time.monotonic() + self.options.recovery_timeout_s
@@ -402,14 +409,10 @@ class _Run:
         """Until every task ended (terminal or NEEDS_ATTENTION), bounded; the statuses then."""
         deadline = time.monotonic() + self.options.drain_timeout_s
         counts: dict[str, int] = {}
-        shown = 0.0
         while time.monotonic() < deadline:
             counts = await asyncio.to_thread(self._status_counts, import_id)
             if counts and set(counts) <= set(ENDED):
                 break
-            if time.monotonic() - shown > 30:
-                shown = time.monotonic()
-                self.say(f"  {self.now():6.0f}s " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
             await asyncio.sleep(2.0)
         return counts
 
@@ -423,11 +426,15 @@ class _Run:
             return {}
 
     async def watch(self, import_id: str) -> None:
-        """Set `done` once every task ended (the kills and restarts stop then)."""
+        """Set `done` once every task ended (the kills and restarts stop then); the counts every 30 s."""
+        shown = time.monotonic()
         while not self.done.is_set():
             counts = await asyncio.to_thread(self._status_counts, import_id)
             if counts and set(counts) <= set(ENDED):
                 self.done.set()
+            if time.monotonic() - shown > 30:
+                shown = time.monotonic()
+                self.say(f"  {self.now():6.0f}s " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
             await asyncio.sleep(2.0)
 
     async def _sleep(self, seconds: float) -> None:
