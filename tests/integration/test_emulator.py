@@ -335,12 +335,14 @@ def test_fail_next_fails_the_job(emu: EmulatorConfig, provider: EmulatorProvider
     assert state.outputs == [] and state.usage is None
 
 
-def test_unreachable_image_fails_as_input_error(provider: EmulatorProvider) -> None:
+def test_unreachable_image_fails_the_job_retryably(provider: EmulatorProvider) -> None:
+    """The image is ours (in our storage, validated on import): a new attempt with a fresh link may
+    reach it, as after a storage restart."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     state = wait_for(provider, accepted(provider, request("no-image", image_url=f"http://127.0.0.1:{port}/x.png")))
-    assert state.status == JobStatus.FAILED and state.error_class == ErrorClass.NON_RETRYABLE
+    assert state.status == JobStatus.FAILED and state.error_class == ErrorClass.RETRYABLE
     assert (state.error_message or "").startswith("INPUT.IMAGE_UNREACHABLE")
 
 
