@@ -644,6 +644,7 @@ def main(argv: list[str] | None = None) -> None:
     options, args = parse_args(argv)
     err = Console(stderr=True)
     say = err.print
+    home: Path | None = None
     if not args.use_stack:
         home = fresh_home("reelqueue-chaos-")
         os.environ["REELQUEUE_EMULATOR_RENDER"] = "fast"
@@ -663,7 +664,10 @@ def main(argv: list[str] | None = None) -> None:
                          indent=2))
     else:
         print_report(report, Console())
-        print(f"logs: {folder}")
+    if report.ok and home is not None and not args.keep:  # a failed run keeps its stack's home and logs
+        shutil.rmtree(home, ignore_errors=True)
+    else:
+        say(f"logs: {folder}")
     raise SystemExit(0 if report.ok else 1)
 
 
