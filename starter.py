@@ -103,11 +103,12 @@ def main() -> None:
 def _run() -> None:
     """The app, with unreachable services reported in one line instead of a traceback (and, when no
     stack was found at all, how to start one)."""
+    from rich.markup import escape
     from sqlalchemy.exc import OperationalError
     from urllib3.exceptions import MaxRetryError
 
     from adapters.temporal_client import TemporalConfigError
-    from cli.output import EXIT_FAILURE, err_console
+    from cli.output import EXIT_FAILURE, EXIT_UNAVAILABLE, err_console
     from config.settings import no_stack_hint
     from delivery.links import LinkError
 
@@ -117,8 +118,21 @@ def _run() -> None:
         if isinstance(exc, RuntimeError) and "connect" not in str(exc).lower():
             raise
         hint = None if isinstance(exc, (LinkError, TemporalConfigError)) else no_stack_hint()
-        err_console.print(f"[bold red]error:[/] {hint or _unreachable(exc)}")
+        err_console.print(f"[bold red]error:[/] {escape(hint or _unreachable(exc))}", soft_wrap=True)
+        raise SystemExit(EXIT_UNAVAILABLE if isinstance(exc, OperationalError) and not hint else EXIT_FAILURE) from None
     raise SystemExit(EXIT_FAILURE)
+
+
+def database_refusal(exc: Exception) -> str:
+    """One line naming the database and why it cannot be used; the command wrote nothing (exit 4)."""
+    from config.settings import Settings
+    from schema.db import database_name, database_unavailable
+
+    why = database_unavailable(exc) or "the database failed"
+    cause = str(getattr(exc, "orig", exc)).strip().splitlines()
+    detail = f" ({cause[0][:200]})" if cause else ""
+    return (f"{why}: Postgres at {database_name(Settings().database_url)}{detail}; nothing was written, "
+            "try again once it answers (reelqueue dev status)")
 
 
 def _unreachable(exc: Exception) -> str:
@@ -132,7 +146,7 @@ def _unreachable(exc: Exception) -> str:
     if isinstance(exc, LinkError):  # `show` / `export` asked for media links with no key to sign them
         return f"{exc}; start the stack (reelqueue dev up) or set it"
     if isinstance(exc, OperationalError):
-        return f"cannot reach Postgres ({exc.orig}); is the stack up? (reelqueue dev up)"
+        return database_refusal(exc)
     if isinstance(exc, TemporalConfigError):  # a TEMPORAL_* variable or profile file that cannot be used
         return f"{exc} (docs/deploy.md, \"Temporal\")"
     if isinstance(exc, MaxRetryError):

@@ -7,6 +7,11 @@ from typing import Any
 
 # validate_task has 30 s per try; an image resolve makes up to 3 tries of this many seconds.
 VALIDATION_IMAGE_TIMEOUT_S = 8.0
+# Every activity statement gives up waiting for a lock after LOCK_TIMEOUT_S and running after
+# STATEMENT_TIMEOUT_S (under the 30 s of the database steps): a locked table (the ledger during a
+# migration) fails the try, which is retried, instead of hanging a worker thread (docs/reliability.md).
+LOCK_TIMEOUT_S = 5.0
+STATEMENT_TIMEOUT_S = 20.0
 
 
 def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN001 - Settings, Client
@@ -23,9 +28,10 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     from adapters.providers import build_providers
     from adapters.storage import ObjectStorage
     from catalog.images import image_fetcher
-    from schema.db import Database
+    from schema.db import Database, session_options
 
-    db = Database(settings.database_url)
+    db = Database(settings.database_url,
+                  session_options(lock_timeout_s=LOCK_TIMEOUT_S, statement_timeout_s=STATEMENT_TIMEOUT_S))
     storage = ObjectStorage.from_settings(settings)
     providers = build_providers(settings)
     fetcher = SafeFetcher.from_settings(settings)
@@ -43,7 +49,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
         max_input_pixels=settings.media_max_input_pixels, max_input_duration_s=settings.media_max_input_duration_s,
     )
     review = ReviewActivities(db, storage)
-    admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s)
+    admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s, settings.provider_breaker)
     return [
         admission.request_slot,
         tasks.validate_task,

@@ -13,10 +13,13 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import ParamSpec, TypeVar
 
+from sqlalchemy.exc import DBAPIError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
+from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from adapters.providers.base import ProviderError
+from schema.db import database_unavailable
 from schema.task_store import TaskNotFound
 
 P = ParamSpec("P")
@@ -31,6 +34,9 @@ FETCH_REFUSED = "FetchRefused"
 DISPATCH_NOT_CLAIMED = "DispatchNotClaimed"  # a submit for a task whose dispatch the state machine refused
 NOT_YET_CONCLUSIVE = "NotYetConclusive"  # retryable: ask again after the hinted delay
 WORKER_SHUTDOWN = "WorkerShutdown"  # retryable: the worker drained past its timeout; another one goes on
+# retryable: Postgres or object storage did not answer, or refused the write (a table locked, the database
+# read-only); the workflow waits for it past the step's budget (degradation-v1, docs/reliability.md)
+DEPENDENCY_UNAVAILABLE = "DependencyUnavailable"
 
 BUSINESS_FAILURES: tuple[str, ...] = (
     INSUFFICIENT_CREDIT, TASK_NOT_FOUND, PROVIDER_REFUSED, OUTPUT_INVALID, OUTPUT_UNAVAILABLE, FETCH_REFUSED,
@@ -65,6 +71,15 @@ def activity_boundary() -> Iterator[None]:
             activity.logger.warning("%s cut off by the worker's shutdown", activity.info().activity_type)
             raise ApplicationError("the worker shut down before the step ended", type=WORKER_SHUTDOWN) from exc
         raise
+    except DEPENDENCY_ERRORS as exc:
+        what = unavailable_dependency(exc)
+        if what is None:
+            activity.logger.exception("%s failed (will be retried by policy)", activity.info().activity_type)
+            raise
+        activity.logger.warning("%s: %s", activity.info().activity_type, what, exc_info=exc)
+        # No chained cause: the driver's and urllib3's tracebacks made the failure bigger than the
+        # server keeps ("Failure exceeds size limit"), and the workflow then lost the error's type.
+        raise ApplicationError(what, type=DEPENDENCY_UNAVAILABLE) from None
     except ProviderError as exc:
         activity.logger.warning("%s: provider call failed: %s", activity.info().activity_type, exc)
         if not exc.retryable:
@@ -73,6 +88,17 @@ def activity_boundary() -> Iterator[None]:
     except Exception:
         activity.logger.exception("%s failed (will be retried by policy)", activity.info().activity_type)
         raise
+
+
+def unavailable_dependency(exc: BaseException) -> str | None:
+    """What a failure says about Postgres or object storage being out of reach, in one line without
+    hosts or SQL; None when it is something else (a bug, a constraint), which stays an ordinary error."""
+    if isinstance(exc, DBAPIError):
+        return database_unavailable(exc)
+    return "object storage is unreachable"  # urllib3 gave up connecting (minio's transport)
+
+
+DEPENDENCY_ERRORS = (DBAPIError, MaxRetryError, NewConnectionError)
 
 
 def classified(fn: Callable[P, R]) -> Callable[P, R]:

@@ -180,9 +180,13 @@ def _stopper(job_id: str) -> Callable[[VideoProvider], JobState]:
 
 
 def _result(state: JobState) -> PollResult:
+    expires = state.outputs[0].expires_at if state.outputs else None
+    if expires is not None and expires.tzinfo is None:
+        expires = expires.replace(tzinfo=UTC)
     return PollResult(
         status=state.status, raw_status=state.raw_status, progress=state.progress,
         cost=state.usage.cost if state.usage else None, error_class=state.error_class, error=state.error_message,
+        output_expires_at=expires,
     )
 
 

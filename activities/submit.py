@@ -40,6 +40,7 @@ from adapters.storage import ObjectStorage
 from catalog.expand import OVERLAY_FIELDS
 from metrics import SUBMITS
 from schema import webhook_inbox as inbox
+from schema.admission import submit_failure
 from schema.contracts import AttemptRef, ProviderUpdate, ReconcileOutcome, ReconcileResult, SubmitActivityResult
 from schema.db import Database
 from schema.models import Asset, Attempt, StrayJob, Task
@@ -139,6 +140,7 @@ class SubmitActivities:
             outcome=result.outcome, job_id=result.job_id, error_class=result.error_class,
             error=result.error_message, retry_after_s=result.retry_after_s,
             webhooks=request.webhook_url is not None, early_updates=early,
+            failure=submit_failure(result.outcome, result.http_status),
         )
 
     @activity.defn(name="reconcile_submit")

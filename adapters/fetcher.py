@@ -39,7 +39,6 @@ fetcher holds no per-request state, so one instance is safe to share between thr
 from __future__ import annotations
 
 import contextvars
-import hashlib
 import ipaddress
 import logging
 import re
@@ -63,6 +62,7 @@ from adapters.body_decoding import (
     content_codings,
     decoded_chunks,
 )
+from adapters.hashing import BackgroundSha256
 
 if TYPE_CHECKING:
     from config.settings import Settings
@@ -89,7 +89,11 @@ _HOST_NAME = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 # Names that can never be public (RFC 6761/6762/8375, ICANN's 2024 ".internal"): refused without a
 # lookup, so e.g. metadata.google.internal is refused even where it would resolve.
 _PRIVATE_SUFFIXES = ("localhost", "local", "internal", "home.arpa")
-_CHUNK = 64 * 1024
+# Body reads: each socket read asks for up to _READ bytes (httpcore asks for 64 KiB; per read its
+# h11 parsing and our checks cost the same whatever the size, so larger reads cost less per byte),
+# and a decoder hands out at most _CHUNK decoded bytes at a time. Memory per fetch stays a few MiB.
+_READ = 1024 * 1024
+_CHUNK = 1024 * 1024
 _IN_FETCH = contextvars.ContextVar("reelqueue_fetcher_in_fetch", default=False)
 # getaddrinfo has no timeout of its own: lookups run here so the total deadline still holds.
 _DNS_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fetcher-dns")
@@ -283,7 +287,8 @@ class _DeadlineStream(httpcore.NetworkStream):
         self._deadline = deadline
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, _left(self._deadline, timeout, httpcore.ReadTimeout))
+        """Up to `_READ` bytes (at least what was asked for): h11 takes any amount a read returns."""
+        return self._stream.read(max(max_bytes, _READ), _left(self._deadline, timeout, httpcore.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._stream.write(buffer, _left(self._deadline, timeout, httpcore.WriteTimeout))
@@ -463,10 +468,10 @@ class SafeFetcher:
                 response.close()
 
     def fetch_to(self, url: str, sink: BinaryIO, *, expect: BodyExpectation | None = None) -> FetchResult:
-        """Stream the body into ``sink``, hashing as it goes; on error ``sink`` may hold a prefix."""
-        digest = hashlib.sha256()
+        """Stream the body into ``sink``, hashing as it goes (on a second thread, overlapped with
+        the reads: adapters/hashing.py); on error ``sink`` may hold a prefix."""
         size = 0
-        with self.stream(url, expect=expect) as (meta, chunks):
+        with BackgroundSha256() as digest, self.stream(url, expect=expect) as (meta, chunks):
             for chunk in chunks:
                 digest.update(chunk)
                 sink.write(chunk)
@@ -613,7 +618,8 @@ class SafeFetcher:
         """Raw bytes off the socket, decoded here (bounded) and never by httpx."""
         with _mapped_errors(shown):
             try:
-                yield from decoded_chunks(response.iter_raw(_CHUNK), coding, max_bytes=self._max_bytes, chunk=_CHUNK)
+                # raw pieces as read (at most _READ bytes each), not re-chunked by httpx
+                yield from decoded_chunks(response.iter_raw(), coding, max_bytes=self._max_bytes, chunk=_CHUNK)
             except BodyTooLarge as exc:
                 raise BodyRejected(f"{shown}: {exc}", response.status_code) from exc
             except BodyUndecodable as exc:

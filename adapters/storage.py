@@ -21,6 +21,8 @@ from minio.datatypes import Part
 from minio.error import S3Error
 from pydantic import BaseModel
 
+from adapters.hashing import BackgroundSha256
+
 SHA_META = "sha256"
 PART_SIZE = 8 * 1024 * 1024
 
@@ -132,8 +134,9 @@ class ObjectStorage:
 
     def put_stream(self, key: str, chunks: Iterable[bytes], content_type: str) -> StoredObject:
         """Stream chunks of unknown total length into `key` (multipart), hashing as they pass."""
-        reader = _HashingReader(iter(chunks))
-        self.client.put_object(self.bucket, key, reader, length=-1, part_size=PART_SIZE, content_type=content_type)
+        with _HashingReader(iter(chunks)) as reader:
+            self.client.put_object(self.bucket, key, reader, length=-1, part_size=PART_SIZE,
+                                   content_type=content_type)
         return StoredObject(
             bucket=self.bucket, key=key, size=reader.size, sha256=reader.sha.hexdigest(), content_type=content_type
         )
@@ -271,12 +274,16 @@ def file_sha256(path: Path) -> tuple[str, int]:
 
 
 class _HashingReader(io.RawIOBase):
-    """A file-like view over an iterator of chunks that hashes and counts what it hands out."""
+    """A file-like view over an iterator of chunks that hashes and counts what it hands out.
+
+    The hash runs on its own thread while the next part is gathered and uploaded
+    (adapters/hashing.py); a part is gathered in a bytearray (appending to `bytes` copied the
+    whole part buffered so far for every chunk added)."""
 
     def __init__(self, chunks: Iterator[bytes]):
         self._chunks = chunks
-        self._buffer = b""
-        self.sha = hashlib.sha256()
+        self._buffer = bytearray()
+        self.sha = BackgroundSha256()
         self.size = 0
 
     def readable(self) -> bool:
@@ -288,10 +295,14 @@ class _HashingReader(io.RawIOBase):
             if chunk is None:
                 break
             self._buffer += chunk
-        if n < 0:
-            out, self._buffer = self._buffer, b""
-        else:
-            out, self._buffer = self._buffer[:n], self._buffer[n:]
+        cut = len(self._buffer) if n < 0 else min(n, len(self._buffer))
+        with memoryview(self._buffer) as view, view[:cut] as part:
+            out = bytes(part)
+        del self._buffer[:cut]
         self.sha.update(out)
         self.size += len(out)
         return out
+
+    def close(self) -> None:
+        self.sha.close()
+        super().close()

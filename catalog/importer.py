@@ -4,8 +4,14 @@ Phases, so that no external call happens inside a database transaction and nothi
 half-written:
 1. read + validate + resolve images (object storage writes are content-addressed, repeatable),
    spooling normalized products to a temporary file (constant memory for large catalogs);
-2. one transaction: import row, products, issues, tasks (ON CONFLICT DO NOTHING: existing tasks
-   are reused, not duplicated), all in batches.
+2. one transaction: import row, products, issues, tasks (existing tasks are reused, not
+   duplicated), all in batches.
+
+With URL checks off nothing in phase 1 calls out, so the two phases become one stream
+(`_streamed`): the transaction opens first and the file is read, validated and expanded while the
+rows already built are COPYed (the server worked only after the whole file was read and spooled).
+A product with a local image to store (an external call) or a stop-the-import issue rolls that
+transaction back (nothing is written) and the import runs in the two phases above.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from catalog.images import (
     url_identity,
 )
 from catalog.plan import Plan
-from catalog.readers import read_catalog
+from catalog.readers import CatalogRead, read_catalog
 from catalog.records import Issue, IssueAction, ProductRecord
 from catalog.report import write_report
 from schema.assets import asset_id_for
@@ -131,23 +137,21 @@ class CatalogImporter:
             if existing is not None:
                 return existing
         storage = None if opts.dry_run else self.storage
-        read = read_catalog(path, mapping=plan.catalog.columns, default_currency=plan.catalog.default_currency)
+        reading = _Reading(path, plan, opts, catalog, file_sha, import_id)
+        if not opts.dry_run and not opts.check_urls:
+            raw = self._store_raw(path, opts, file_sha)
+            try:
+                return self._streamed(reading, raw)
+            except _TwoPhases:
+                pass  # rolled back: nothing of it was written
+        read = reading.open()
         issues: list[Issue] = check_plan_locales(plan)
         resolver: ImageResolver = self.resolver_factory(storage, path.parent)
         with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as spool:
             self._prepare(read.products, plan, opts, resolver, issues, spool, on_image)
             issues.extend(read.issues)
-            stop = [i for i in issues if i.action is IssueAction.STOP_IMPORT]
-            status = "DRY_RUN" if opts.dry_run else ("REJECTED" if stop else "ACCEPTED")
-            summary = ImportSummary(
-                import_id=None if opts.dry_run else import_id, catalog=catalog, file_sha256=file_sha,
-                format=read.format, status=status, rows=read.rows, products=read.products_seen,
-                invalid_rows=_invalid_rows(issues), tasks=0, tasks_new=0, tasks_reused=0,
-                supersedes=opts.supersedes, issues_by_action=_by_action(issues),
-            )
-            report_name = import_id if not opts.dry_run else f"dry-run-{file_sha[:12]}"
-            summary.report, summary.report_csv = (str(p) for p in write_report(opts.reports_dir / report_name,
-                                                                                 summary, issues))
+            summary = reading.summary(read, issues)
+            stop = _stops(issues)
             if opts.dry_run:
                 spool.seek(0)
                 combos = combinations(plan)
@@ -157,13 +161,56 @@ class CatalogImporter:
                 if stop:
                     raise ImportRejected(summary)
                 return summary
-            raw_key = f"tenants/{opts.tenant}/catalogs/raw/{file_sha}{path.suffix.lower()}"
-            self.storage.put_file(raw_key, path, "text/csv")
+            raw_key = self._store_raw(path, opts, file_sha)
             spool.seek(0)
-            self._commit(summary, path, raw_key, plan, opts, issues, spool, stop_import=bool(stop))
+            with self.db.transaction() as session:
+                row = self._open_import(session, summary, path, raw_key, plan, opts)
+                _record_issues(session, row, issues)
+                if not stop:
+                    self._write_tasks(session, row, plan, opts.tenant, summary, _read_spool(spool))
+                row.tasks, row.tasks_new, row.tasks_reused = summary.tasks, summary.tasks_new, summary.tasks_reused
         if stop:
             raise ImportRejected(summary)
         return summary
+
+    def _store_raw(self, path: Path, opts: ImportOptions, file_sha: str) -> str:
+        """The file as uploaded, under its content's hash (a repeated put writes the same bytes)."""
+        raw_key = f"tenants/{opts.tenant}/catalogs/raw/{file_sha}{path.suffix.lower()}"
+        if self.storage.stat(raw_key) is None:
+            self.storage.put_file(raw_key, path, "text/csv")
+        return raw_key
+
+    def _streamed(self, reading: _Reading, raw_key: str) -> ImportSummary:
+        """Phases 1 and 2 as one stream in one transaction (URL checks off). _TwoPhases (after a
+        rollback) when a product needs its image stored or the file stops the import."""
+        read, plan, opts = reading.open(), reading.plan, reading.opts
+        issues: list[Issue] = check_plan_locales(plan)
+        if _stops(issues):
+            raise _TwoPhases
+        summary = reading.provisional(read)
+
+        def prepared() -> Iterator[_Prepared]:
+            for product in read.products:
+                if read.stop_import or _needs_image(product, opts):
+                    raise _TwoPhases
+                yield self._prepared(product, None, plan, issues)
+            if read.stop_import:
+                raise _TwoPhases
+
+        with self.db.transaction() as session:
+            row = self._open_import(session, summary, reading.path, raw_key, plan, opts)
+            self._write_tasks(session, row, plan, opts.tenant, summary, prepared())
+            issues.extend(read.issues)
+            final = reading.summary(read, issues)
+            if final.status != "ACCEPTED":
+                raise _TwoPhases
+            final.version, final.previous_import = summary.version, summary.previous_import
+            final.tasks, final.tasks_new, final.tasks_reused = summary.tasks, summary.tasks_new, summary.tasks_reused
+            row.rows, row.products, row.invalid_rows = final.rows, final.products, final.invalid_rows
+            row.report_key = final.report
+            row.tasks, row.tasks_new, row.tasks_reused = final.tasks, final.tasks_new, final.tasks_reused
+            _record_issues(session, row, issues)
+        return final
 
     # phase 1 -------------------------------------------------------------------------------
     def _prepare(
@@ -201,45 +248,36 @@ class CatalogImporter:
         return _Prepared(record=product, image=image, image_sha256=sha, makes_tasks=not product_issues)
 
     # phase 2 -------------------------------------------------------------------------------
-    def _commit(
-        self, summary: ImportSummary, path: Path, raw_key: str, plan: Plan, opts: ImportOptions,
-        issues: list[Issue], spool, *, stop_import: bool,  # noqa: ANN001 - text file
-    ) -> None:
-        with self.db.transaction() as session:
-            lock_catalog(session, opts.tenant, summary.catalog)  # before the version is read, held to commit
-            _ensure_tenant(session, opts.tenant, opts.credit_limit)
-            session.execute(insert(PlanRow).values(id=plan.plan_id, tenant_id=opts.tenant, name=plan.name,
-                                                   content=plan.model_dump(mode="json"))
-                            .on_conflict_do_nothing(index_elements=["id"]))
-            previous = session.scalar(
-                select(CatalogImport).where(CatalogImport.tenant_id == opts.tenant,
-                                            CatalogImport.catalog == summary.catalog)
-                .order_by(CatalogImport.version.desc()).limit(1)
-            )
-            summary.version = (previous.version + 1) if previous else 1
-            summary.previous_import = previous.id if previous else None
-            row = CatalogImport(
-                id=summary.import_id, tenant_id=opts.tenant, catalog=summary.catalog, version=summary.version,
-                file_name=path.name, file_sha256=summary.file_sha256, raw_key=raw_key,
-                detected_format=summary.format, plan_id=plan.plan_id, status=summary.status, rows=summary.rows,
-                products=summary.products, invalid_rows=summary.invalid_rows, report_key=summary.report,
-                previous_id=summary.previous_import, supersedes_id=opts.supersedes,
-            )
-            session.add(row)
-            session.flush()
-            for chunk in _chunks(issues, BATCH):
-                session.execute(insert(ValidationIssue), [
-                    {"import_id": row.id, **i.model_dump(mode="json", include={"row", "product_id", "field",
-                                                                              "value", "reason", "action"})}
-                    for i in chunk
-                ])
-            if not stop_import:
-                self._write_tasks(session, row, plan, opts.tenant, summary, spool)
-            row.tasks, row.tasks_new, row.tasks_reused = summary.tasks, summary.tasks_new, summary.tasks_reused
+    @staticmethod
+    def _open_import(session: Session, summary: ImportSummary, path: Path, raw_key: str, plan: Plan,
+                     opts: ImportOptions) -> CatalogImport:
+        """Lock the catalog, make sure tenant and plan exist, insert the import row (next version)."""
+        lock_catalog(session, opts.tenant, summary.catalog)  # before the version is read, held to commit
+        _ensure_tenant(session, opts.tenant, opts.credit_limit)
+        session.execute(insert(PlanRow).values(id=plan.plan_id, tenant_id=opts.tenant, name=plan.name,
+                                               content=plan.model_dump(mode="json"))
+                        .on_conflict_do_nothing(index_elements=["id"]))
+        previous = session.scalar(
+            select(CatalogImport).where(CatalogImport.tenant_id == opts.tenant,
+                                        CatalogImport.catalog == summary.catalog)
+            .order_by(CatalogImport.version.desc()).limit(1)
+        )
+        summary.version = (previous.version + 1) if previous else 1
+        summary.previous_import = previous.id if previous else None
+        row = CatalogImport(
+            id=summary.import_id, tenant_id=opts.tenant, catalog=summary.catalog, version=summary.version,
+            file_name=path.name, file_sha256=summary.file_sha256, raw_key=raw_key,
+            detected_format=summary.format, plan_id=plan.plan_id, status=summary.status, rows=summary.rows,
+            products=summary.products, invalid_rows=summary.invalid_rows, report_key=summary.report,
+            previous_id=summary.previous_import, supersedes_id=opts.supersedes,
+        )
+        session.add(row)
+        session.flush()
+        return row
 
     def _write_tasks(
         self, session: Session, imp: CatalogImport, plan: Plan, tenant: str, summary: ImportSummary,
-        spool,  # noqa: ANN001 - text file
+        products: Iterable[_Prepared],
     ) -> None:
         """Products and tasks, batch by batch. Building a batch's rows (expansion, hashing, JSON) is
         Python work and writing the previous one is mostly the server's, so they overlap: one writer
@@ -247,7 +285,7 @@ class CatalogImporter:
         lines = _TaskLines(imp, combinations(plan))
         with _prompt_handoffs(), ThreadPoolExecutor(1, thread_name_prefix="import-writer") as writer:
             pending = None
-            for chunk in _chunks(_read_spool(spool), BATCH):
+            for chunk in _chunks(products, BATCH):
                 batch = self._build_batch(imp, chunk, lines, tenant)
                 if pending is not None:
                     pending.result()
@@ -285,6 +323,58 @@ class CatalogImporter:
     def _existing(self, import_id: str) -> ImportSummary | None:
         with self.db.transaction() as session:
             return import_summary(session, import_id)
+
+
+class _TwoPhases(Exception):
+    """The streamed import cannot finish in one pass: run it in two phases (nothing was written)."""
+
+
+@dataclass
+class _Reading:
+    """One import's file and options: opens the reader, builds the summary and writes the report."""
+
+    path: Path
+    plan: Plan
+    opts: ImportOptions
+    catalog: str
+    file_sha: str
+    import_id: str
+
+    def open(self) -> CatalogRead:
+        columns = self.plan.catalog
+        return read_catalog(self.path, mapping=columns.columns, default_currency=columns.default_currency)
+
+    def provisional(self, read: CatalogRead) -> ImportSummary:
+        """The summary before the file is read (counts 0): what the import row starts with."""
+        return ImportSummary(
+            import_id=self.import_id, catalog=self.catalog, file_sha256=self.file_sha, format=read.format,
+            status="ACCEPTED",
+            rows=0, products=0, invalid_rows=0, tasks=0, tasks_new=0, tasks_reused=0, supersedes=self.opts.supersedes,
+        )
+
+    def summary(self, read: CatalogRead, issues: list[Issue]) -> ImportSummary:
+        """The summary of a read file, its report written (`read.products` exhausted)."""
+        stop = _stops(issues)
+        dry_run = self.opts.dry_run
+        summary = ImportSummary(
+            import_id=None if dry_run else self.import_id, catalog=self.catalog, file_sha256=self.file_sha,
+            format=read.format, status="DRY_RUN" if dry_run else ("REJECTED" if stop else "ACCEPTED"),
+            rows=read.rows, products=read.products_seen, invalid_rows=_invalid_rows(issues), tasks=0, tasks_new=0,
+            tasks_reused=0, supersedes=self.opts.supersedes, issues_by_action=_by_action(issues),
+        )
+        name = self.import_id if not dry_run else f"dry-run-{self.file_sha[:12]}"
+        summary.report, summary.report_csv = (str(p) for p in write_report(self.opts.reports_dir / name,
+                                                                             summary, issues))
+        return summary
+
+
+def _record_issues(session: Session, row: CatalogImport, issues: list[Issue]) -> None:
+    for chunk in _chunks(issues, BATCH):
+        session.execute(insert(ValidationIssue), [
+            {"import_id": row.id, **i.model_dump(mode="json", include={"row", "product_id", "field", "value",
+                                                                      "reason", "action"})}
+            for i in chunk
+        ])
 
 
 def import_summary(session: Session, import_id: str) -> ImportSummary | None:
@@ -397,6 +487,10 @@ def _chunks(items: Iterable, size: int) -> Iterator[list]:
     it = iter(items)
     while chunk := list(islice(it, size)):
         yield chunk
+
+
+def _stops(issues: list[Issue]) -> bool:
+    return any(i.action is IssueAction.STOP_IMPORT for i in issues)
 
 
 def _invalid_rows(issues: list[Issue]) -> int:

@@ -12,6 +12,7 @@ from rich.table import Table
 from cli.output import EXIT_BAD_INPUT, EXIT_TIMEOUT, console, emit_json, fail
 from config.settings import Settings, get_settings
 from schema import queries
+from schema.admission import BreakerMode, GateSnapshot
 from schema.db import Database
 
 PRESIGN_TTL = timedelta(hours=12)
@@ -183,21 +184,30 @@ def status(
         table.add_row(s, str(n))
     console.print(table)
     admission = Table("provider", "slots in use / limit", "effective limit", "waiting", "oldest wait",
-                      "refusals", title="admission")
+                      "refusals", "breaker", title="admission")
     for provider, reading in gates.items():
         gate = reading.snapshot if reading else None
         if gate is None:
             unknown = "?" if reading else "-"  # stale: the gate runs but did not answer
-            admission.add_row(provider, unknown, unknown, unknown if reading else "0", unknown, unknown)
+            admission.add_row(provider, unknown, unknown, unknown if reading else "0", unknown, unknown, unknown)
         else:
             admission.add_row(provider, f"{gate.in_use} / {gate.limit}", str(gate.effective), str(gate.waiting),
-                              f"{gate.oldest_wait_s:.0f} s", str(gate.throttles))
+                              f"{gate.oldest_wait_s:.0f} s", str(gate.throttles), _breaker_text(gate))
     console.print(admission)
     for provider, reading in gates.items():
         if reading and reading.stale:
             console.print(f"[yellow]{provider}: gate figures unknown[/]: {reading.reason}", soft_wrap=True)
     console.print(f"webhook events not matched to a task: {webhooks.orphans} orphans, "
                   f"{webhooks.expired} expired (older than {settings.webhook_orphan_ttl_s:.0f} s)")
+
+
+def _breaker_text(gate: GateSnapshot) -> str:
+    """The provider breaker in one cell: open (until when), half-open (probing) or closed (recent failures)."""
+    if gate.breaker is BreakerMode.OPEN:
+        return f"[red]open[/] until {gate.breaker_open_until:%H:%M:%S} UTC (opened {gate.breaker_opens}x)"
+    if gate.breaker is BreakerMode.HALF_OPEN:
+        return "[yellow]half-open[/]: one probe submit"
+    return f"closed, {gate.breaker_failures} recent submit failures" if gate.breaker_failures else "closed"
 
 
 def tasks(

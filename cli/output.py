@@ -1,6 +1,7 @@
 """Output conventions: `--json` prints one JSON object with stable keys; humans get rich tables.
 
-Exit codes: 0 ok, 1 failure, 2 bad usage or bad input, 3 timed out (`run --wait --timeout`).
+Exit codes: 0 ok, 1 failure, 2 bad usage or bad input, 3 timed out (`run --wait --timeout`), 4 the
+database cannot be used now (unreachable, or refusing writes): nothing was written, try again later.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rich.markup import escape
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 EXIT_TIMEOUT = 3
+EXIT_UNAVAILABLE = 4
 
 console = Console()
 err_console = Console(stderr=True)

@@ -19,7 +19,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from config.secrets import SecretFilesSource
-from schema.admission import ProviderLimits
+from schema.admission import BreakerPolicy, ProviderLimits
 from workflows.api import DEFAULT_TASK_QUEUE
 
 STACK_FILE = "stack.json"
@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     provider_limits: dict[str, ProviderLimits] = Field(default_factory=dict)
     # How long a gate waits on a silent slot holder before checking that it still runs.
     gate_lease_s: float = Field(default=900.0, gt=0)
+    # Every provider's breaker (docs/architecture.md, "Provider breaker"), e.g.
+    # REELQUEUE_PROVIDER_BREAKER='{"failures": 5, "failure_ratio": 0.5, "window_s": 60, "cooldown_s": 30}'.
+    provider_breaker: BreakerPolicy = Field(default_factory=BreakerPolicy)
 
     # Media links the gateway serves (GET /media/{token}/{file}): the HMAC key that signs their
     # tokens (its own secret; `dev up` makes one; empty: no link is signed or accepted), the previous

@@ -28,7 +28,7 @@ from adapters.providers.base import VideoProvider
 from catalog.expand import canonical_json, sha256_text, task_id_for
 from catalog.importer import import_id_for
 from catalog.plan import SUPPORTED_RATIOS, Plan, Template
-from schema.db import Database
+from schema.db import Database, bound_lock_waits
 from schema.models import Asset, CatalogImport, CreditEntry, IdempotencyRecord, Product, StateEvent, Task, TaskOutbox
 from schema.models import Plan as PlanRow
 from schema.state_machine import TaskEvent, TaskStatus
@@ -39,6 +39,7 @@ API_TEMPLATE = "api"
 API_LOCALE = "en"
 SOURCE = "api"
 CENT = Decimal("0.000001")
+CREATE_LOCK_TIMEOUT_S = 5.0  # a create waits this long for a lock (the ledger locked) before answering 503
 
 
 class GenerationBody(BaseModel):
@@ -113,6 +114,7 @@ def create(db: Database, tenant_id: str, key: str, body: GenerationBody, *, prov
     cost = (Decimal(str(body.duration_s)) * Decimal(str(credits_per_second))).quantize(CENT)
     try:
         with db.transaction() as session:
+            bound_lock_waits(session, CREATE_LOCK_TIMEOUT_S)  # the RESERVE row: a locked ledger refuses, 503
             return _create_in(session, tenant_id, key, body, request_sha, cost)
     except IntegrityError:  # a concurrent duplicate committed first: the unique keys are the last line
         with db.transaction() as session:

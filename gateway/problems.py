@@ -12,8 +12,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
+
+from schema.db import database_unavailable
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_TYPE = "urn:reelqueue:problem:"  # + a stable slug per case
@@ -58,12 +60,14 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DBAPIError)
     async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
-        """Postgres unreachable or gone mid-request: 503, and the transaction was rolled back, so
-        nothing was written (a client may retry; an Idempotency-Key makes that safe)."""
-        if not (isinstance(exc, OperationalError) or exc.connection_invalidated):
+        """Postgres unreachable, gone mid-request or refusing the write (a lock held past the
+        timeout, read-only): 503, and the transaction was rolled back, so nothing was written (a
+        client may retry; an Idempotency-Key makes that safe)."""
+        why = database_unavailable(exc)
+        if why is None:
             raise exc
         return problem_response(Problem(type=f"{PROBLEM_TYPE}database-unavailable", title="Service Unavailable",
-                                        status=503, detail="the database is unreachable; nothing was written"),
+                                        status=503, detail=f"{why}; nothing was written"),
                                 {"Retry-After": "5"})
 
     @app.exception_handler(RequestValidationError)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from adapters.providers.base import SubmitOutcome
 
 
 class ProviderLimits(BaseModel):
@@ -39,12 +42,54 @@ def effective_limits(configured: ProviderLimits | None, plan: PlanLimits | None)
     return ProviderLimits(max_concurrent=concurrent, submits_per_minute=per_minute)
 
 
+class BreakerPolicy(BaseModel):
+    """When a provider's gate stops granting slots for new submits (docs/architecture.md, "Provider
+    breaker"): `failures` submit failures within `window_s`, making at least `failure_ratio` of the
+    submits answered in it, open it for `cooldown_s`; then one probe submit decides."""
+
+    failures: int = Field(default=5, ge=1)
+    failure_ratio: float = Field(default=0.5, gt=0, le=1)
+    window_s: float = Field(default=60.0, gt=0)
+    cooldown_s: float = Field(default=30.0, gt=0)
+
+
+class BreakerMode(StrEnum):
+    CLOSED = "closed"  # slots are granted as capacity allows
+    OPEN = "open"  # no slot for a new submit until the cool-down ends
+    HALF_OPEN = "half_open"  # one slot (the probe) at a time; its submit's outcome closes or re-opens
+
+
+class BreakerState(BaseModel):
+    """A provider breaker, carried across the gate's continue-as-new (workflows/breaker.py moves it)."""
+
+    mode: BreakerMode = BreakerMode.CLOSED
+    outcomes: list[tuple[datetime, bool]] = Field(default_factory=list)  # (when, failed) of submits in the window
+    open_until: datetime | None = None
+    probe: str | None = None  # half-open: the workflow holding the probe's slot
+    opens: int = 0  # times it opened (re-opens included)
+    last_failure: str | None = None
+
+
+def submit_failure(outcome: SubmitOutcome, http_status: int | None) -> str | None:
+    """What the breaker counts against a provider from one submit call: a 5xx, a timeout (sent, no
+    answer), no connection. None for an answer that says the provider works: accepted, or refused
+    by its rules (429, validation)."""
+    if http_status is not None and http_status >= 500:
+        return f"http_{http_status}"
+    if http_status == 408 or (outcome is SubmitOutcome.UNKNOWN and http_status is None):
+        return "timeout"
+    if outcome is SubmitOutcome.REJECTED_RETRYABLE and http_status is None:
+        return "unreachable"
+    return None
+
+
 class SlotRequest(BaseModel):
     workflow_id: str
     task_id: str
     requested_at: datetime | None = None  # when the task first asked: its place in the queue
     limit: int | None = None  # the configured limits at the time of asking (the latest wins)
     submits_per_minute: int | None = None
+    breaker: BreakerPolicy | None = None  # the configured breaker at the time of asking (the latest wins)
 
 
 class SlotGrant(BaseModel):
@@ -56,12 +101,14 @@ class SlotRelease(BaseModel):
     token: int | None = None  # None: withdraw a request that was never granted
     throttled: bool = False  # the provider refused before accepting (429, queue full)
     retry_after_s: float | None = None
+    failure: str | None = None  # the submit under this slot failed as the breaker counts (submit_failure)
 
 
 class SlotRenewal(BaseModel):
     workflow_id: str
     token: int
     accepted: bool = False  # the provider accepted a submit under this slot (AIMD increase)
+    failure: str | None = None  # the submit under this slot (still held: its outcome is unknown) failed
 
 
 class Holder(BaseModel):
@@ -80,6 +127,7 @@ class GateState(BaseModel):
     paused_until: datetime | None = None
     recent_grants: list[datetime] = Field(default_factory=list)
     throttles: int = 0
+    breaker: BreakerState = Field(default_factory=BreakerState)
 
 
 class GateInput(BaseModel):
@@ -89,6 +137,7 @@ class GateInput(BaseModel):
     lease_s: float = Field(default=900.0, gt=0)  # how often a silent holder is checked for life
     state: GateState | None = None
     grant_signal: str | None = None  # the signal a grant is sent as (None: slot_granted; a tenant gate's own)
+    breaker: BreakerPolicy | None = None  # None: the defaults
 
 
 class GateSnapshot(BaseModel):
@@ -100,6 +149,10 @@ class GateSnapshot(BaseModel):
     granted: int
     throttles: int
     paused_until: datetime | None = None
+    breaker: BreakerMode = BreakerMode.CLOSED
+    breaker_failures: int = 0  # submit failures in the current window (closed)
+    breaker_open_until: datetime | None = None  # open: when the probe may go
+    breaker_opens: int = 0
 
 
 class AdmissionInput(BaseModel):

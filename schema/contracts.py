@@ -218,6 +218,7 @@ class SubmitActivityResult(BaseModel):
     webhooks: bool = False  # the submit asked the provider for webhooks: polling becomes a safety net
     # Webhooks that arrived before the job id was saved (orphans), matched once it was.
     early_updates: list[ProviderUpdate] = Field(default_factory=list)
+    failure: str | None = None  # what the provider's breaker counts of this call (schema.admission.submit_failure)
 
 
 class ReconcileOutcome(StrEnum):
@@ -247,6 +248,7 @@ class PollResult(BaseModel):
     cost: float | None = None
     error_class: ErrorClass | None = None
     error: str | None = None
+    output_expires_at: datetime | None = None  # when the provider's output URL expires (a job that succeeded)
 
     @property
     def terminal(self) -> bool:

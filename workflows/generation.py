@@ -25,12 +25,12 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
-    from activities.errors import BUSINESS_FAILURES, INSUFFICIENT_CREDIT, TASK_NOT_FOUND
+    from activities.errors import BUSINESS_FAILURES, DEPENDENCY_UNAVAILABLE, INSUFFICIENT_CREDIT, TASK_NOT_FOUND
     from activities.fetch import FetchActivities
     from activities.ledger import LedgerActivities
     from activities.media import MediaActivities
@@ -76,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
     from schema.state_machine import TaskStatus as S
     from workflows import api
     from workflows.observations import Inbox, PollCadence, needs_status_call, terminal
-    from workflows.queues import queue_of
+    from workflows.queues import fetch_priority, queue_of
     from workflows.search_attributes import TASK_STATUS
 
 MAX_PAID_ATTEMPTS = 3  # submits that created (or may have created) a provider job
@@ -104,6 +104,16 @@ TENANT_ADMISSION = "tenant-admission-v1"
 # workflow.patched: a task of a paused import waits before asking for a slot, and leaves its gate's line
 # while paused (it keeps its first place when it asks again); a job already running goes on.
 IMPORT_PAUSE = "import-pause-v1"
+# workflow.patched: a submit that failed as the provider's breaker counts (5xx, timeout, no connection) is
+# reported to the gate: with the slot's release, or, for an unknown outcome (slot kept), by a renewal
+BREAKER = "breaker-v1"
+# workflow.patched: a step whose retry budget ran out on Postgres or object storage being out of reach (or
+# the ledger refusing writes) runs again after a pause, until the task's deadline, instead of ending the task
+DEGRADATION = "degradation-v1"
+# workflow.patched: an output's fetch (and each run of it after a wait for storage) goes on its queue with a
+# priority from the time its provider URL has left (workflows/queues.py `fetch_priority`)
+EXPIRY_FIRST = "expiry-first-v1"
+DEPENDENCY_PAUSE_S = 30.0  # between runs of a step waiting for Postgres or object storage to come back
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
@@ -192,6 +202,7 @@ class GenerationWorkflow:
         self._costs: dict[int, float] = {}  # attempt no -> what the provider reports it charged
         self._live: JobRef | None = None  # a job not yet known terminal at the provider
         self._unknown: AttemptRef | None = None  # an attempt whose submit outcome is not known
+        self._output_expires: datetime | None = None  # when the succeeded job's output URL expires
         self._strays: list[asyncio.Task[Any]] = []  # strays-v1: each gives (stray, refusal) or None
         self._stuck: str | None = None
         self._resolution: ResolveRequest | None = None
@@ -367,6 +378,7 @@ class GenerationWorkflow:
                 continue
             final = await self._follow(job)
             if final.status is JobStatus.SUCCEEDED:
+                self._output_expires = final.output_expires_at
                 return job
             if final.error_class in (ErrorClass.MODERATION, ErrorClass.NON_RETRYABLE):
                 await self._end(E.FINAL_FAILURE, error=final.error, error_class=final.error_class.value)
@@ -381,10 +393,10 @@ class GenerationWorkflow:
             if _error_type(exc) in BUSINESS_FAILURES:
                 raise
             outcome, error, error_class, retry_after = SubmitOutcome.UNKNOWN, _describe(exc), None, None
-            job_id = None
+            job_id = failure = None
         else:
             outcome, error, error_class = sent.outcome, sent.error, sent.error_class
-            retry_after, job_id = sent.retry_after_s, sent.job_id
+            retry_after, job_id, failure = sent.retry_after_s, sent.job_id, sent.failure
             self._webhooks = sent.webhooks and workflow.patched(WEBHOOKS)
             for early in sent.early_updates:  # webhooks that came before the submit's answer
                 self._inbox.offer(early)
@@ -397,11 +409,13 @@ class GenerationWorkflow:
         if outcome is SubmitOutcome.UNKNOWN:
             self._paid += 1
             self._unknown = ref
+            await self._report_failure(failure)
             await self._move(E.SUBMIT_AMBIGUOUS, error=error, error_class=ErrorClass.UNKNOWN_OUTCOME.value)
             return await self._reconcile(ref)
         if outcome is SubmitOutcome.REJECTED_RETRYABLE:  # backpressure, not a spent attempt
             self._refusals += 1
-            await self._release_slot(throttled=True, retry_after_s=retry_after)
+            reported = failure if failure and workflow.patched(BREAKER) else None
+            await self._release_slot(throttled=True, retry_after_s=retry_after, failure=reported)
             await self._retry_wait(error or "provider refused the submit", error_class, retry_after)
             return None
         await self._end(E.FINAL_FAILURE, error=error, error_class=(error_class or ErrorClass.NON_RETRYABLE).value)
@@ -962,11 +976,19 @@ class GenerationWorkflow:
         await self._signal_gate(api.SIGNAL_GATE_RENEW, SlotRenewal(
             workflow_id=workflow.info().workflow_id, token=self._slot.token, accepted=accepted))
 
-    async def _release_slot(self, *, throttled: bool = False, retry_after_s: float | None = None) -> None:
+    async def _report_failure(self, failure: str | None) -> None:
+        """Tell the gate that the submit under the slot still held (its outcome unknown) failed."""
+        if failure is None or self._slot is None or not workflow.patched(BREAKER):
+            return
+        await self._signal_gate(api.SIGNAL_GATE_RENEW, SlotRenewal(
+            workflow_id=workflow.info().workflow_id, token=self._slot.token, failure=failure))
+
+    async def _release_slot(self, *, throttled: bool = False, retry_after_s: float | None = None,
+                            failure: str | None = None) -> None:
         if self._slot is None:
             return
         release = SlotRelease(workflow_id=workflow.info().workflow_id, token=self._slot.token, throttled=throttled,
-                              retry_after_s=retry_after_s)
+                              retry_after_s=retry_after_s, failure=failure)
         self._slot = None
         await self._signal_gate(api.SIGNAL_GATE_RELEASE, release)
 
@@ -1052,10 +1074,38 @@ class GenerationWorkflow:
 
     async def _run(self, step: Callable[..., Any], arg: Any) -> Any:
         start_to_close, retry, heartbeat = _STEPS[step]
-        return await workflow.execute_activity_method(
-            step, arg, start_to_close_timeout=start_to_close, retry_policy=retry, heartbeat_timeout=heartbeat,
-            task_queue=queue_of(step.__name__, TASK_QUEUES), summary=_summary(step, arg),
-        )
+        while True:
+            try:
+                return await workflow.execute_activity_method(
+                    step, arg, start_to_close_timeout=start_to_close, retry_policy=retry, heartbeat_timeout=heartbeat,
+                    task_queue=queue_of(step.__name__, TASK_QUEUES), summary=_summary(step, arg),
+                    priority=self._priority(step),
+                )
+            except ActivityError as exc:
+                if not self._waits_for_dependency(step, exc):
+                    raise
+            self._tell("waiting", f"{step.__name__} waits for Postgres or object storage to come back")
+            await self._pause(DEPENDENCY_PAUSE_S, wake_on_cancel=False)
+
+    def _priority(self, step: Callable[..., Any]) -> Priority:
+        """An output's fetch is dispatched by how soon its provider URL expires (expiry-first-v1), worked
+        out at each run: after a wait for storage, the one whose URL is closest to expiring goes first."""
+        if step != FetchActivities.fetch_output or self._output_expires is None:
+            return Priority.default
+        if not workflow.patched(EXPIRY_FIRST):
+            return Priority.default
+        return fetch_priority(self._output_expires, workflow.now())
+
+    def _waits_for_dependency(self, step: Callable[..., Any], exc: ActivityError) -> bool:
+        """A step that ran out of tries because Postgres or object storage was out of reach (or the
+        ledger refused writes) is run again, not failed: the outage costs the task time, not its
+        attempts (degradation-v1). Status calls keep their own outage handling (`_follow`); the task's
+        deadline still ends the wait."""
+        if _error_type(exc) != DEPENDENCY_UNAVAILABLE or step == PollActivities.poll_job:
+            return False
+        if self._task_deadline is not None and workflow.now() >= self._task_deadline:
+            return False
+        return workflow.patched(DEGRADATION)
 
     # -- live details ------------------------------------------------------------------------
 

@@ -17,7 +17,9 @@ lease, its job may still be alive at the provider), one that is gone gives it ba
 carries a fencing token: a release or
 renewal with another token than the holder's current one changes nothing, so no slot is counted
 twice. A provider's refusal (429, queue full) halves the effective limit and pauses grants for the
-provider's Retry-After; each accepted submit raises it again by 1/limit (AIMD).
+provider's Retry-After; each accepted submit raises it again by 1/limit (AIMD). Failing submits
+(5xx, timeouts) open the provider's breaker (workflows/breaker.py): no slot for a new submit until
+one probe after a cool-down succeeds.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from schema.admission import (
+        BreakerMode,
+        BreakerPolicy,
         GateInput,
         GateSnapshot,
         GateState,
@@ -41,13 +45,17 @@ with workflow.unsafe.imports_passed_through():
         SlotRenewal,
         SlotRequest,
     )
-    from workflows import api
+    from workflows import api, breaker
 
 LEASE = timedelta(minutes=15)  # the default; GateInput.lease_s sets it
 LEASE_PROBE = "lease-probe-v1"  # expired leases are checked with the holder before they are taken back
 NO_LOST_WAKEUP = "gate-wakeup-v1"  # a change during a round's grants starts the next round at once
+BREAKER = "gate-breaker-v1"  # submits that fail (5xx, timeouts) open a breaker: no grants until a probe succeeds
 IDLE_WAKE = timedelta(hours=1)
 HISTORY_LIMIT = 8_000  # events before the gate continues as new with its state
+# The breaker in the worker's /metrics (the SDK's metrics, recorded only outside replay).
+BREAKER_STATE, BREAKER_OPENS = "reelqueue_provider_breaker_state", "reelqueue_provider_breaker_opens"
+MODE_VALUE = {BreakerMode.CLOSED: 0, BreakerMode.HALF_OPEN: 1, BreakerMode.OPEN: 2}
 
 
 @workflow.defn(name=api.GATE_WORKFLOW_NAME)
@@ -61,6 +69,8 @@ class ProviderGateWorkflow:
         self._state.effective = min(self._state.effective, float(self._limit))
         self._changed = False
         self._grant_signal = inp.grant_signal or api.SIGNAL_SLOT_GRANTED  # a tenant gate grants by its own
+        self._provider, self._policy = inp.provider, inp.breaker or BreakerPolicy()
+        self._breaker_on = False  # gate-breaker-v1, decided when run() starts
 
     # -- messages -------------------------------------------------------------------------
 
@@ -69,6 +79,8 @@ class ProviderGateWorkflow:
         if req.limit:  # the configuration as of this ask
             self._limit, self._per_minute = req.limit, req.submits_per_minute
             self._state.effective = min(self._state.effective, float(self._limit))
+        if req.breaker:
+            self._policy = req.breaker
         holder = self._state.holders.get(req.workflow_id)
         if holder is not None:  # asked again (its activity re-ran): grant the same slot again
             self._state.regrant.append(req.workflow_id)
@@ -84,6 +96,8 @@ class ProviderGateWorkflow:
         holder = self._state.holders.get(rel.workflow_id)
         if holder is not None and (rel.token is None or holder.token == rel.token):
             del self._state.holders[rel.workflow_id]
+            if rel.token is not None:
+                self._submit_outcome(rel.workflow_id, rel.failure, answered=rel.throttled)
         if rel.throttled:
             self._state.effective = max(1.0, self._state.effective / 2)
             self._state.throttles += 1
@@ -96,6 +110,8 @@ class ProviderGateWorkflow:
         holder = self._state.holders.get(ren.workflow_id)
         if holder is not None and holder.token == ren.token:
             holder.expires_at = workflow.now() + self._lease
+            if ren.accepted or ren.failure:
+                self._submit_outcome(ren.workflow_id, ren.failure, answered=ren.accepted)
         if ren.accepted and self._state.effective < self._limit:
             self._state.effective = min(float(self._limit), self._state.effective + 1 / self._limit)
             self._changed = True
@@ -108,6 +124,9 @@ class ProviderGateWorkflow:
             waiting=len(self._state.queue), oldest_wait_s=(workflow.now() - oldest).total_seconds() if oldest else 0.0,
             granted=self._state.next_token - 1, throttles=self._state.throttles,
             paused_until=self._state.paused_until if self._paused() else None,
+            breaker=breaker.mode_at(self._state.breaker, workflow.now()),
+            breaker_failures=breaker.failures(self._state.breaker, self._policy, workflow.now()),
+            breaker_open_until=self._state.breaker.open_until, breaker_opens=self._state.breaker.opens,
         )
 
     @workflow.query(name=api.QUERY_GATE_HOLDERS)
@@ -124,6 +143,7 @@ class ProviderGateWorkflow:
 
     @workflow.run
     async def run(self, inp: GateInput) -> None:
+        self._breaker_on = workflow.patched(BREAKER)
         while True:
             # A request or release that lands while grants are being delivered (`_grant` awaits the
             # signals) must wake the next round: clear the flag before the round, not after it.
@@ -132,12 +152,14 @@ class ProviderGateWorkflow:
                 self._changed = False
             await self._expire_leases()
             await self._grant()
+            self._show()
             if workflow.info().get_current_history_length() > HISTORY_LIMIT or \
                     workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(GateInput(provider=inp.provider, limit=self._limit,
                                                    submits_per_minute=self._per_minute, state=self._state,
-                                                   lease_s=inp.lease_s, grant_signal=inp.grant_signal))
+                                                   lease_s=inp.lease_s, grant_signal=inp.grant_signal,
+                                                   breaker=self._policy))
             if not keep_changes:
                 self._changed = False
             with contextlib.suppress(TimeoutError):
@@ -153,6 +175,8 @@ class ProviderGateWorkflow:
                 times.append(self._state.paused_until)
             if self._per_minute and self._state.recent_grants:
                 times.append(self._state.recent_grants[0] + timedelta(minutes=1))
+            if self._breaker_on and self._state.breaker.mode is BreakerMode.OPEN:
+                times.append(self._state.breaker.open_until)
         times.append(now + IDLE_WAKE)
         return max(min(times) - now, timedelta(seconds=1))
 
@@ -174,6 +198,7 @@ class ProviderGateWorkflow:
             else:
                 workflow.logger.warning("slot of %s expired without a release", workflow_id)
                 del self._state.holders[workflow_id]
+                breaker.forget(self._state.breaker, workflow_id)
                 self._changed = True
 
     @staticmethod
@@ -202,8 +227,13 @@ class ProviderGateWorkflow:
                 grants.append((workflow_id, SlotGrant(token=holder.token)))
         self._state.regrant = []
         room = min(math.floor(self._state.effective) - len(self._state.holders), self._rate_room())
+        allowed = breaker.room(self._state.breaker, workflow.now()) if self._breaker_on else None
+        if allowed is not None:
+            room = min(room, allowed)
         while room > 0 and self._state.queue and not self._paused():
             req = self._state.queue.pop(0)
+            if allowed is not None:  # half-open: this grant is the probe
+                self._state.breaker.probe = req.workflow_id
             token = self._state.next_token
             self._state.next_token += 1
             self._state.holders[req.workflow_id] = Holder(token=token, expires_at=workflow.now() + self._lease)
@@ -216,7 +246,37 @@ class ProviderGateWorkflow:
                 holder = self._state.holders.get(workflow_id)
                 if holder is not None and holder.token == grant.token:
                     del self._state.holders[workflow_id]
+                    breaker.forget(self._state.breaker, workflow_id)
                     self._changed = True
+
+    def _submit_outcome(self, workflow_id: str, failure: str | None, *, answered: bool) -> None:
+        """A submit under `workflow_id`'s slot failed (`failure`), or the provider answered it; a slot
+        given back with neither (no submit went out) frees a half-open breaker's probe."""
+        if not self._breaker_on:
+            return
+        if failure is None and not answered:
+            breaker.forget(self._state.breaker, workflow_id)
+        elif breaker.record(self._state.breaker, self._policy, workflow.now(), workflow_id, failure):
+            workflow.logger.warning("provider %s: breaker %s (%s)", self._provider, self._state.breaker.mode.value,
+                                    failure or "probe answered")
+            if self._state.breaker.mode is BreakerMode.OPEN:
+                opens = workflow.metric_meter().create_counter(BREAKER_OPENS, "Times a provider's breaker opened")
+                opens.add(1, {"provider": self._provider})
+        self._changed = True
+
+    def _show(self) -> None:
+        """The breaker in the Web UI (the gate's current details) and the worker's metrics; neither is
+        history. Set every round: a worker that replayed the gate reports it from its next round."""
+        if not self._breaker_on or self._grant_signal != api.SIGNAL_SLOT_GRANTED:  # a tenant gate: no breaker
+            return
+        b, now = self._state.breaker, workflow.now()
+        mode = breaker.mode_at(b, now)
+        workflow.set_current_details(
+            f"**breaker {mode.value}** · {breaker.describe(b, self._policy, now)}\n\n"
+            f"slots {len(self._state.holders)} / {math.floor(self._state.effective)} (limit {self._limit}) · "
+            f"{len(self._state.queue)} waiting")
+        gauge = workflow.metric_meter().create_gauge(BREAKER_STATE, "Provider breaker: 0 closed, 1 half-open, 2 open")
+        gauge.set(MODE_VALUE[mode], {"provider": self._provider})
 
     async def _send(self, workflow_id: str, grant: SlotGrant) -> None:
         await workflow.get_external_workflow_handle(workflow_id).signal(self._grant_signal, grant)

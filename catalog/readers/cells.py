@@ -45,7 +45,17 @@ def clean_text(value: str) -> str:
 
 
 def _collapse(text: str) -> str:
-    """Normalize whitespace the way a renderer would: nbsp is a space, U+2028/9 a line break."""
+    """Normalize whitespace the way a renderer would: nbsp is a space, U+2028/9 a line break.
+
+    Most cells need nothing of it: a printable text (no line break, tab, nbsp or other Unicode
+    space: `isprintable` is False for all of them, ASCII space excepted) without two spaces in a
+    row is only trimmed (a large import cleans four text cells per row)."""
+    if text.isprintable() and "  " not in text:
+        return text.strip(" ")
+    return _collapse_lines(text)
+
+
+def _collapse_lines(text: str) -> str:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = text.replace("\u2028", "\n").replace("\u2029", "\n").replace("\xa0", " ")
     lines = (_HORIZONTAL_SPACE.sub(" ", line).strip() for line in text.split("\n"))

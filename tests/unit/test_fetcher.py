@@ -22,10 +22,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.fetcher import (
+    _READ,
     FetchFailed,
     FetchRefused,
     SafeFetcher,
     _allowed_entry,
+    _DeadlineStream,
     _PinnedBackend,
     address_refusal,
     redact,
@@ -368,6 +370,57 @@ def test_streams_body_with_size_and_sha256(serve) -> None:
     assert result.sha256 == hashlib.sha256(VIDEO).hexdigest()
     assert (result.status, result.content_type) == (200, "video/mp4")
     assert result.final_url_redacted == f"http://127.0.0.1:{server.port}/video"
+
+
+class _ThreadRecordingSha256:
+    """hashlib.sha256 stand-in that notes the thread of every update."""
+
+    threads: list[int] = []
+    real = hashlib.sha256
+
+    def __init__(self) -> None:
+        self._digest = self.real()
+
+    def update(self, data: bytes) -> None:
+        type(self).threads.append(threading.get_ident())
+        self._digest.update(data)
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def test_fetch_to_hashes_off_the_reading_thread(serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sha256 runs on its own thread, overlapped with the socket reads (adapters/hashing.py)."""
+    monkeypatch.setattr(hashlib, "sha256", _ThreadRecordingSha256)
+    _ThreadRecordingSha256.threads = []
+    server = serve({"/video": (200, {"Content-Type": "video/mp4"}, VIDEO, True)})
+    result = fetcher({"127.0.0.1"}).fetch_to(f"http://127.0.0.1:{server.port}/video", BytesIO())
+    monkeypatch.undo()
+    assert result.sha256 == hashlib.sha256(VIDEO).hexdigest()
+    assert _ThreadRecordingSha256.threads
+    assert threading.get_ident() not in _ThreadRecordingSha256.threads
+
+
+def test_hashing_thread_ends_when_the_fetch_fails(serve) -> None:
+    server = serve({"/big": (200, {}, b"x" * 5000, False)})
+    with pytest.raises(FetchFailed):
+        fetcher({"127.0.0.1"}, max_bytes=1000).fetch_to(f"http://127.0.0.1:{server.port}/big", BytesIO())
+    assert not [t for t in threading.enumerate() if t.name == "sha256"]
+
+
+def test_socket_reads_ask_for_a_mebibyte() -> None:
+    """httpcore asks for 64 KiB per read; the fetcher's stream asks for _READ (1 MiB) at least."""
+    asked: list[int] = []
+
+    class Stream:
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            asked.append(max_bytes)
+            return b""
+
+    stream = _DeadlineStream(Stream(), time.monotonic() + 5)  # type: ignore[arg-type]
+    stream.read(64 * 1024, 1.0)
+    stream.read(4 * _READ, 1.0)
+    assert asked == [_READ, 4 * _READ] and _READ >= 1024 * 1024
 
 
 def test_stream_yields_meta_and_chunks(serve) -> None:

@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from catalog.readers.cells import (
+    _collapse,
+    _collapse_lines,
     clean_cell,
     html_to_text,
     is_identifier_header,
@@ -107,3 +109,12 @@ def test_cells_and_identifiers() -> None:
     assert not any(map(is_identifier_header, ["Hidden", "Title", "Price"]))
     assert mixed_script_words("Zlatna Vrbničkа Žlahtina") == ["Vrbničkа"]
     assert mixed_script_words("Чистый русский текст") == []
+
+
+_SPACES = st.sampled_from([" ", "  ", "\t", "\n", "\r", "\r\n", "\xa0", "\u2028", "\u2029", "\u3000", "\x85", "\x0b"])
+
+
+@given(st.lists(st.one_of(st.text(max_size=8), _SPACES), max_size=12).map("".join))
+def test_the_fast_path_of_whitespace_cleaning_changes_nothing(text: str) -> None:
+    """A printable cell without double spaces skips the line-by-line cleaning: same result."""
+    assert _collapse(text) == _collapse_lines(text)

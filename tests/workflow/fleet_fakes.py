@@ -2,7 +2,8 @@
 keep each task's facts apart (status through the real state machine, ledger, provider jobs).
 
 A fake provider job runs `job_s` from its submit (the time-skipping server's clock, read from the
-activity's scheduled time) and then succeeds; the workflow finds out by its status calls.
+activity's scheduled time) and then succeeds; the workflow finds out by its status calls. While
+`failing` is set every submit fails so (a 5xx refusal, or a timeout whose reconcile finds no job).
 """
 
 from __future__ import annotations
@@ -25,15 +26,18 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from workflow_fakes import ask_gate, media_worker
 
 from schema import state_machine as sm
-from schema.admission import AdmissionInput
+from schema.admission import AdmissionInput, BreakerPolicy
 from schema.contracts import (
     AssetRef,
     AttemptRef,
+    ErrorClass,
     GenerationInput,
     JobRef,
     JobStatus,
     LedgerResult,
     PollResult,
+    ReconcileOutcome,
+    ReconcileResult,
     RenditionsResult,
     SettleInput,
     StrayJobRef,
@@ -80,6 +84,12 @@ class Fleet:
     ledger: dict[str, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(dict))
     jobs: dict[str, Job] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # request_slot runs per task
+    asked: set[str] = field(default_factory=set)  # the gates (providers) asked for a slot
+    failing: str | None = None  # "http_503": submits refused with a 5xx; "timeout": sent, no answer, no job
+    breaker: BreakerPolicy | None = None  # the provider gate's breaker policy (None: the defaults)
+    submits: list[tuple[str, datetime, str]] = field(default_factory=list)  # (task, when, "accepted" or failure)
+    reconciled: list[tuple[str, datetime]] = field(default_factory=list)  # (task, when)
+    followed: list[tuple[str, str, datetime]] = field(default_factory=list)  # ("poll_job" or "cancel_job", job, when)
     seen: dict[str, TransitionResult] = field(default_factory=dict)
 
     def cancelled(self) -> list[str]:
@@ -138,11 +148,20 @@ class Fleet:
         @activity.defn(name="request_slot")
         async def request_slot(inp: AdmissionInput) -> None:
             fleet.requests[inp.request.task_id] += 1
+            fleet.asked.add(inp.provider)
             tenant_gate = inp.grant_signal is not None  # its limit is the tenant's, sent as the plan's
-            await ask_gate(fleet.client, inp, inp.plan_limits.max_concurrent if tenant_gate else fleet.limit)
+            await ask_gate(fleet.client, inp, inp.plan_limits.max_concurrent if tenant_gate else fleet.limit,
+                           breaker=fleet.breaker)
 
         @activity.defn(name="submit")
         async def submit(ref: AttemptRef) -> SubmitActivityResult:
+            fleet.submits.append((ref.task_id, now(), fleet.failing or "accepted"))
+            if fleet.failing == "timeout":
+                return SubmitActivityResult(outcome=SubmitOutcome.UNKNOWN, error="sent, no answer",
+                                            error_class=ErrorClass.UNKNOWN_OUTCOME, failure="timeout")
+            if fleet.failing:
+                return SubmitActivityResult(outcome=SubmitOutcome.REJECTED_RETRYABLE, error="HTTP 503",
+                                            error_class=ErrorClass.RETRYABLE, retry_after_s=1.0, failure=fleet.failing)
             job_id = f"{ref.task_id}-a{ref.attempt_no}"
             fleet.jobs.setdefault(job_id, Job(task_id=ref.task_id, submitted_at=now()))
             return SubmitActivityResult(outcome=SubmitOutcome.ACCEPTED, job_id=job_id, webhooks=fleet.webhooks)
@@ -157,10 +176,20 @@ class Fleet:
 
         @activity.defn(name="poll_job")
         async def poll_job(ref: JobRef) -> PollResult:
+            fleet.followed.append(("poll_job", ref.job_id, now()))
             return state(ref.job_id)
+
+        @activity.defn(name="reconcile_submit")
+        async def reconcile_submit(ref: AttemptRef) -> ReconcileResult:
+            fleet.reconciled.append((ref.task_id, now()))
+            job_id = f"{ref.task_id}-a{ref.attempt_no}"
+            if job_id in fleet.jobs:
+                return ReconcileResult(outcome=ReconcileOutcome.FOUND, job_id=job_id)
+            return ReconcileResult(outcome=ReconcileOutcome.ABSENT, evidence=f"no job for {job_id}")
 
         @activity.defn(name="cancel_job")
         async def cancel_job(ref: JobRef) -> PollResult:
+            fleet.followed.append(("cancel_job", ref.job_id, now()))
             if not state(ref.job_id).terminal:
                 fleet.jobs[ref.job_id].cancelled = True
             return state(ref.job_id)
@@ -184,7 +213,7 @@ class Fleet:
             return RenditionsResult(renditions=[])
 
         return [record_transition, validate_task, reserve_credit, settle, request_slot, submit, poll_job,
-                cancel_job, fetch_output, transcode_proxy, make_renditions, unaccounted_strays]
+                reconcile_submit, cancel_job, fetch_output, transcode_proxy, make_renditions, unaccounted_strays]
 
 
 @dataclass

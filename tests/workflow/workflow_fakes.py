@@ -24,9 +24,9 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Worker
 
-from activities.errors import INSUFFICIENT_CREDIT, PROVIDER_REFUSED
+from activities.errors import DEPENDENCY_UNAVAILABLE, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from schema import state_machine as sm
-from schema.admission import AdmissionInput, GateInput, PlanLimits
+from schema.admission import AdmissionInput, BreakerPolicy, GateInput, PlanLimits
 from schema.contracts import (
     AssetRef,
     AttemptRef,
@@ -127,6 +127,11 @@ def outage(message: str = "503 from the provider") -> RuntimeError:
     return RuntimeError(message)
 
 
+def unavailable(message: str = "the database is unreachable") -> ApplicationError:
+    """Postgres or object storage out of reach, as activities/errors.py reports it: retried."""
+    return ApplicationError(message, type=DEPENDENCY_UNAVAILABLE)
+
+
 def refusal(message: str = "404 no such job") -> ApplicationError:
     return ApplicationError(message, type=PROVIDER_REFUSED, non_retryable=True)
 
@@ -140,7 +145,9 @@ class World:
     past: sm.Past = field(default_factory=sm.Past)  # what the guarded rows ask, as Postgres folds it
     valid: bool | BaseException = True  # an exception: validate_task raises it
     credit: bool = True
+    reserves: list[Answer] = field(default_factory=list)  # reserve_credit: scripted failures, else reserved
     deadline_s: float = 3600.0
+    task_deadline_s: float = 86_400.0
     submits: list[Answer] = field(default_factory=lambda: [accepted("job-1")])
     polls: list[Answer] = field(default_factory=lambda: [RUNNING, SUCCEEDED])
     reconciles: list[Answer] = field(default_factory=list)
@@ -259,12 +266,15 @@ class World:
             info = TaskInfo(task_id=ref.task_id, tenant_id="default", status=world.status.value, provider="fake",
                             model="m", aspect_ratio="9:16", duration_s=2.0, estimated_cost=float(RESERVED),
                             min_poll_interval_s=1.0, deadline_s=world.deadline_s, current_attempt_no=0,
+                            task_deadline_s=world.task_deadline_s,
                             plan_limits=world.plan_limits, review=world.review, paused_by=world.paused_by)
             return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=info)
 
         @activity.defn(name="reserve_credit")
         async def reserve_credit(ref: TaskRef) -> LedgerResult:
             await world._enter("reserve_credit", ref)
+            if world.reserves:
+                world._next(world.reserves, "reserve_credit")
             if not world.credit:
                 raise ApplicationError("tenant has 0 credits", type=INSUFFICIENT_CREDIT, non_retryable=True)
             if not any(k == "reserve" for _, _, k in world.ledger):
@@ -381,12 +391,13 @@ def media_worker(client: Any, queue: str, activities: list[Callable[..., Any]]) 
                   activities=[a for a in activities if a.__name__ in api.MEDIA_ACTIVITIES])
 
 
-async def ask_gate(client: Any, inp: AdmissionInput, limit: int) -> None:
+async def ask_gate(client: Any, inp: AdmissionInput, limit: int, *, breaker: BreakerPolicy | None = None) -> None:
     """What `request_slot` does, from inside a fake activity. The time-skipping test server drops
     signal-with-start's signal: start, then signal."""
     queue = activity.info().task_queue
     gate = await client.start_workflow(
-        api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=limit, grant_signal=inp.grant_signal),
+        api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=limit, grant_signal=inp.grant_signal,
+                                          breaker=breaker),
         id=api.gate_id(inp.provider, queue), task_queue=queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
     await gate.signal(api.SIGNAL_GATE_REQUEST, inp.request)
