@@ -1,7 +1,5 @@
-"""Outputs closest to expiring are fetched first when fetches pile up (expiry-first-v1), on a real
-Temporal dev server configured for priority dispatch as docs/deploy.md describes (the priority matcher,
-one partition per queue; the shared stack's server keeps the defaults, see docs/reliability.md
-"Degradation" for why): a workflow schedules `fetch_output` for outputs with
+"""Outputs closest to expiring are fetched first when fetches pile up (expiry-first-v1), on the stack's
+real Temporal dev server as `devstack` starts it: a workflow schedules `fetch_output` for outputs with
 different times left, with the priority the generation workflow gives them (`fetch_priority`), while no
 worker polls their queue (as when object storage was down and the fetches all come due together);
 then one worker with one slot takes them, one at a time, in priority order."""
@@ -9,18 +7,12 @@ then one worker with one slot takes them, one at a time, in priority order."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio import activity, workflow
-from temporalio.client import Client
 from temporalio.worker import Worker
-
-from devstack import probes
-from devstack.ports import pick_ports
 
 with workflow.unsafe.imports_passed_through():
     from workflows.queues import fetch_priority
@@ -51,39 +43,6 @@ class FetchBacklog:
                 "fetch_output", i, task_queue=queue, start_to_close_timeout=timedelta(seconds=30),
                 priority=fetch_priority(None if left is None else now + timedelta(minutes=left), now))
             for i, left in enumerate(minutes_left)))
-
-
-PRIORITY_DISPATCH = ("matching.useNewMatcher=true", "matching.numTaskqueueReadPartitions=1",
-                     "matching.numTaskqueueWritePartitions=1")
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[Client]:
-    """A dev server of its own (in memory, on free loopback ports) with priority dispatch on."""
-    port, ui_port, http_port, metrics_port = pick_ports(4)
-    flags = [arg for value in PRIORITY_DISPATCH for arg in ("--dynamic-config-value", value)]
-    server = subprocess.Popen(
-        [str(probes.temporal_cli()), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
-         "--ui-port", str(ui_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port),
-         "--headless", "--log-level", "error", *flags],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(300):
-            try:
-                connected = await Client.connect(f"127.0.0.1:{port}")
-                break
-            except RuntimeError:
-                assert server.poll() is None, "the dev server exited"
-                await asyncio.sleep(0.2)
-        else:
-            pytest.fail("the dev server did not answer within 60 s")
-        yield connected
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 async def test_a_backlog_of_fetches_is_taken_soonest_expiring_first(client):

@@ -20,6 +20,7 @@ from cli.secrets import COMPOSE_SECRETS, init_env_file, read_env_file
 from config.secrets import PLACEHOLDERS
 from config.settings import Settings
 from devstack import SEARCH_ATTRIBUTES
+from workflows import api
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {"postgres", "temporal-postgres", "temporal", "temporal-ui", "minio", "emulator", "gateway", "worker-io",
@@ -334,13 +335,18 @@ def test_temporal_runs_the_server_image_on_its_own_database_and_user(services) -
     assert namespace["image"].startswith("temporalio/admin-tools:") and "namespace create" in namespace["command"][0]
 
 
-def test_temporal_dispatches_by_priority(services) -> None:
-    """fetch_output's priority keys (soonest-expiring output URL first) need the priority matcher."""
+def test_temporal_dispatches_the_media_queue_by_priority_from_one_partition(services) -> None:
+    """fetch_output's priority keys (soonest-expiring output URL first) need the priority matcher and,
+    for a strict order, one partition on the media queue the workers of this file serve."""
     temporal = services["temporal"]
     path = temporal["environment"]["DYNAMIC_CONFIG_FILE_PATH"]
     mounts = {target: source for source, target, *_ in (v.split(":") for v in temporal["volumes"])}
     config = yaml.safe_load((ROOT / mounts[path]).read_text())
     assert config["matching.useNewMatcher"] == [{"value": True}]
+    queues = {_env(svc).get("REELQUEUE_TASK_QUEUE", api.DEFAULT_TASK_QUEUE) for svc in _app_services(services).values()}
+    media = {api.media_queue(queue) for queue in queues}
+    for name in ("matching.numTaskqueueReadPartitions", "matching.numTaskqueueWritePartitions"):
+        assert {entry["constraints"]["taskQueueName"] for entry in config[name] if entry["value"] == 1} == media
 
 
 def test_the_ledger_migrates_in_its_own_job_before_the_gateway_and_workers(services) -> None:
