@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test install lint lock secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api down
+.PHONY: demo test install lint lock secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api chaos down
 
 # Python 3.11+ (README, "Platforms"). The versions come from requirements.lock (`make lock` after
 # editing pyproject.toml); the package itself goes in editable, without resolving anything again.
@@ -73,3 +73,8 @@ bench-api: install
 # `make bench-capacity ARGS="--rate 3 --minutes 5"` (seed 002's peak; about 15 minutes)
 bench-capacity: install
 	$(BIN)/python -m bench.capacity $(ARGS)
+
+# `make chaos ARGS="--tasks 200"`: tasks through worker SIGKILLs, restarts of Postgres, S3, Temporal and
+# the gateway, and provider faults at rates (docs/reliability.md, "Chaos run"); exit 1 on a violated invariant
+chaos: install
+	$(BIN)/python -m bench.chaos $(ARGS)

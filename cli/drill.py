@@ -20,6 +20,9 @@ def drill(
                                  help="drills at a time (0 = all at once; 1 = one after another)"),
     reach_timeout: float = typer.Option(120, "--reach-timeout", help="seconds for the armed worker to die"),
     recovery_timeout: float = typer.Option(180, "--recovery-timeout", help="seconds for the clean worker to finish"),
+    chaos: bool = typer.Option(False, "--chaos", help="the chaos run instead (bench/chaos.py, `make chaos`) on "
+                               "this stack: tasks through worker kills, service restarts and provider faults"),
+    tasks: int = typer.Option(1000, "--tasks", min=1, help="with --chaos: tasks in the run"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Arm each failpoint (crash) in a real worker process, let it die, recover with a clean worker, check
@@ -35,6 +38,9 @@ def drill(
         preflight(settings)
     except DrillError as exc:
         fail(str(exc), EXIT_FAILURE, as_json=as_json)
+    if chaos:
+        _chaos(settings, tasks, as_json)
+        return
     if not as_json:
         console.print(f"drilling {len(wanted)} failpoint(s) of {len(POINTS)}: {', '.join(wanted)} "
                       f"({'all at once' if parallel in (0, len(wanted)) else f'{parallel} at a time'}) ...")
@@ -80,3 +86,22 @@ def _print_table(results) -> None:  # noqa: ANN001 - list[DrillResult]
     passed = sum(r.ok for r in results)
     style = "bold green" if passed == len(results) else "bold red"
     console.print(f"{passed}/{len(results)} drills passed", style=style)
+
+
+def _chaos(settings: Settings, tasks: int, as_json: bool) -> None:
+    """`drill --chaos`: bench/chaos.py's run on the running stack, its defaults but the task count."""
+    from bench.chaos import ChaosOptions, print_report, run_chaos, run_folder
+
+    folder = run_folder(settings)
+    say = (lambda _: None) if as_json else err_console.print
+    try:
+        report = asyncio.run(run_chaos(settings, ChaosOptions(tasks=tasks), folder, say))
+    except asyncio.CancelledError:
+        fail("interrupted; every worker the chaos run started was stopped", EXIT_FAILURE, as_json=as_json)
+    if as_json:
+        emit_json(report.model_dump(mode="json") | {"kills_by_activity": report.kills_by_activity()})
+    else:
+        print_report(report, console)
+        console.print(f"logs: {folder}")
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILURE)

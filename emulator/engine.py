@@ -51,10 +51,13 @@ class Engine:
     async def submit(self, body: SubmitIn, request: Request) -> JobRecord:
         """Create a job, or refuse as the pending faults and the queue limit say."""
         self.stats.add("submits")
+        self.outage("submit_outage_s")
         injected = self.faults.take_submit_status()
         if injected is not None:
             retry = RETRY_AFTER_S if injected == 429 or injected >= 500 else None
             self._count_refusal(injected)
+            if injected == 429 or injected >= 500:
+                self.stats.add("injected_429" if injected == 429 else "injected_5xx")
             raise EngineRefusal(injected, "injected", f"injected HTTP {injected}", retry_after_s=retry)
         if self.store.count(*WAITING) >= self.faults.tuning(self.config).max_queued:
             self._count_refusal(429)
@@ -70,11 +73,13 @@ class Engine:
         self.stats.peak("max_alive", self.store.count(*ALIVE))
         self.clock.wake()
         if self.faults.take("submit_hang_after_create"):
+            self.stats.add("submits_hung")
             await _hold_answer(request, self.config.hang_s)
         return job
 
     def outage(self, name: str) -> None:
         if self.faults.in_outage(name):
+            self.stats.add("outage_refusals")
             raise EngineRefusal(503, "outage", "service temporarily unavailable", retry_after_s=RETRY_AFTER_S)
 
     def status(self, job_id: str, dialect: str | None = None) -> JobOut:
@@ -85,7 +90,10 @@ class Engine:
         if self.faults.in_outage("status_missing_s"):
             raise EngineRefusal(404, "not_found", f"no job {job_id}")
         job = self.job(job_id, dialect)
-        return self.service.view(job, dead_url=job.status == "succeeded" and self.faults.take("expire_output_urls"))
+        dead = job.status == "succeeded" and self.faults.take("expire_output_urls")
+        if dead:
+            self.stats.add("output_urls_expired")
+        return self.service.view(job, dead_url=dead)
 
     def job(self, job_id: str, dialect: str | None = None) -> JobRecord:
         job = self.store.get(job_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from adapters.media.transcode import PROXY_FRAME
 
@@ -116,6 +116,33 @@ class SimStats(BaseModel):
     webhooks_stale: int = 0
     renders: int = 0  # ffmpeg renders
     render_cache_hits: int = 0  # clips served from the render cache instead
+    # Provider faults applied (counters and rates of Faults alike):
+    submits_hung: int = 0  # job created, the answer held back (the client's outcome is unknown)
+    injected_429: int = 0
+    injected_5xx: int = 0
+    output_urls_expired: int = 0  # output URLs handed out dead by a status call
+    outage_refusals: int = 0  # calls answered 503 during an outage
+
+
+class FaultRates(BaseModel):
+    """Faults drawn at random, on top of the counters of Faults: each is the chance that one submit,
+    output URL or webhook event gets it. Drawn from one RNG seeded when the rates are set, so a run
+    with the same seed and the same order of calls gets the same faults."""
+
+    seed: int | None = None
+    submit_unknown: float = Field(default=0.0, ge=0, le=1)  # as submit_hang_after_create
+    submit_429: float = Field(default=0.0, ge=0, le=1)  # refused without a job, Retry-After 1
+    submit_5xx: float = Field(default=0.0, ge=0, le=1)  # 500, 502 or 503 without a job
+    expire_output_url: float = Field(default=0.0, ge=0, le=1)  # as expire_output_urls
+    duplicate_webhook: float = Field(default=0.0, ge=0, le=1)
+    reorder_webhook: float = Field(default=0.0, ge=0, le=1)
+    drop_webhook: float = Field(default=0.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_status_per_submit(self) -> FaultRates:
+        if self.submit_429 + self.submit_5xx > 1:
+            raise ValueError("submit_429 + submit_5xx must be at most 1")
+        return self
 
 
 class Faults(BaseModel):
@@ -131,7 +158,9 @@ class Faults(BaseModel):
     job_jitter: float | None = Field(default=None, ge=0, lt=1)
     max_running: int | None = Field(default=None, ge=1)
     max_queued: int | None = Field(default=None, ge=1)
-    # Outages: for the next N seconds the call answers 503 (a provider-style error body).
+    # Outages: for the next N seconds the call answers 503 (a provider-style error body); all four
+    # at once are a total outage.
+    submit_outage_s: float = Field(default=0.0, ge=0)
     cancel_outage_s: float = Field(default=0.0, ge=0)
     status_outage_s: float = Field(default=0.0, ge=0)
     list_outage_s: float = Field(default=0.0, ge=0)
@@ -155,6 +184,8 @@ class Faults(BaseModel):
     # still frame for its whole duration (what the review's automatic checks must catch).
     black_video: int = Field(default=0, ge=0)
     frozen_video: int = Field(default=0, ge=0)
+    # Chances per submit / URL / event; setting them (re)seeds the RNG they are drawn from.
+    rates: FaultRates = Field(default_factory=FaultRates)
 
 
 class ApiErrorBody(BaseModel):

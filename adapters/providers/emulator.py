@@ -43,6 +43,9 @@ _STATUS = {
 }
 # Failures caused by what we sent: sending the same again fails the same way.
 _NON_RETRYABLE_PREFIXES = ("INPUT.", "VALIDATION.")
+# ... except an image the provider could not fetch: it is in our storage (validated on import), and a
+# new attempt sends a freshly signed URL, so a storage restart or an expired link does not end the task.
+_RETRYABLE_INPUT = ("INPUT.IMAGE_UNREACHABLE",)
 _MODERATION_PREFIX = "SAFETY."  # the emulator's content filter refused the prompt
 
 
@@ -242,6 +245,5 @@ def _error_class(error: ErrorOut | None) -> ErrorClass | None:
         return None
     if error.code.startswith(_MODERATION_PREFIX):
         return ErrorClass.MODERATION
-    return (
-        ErrorClass.NON_RETRYABLE if error.code.startswith(_NON_RETRYABLE_PREFIXES) else ErrorClass.RETRYABLE
-    )
+    final = error.code.startswith(_NON_RETRYABLE_PREFIXES) and not error.code.startswith(_RETRYABLE_INPUT)
+    return ErrorClass.NON_RETRYABLE if final else ErrorClass.RETRYABLE

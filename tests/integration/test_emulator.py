@@ -244,6 +244,30 @@ def test_expire_output_urls_fault_kills_the_next_urls_only(
     assert provider.capabilities.output_domains == ["127.0.0.1"]
 
 
+def test_fault_rates_over_http_are_applied_and_counted(
+    emu: EmulatorConfig, provider: EmulatorProvider, rendered: dict[str, JobState]
+) -> None:
+    """Rates of 1 make every submit a 5xx and every output URL dead; the stats count each, and a
+    total outage refuses submits as well as status calls."""
+    httpx.delete(f"{emu.base_url}/_sim/stats").raise_for_status()
+    before = len(sim_jobs(emu))
+    rates = {"seed": 3, "submit_5xx": 1.0, "expire_output_url": 1.0}
+    httpx.post(f"{emu.base_url}/_sim/faults", json={"rates": rates}, timeout=10).raise_for_status()
+    assert httpx.get(f"{emu.base_url}/_sim/faults").json()["rates"]["submit_5xx"] == 1.0
+    results = [provider.submit(request(f"rated-{i}")) for i in range(3)]
+    assert {r.http_status for r in results} <= {500, 502, 503}, results
+    assert all(r.outcome == SubmitOutcome.REJECTED_RETRYABLE for r in results)
+    dead = provider.get_job(rendered["1:1"].job_id).outputs[0]
+    assert httpx.get(dead.url).status_code == 403
+    set_faults(emu, submit_outage_s=30, status_outage_s=30)
+    assert provider.submit(request("in-outage")).http_status == 503
+    seen = stats(emu)
+    assert (seen["injected_5xx"], seen["output_urls_expired"], seen["outage_refusals"]) == (3, 1, 1), seen
+    assert len(sim_jobs(emu)) == before
+    httpx.delete(f"{emu.base_url}/_sim/faults").raise_for_status()
+    assert httpx.get(provider.get_job(rendered["1:1"].job_id).outputs[0].url).status_code == 200
+
+
 def test_invalid_request_is_rejected_for_good(emu: EmulatorConfig, provider: EmulatorProvider) -> None:
     before = len(sim_jobs(emu))
     result = provider.submit(request("bad-ratio", aspect_ratio="4:3"))
@@ -311,12 +335,14 @@ def test_fail_next_fails_the_job(emu: EmulatorConfig, provider: EmulatorProvider
     assert state.outputs == [] and state.usage is None
 
 
-def test_unreachable_image_fails_as_input_error(provider: EmulatorProvider) -> None:
+def test_unreachable_image_fails_the_job_retryably(provider: EmulatorProvider) -> None:
+    """The image is ours (in our storage, validated on import): a new attempt with a fresh link may
+    reach it, as after a storage restart."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     state = wait_for(provider, accepted(provider, request("no-image", image_url=f"http://127.0.0.1:{port}/x.png")))
-    assert state.status == JobStatus.FAILED and state.error_class == ErrorClass.NON_RETRYABLE
+    assert state.status == JobStatus.FAILED and state.error_class == ErrorClass.RETRYABLE
     assert (state.error_message or "").startswith("INPUT.IMAGE_UNREACHABLE")
 
 

@@ -30,6 +30,10 @@ pytestmark = pytest.mark.integration
 TASKS = 50
 DRAIN_S = 30  # the first media worker's drain: far more than a 1-s clip's steps need
 HUNG = 2  # media slots of the second media worker, each filled with a hung download before its deploy
+# Jobs end spread over 1-11 s, so downloads are still to come at each deploy (fetches go before
+# transcodes on the media queue, expiry-first-v1: with jobs all ending together, the first media
+# worker would have downloaded every output before its deploy).
+SPREAD = {"job_seconds": 6.0, "job_jitter": 0.8}
 
 
 @pytest.mark.timeout(600)
@@ -49,11 +53,12 @@ async def test_io_and_media_workers_through_two_media_deploys(stack, client, tmp
         await wait_worker_ready(proc, folder, role)
         return proc
 
+    httpx.post(f"{stack.emulator_url}/_sim/faults", json=SPREAD, timeout=10).raise_for_status()
     try:
         await worker("io", "io")
         first = await worker("media-1", "media", REELQUEUE_WORKER_DRAIN_S=str(DRAIN_S))
         await start_workflows(client, tasks, summary.import_id, queue)
-        await _until(lambda: _count(db, summary.import_id, "SUCCEEDED") >= 5, 120, "no task SUCCEEDED")
+        await _until(lambda: _downloaded(db, tasks) >= 5, 120, "no output downloaded")
         t0 = time.monotonic()
         first.send_signal(signal.SIGTERM)  # a deploy: stop polling, let running steps finish
         drained = await wait_exit(first, DRAIN_S + 15)
@@ -69,6 +74,7 @@ async def test_io_and_media_workers_through_two_media_deploys(stack, client, tmp
         await worker("media-3", "media")
         finished = await run_all(client, stack, summary.import_id, queue, timeout=300)
     finally:
+        httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
         for proc in procs:
             await asyncio.to_thread(stop_worker, proc)
         await stop_gates_of(client, queue)
@@ -89,9 +95,10 @@ async def test_io_and_media_workers_through_two_media_deploys(stack, client, tmp
     assert ledger_violations(stack, summary.import_id) == []
 
 
-def _count(db: Database, import_id: str, status: str) -> int:
+def _downloaded(db: Database, tasks: list) -> int:
     with db.transaction() as session:
-        return queries.status_counts(session, import_id).get(status, 0)
+        return len(session.scalars(select(Asset.id).where(Asset.task_id.in_([t.id for t in tasks]),
+                                                          Asset.kind == "RAW_OUTPUT")).all())
 
 
 def _fetches_in_flight(port: int) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from adapters.providers.base import GenerationRequest, SubmitOutcome
+from adapters.providers.base import ErrorClass, GenerationRequest, SubmitOutcome
 from adapters.providers.emulator import EmulatorProvider
 
 REQUEST = GenerationRequest(request_key="t-a1", model="m", prompt="p", aspect_ratio="9:16", duration_s=1.0)
@@ -49,3 +49,21 @@ def test_not_sent_is_a_refusal_and_a_lost_answer_is_unknown():
 
     assert provider_answering(connect_error).submit(REQUEST).outcome is SubmitOutcome.REJECTED_RETRYABLE
     assert provider_answering(read_timeout).submit(REQUEST).outcome is SubmitOutcome.UNKNOWN
+
+
+def failed_job(code: str) -> httpx.Response:
+    now = "2026-12-01T00:00:00Z"
+    return httpx.Response(200, json={
+        "id": "job_1", "request_key": "t-a1", "model": "m", "aspect_ratio": "9:16", "duration_s": 1.0,
+        "status": "failed", "progress": 0.95, "created_at": now, "updated_at": now,
+        "error": {"code": code, "message": "cannot fetch image: Server error '500 Internal Server Error'"}})
+
+
+@pytest.mark.parametrize(("code", "error_class"), [
+    ("INPUT.IMAGE_UNREACHABLE", ErrorClass.RETRYABLE),  # our storage restarting: a new attempt gets a new link
+    ("INPUT.IMAGE_INVALID", ErrorClass.NON_RETRYABLE),
+    ("INPUT.IMAGE_TOO_LARGE", ErrorClass.NON_RETRYABLE),
+    ("INTERNAL.SIMULATED_FAILURE", ErrorClass.RETRYABLE),
+])
+def test_failed_job_error_class(code, error_class):
+    assert provider_answering(lambda r: failed_job(code)).get_job("job_1").error_class is error_class

@@ -16,7 +16,7 @@ from emulator.faults import FaultBoard
 from emulator.render import FAST_FPS, FPS, fast_frame_size, render_profile
 from emulator.stats import StatsBoard
 from emulator.timing import PROGRESS_CAP, draw_job_seconds, running_progress
-from emulator.wire import Faults
+from emulator.wire import FaultRates, Faults
 
 CLIP = {
     "image_sha256": "ab" * 32,
@@ -109,6 +109,49 @@ def test_tuning_overrides_fall_back_to_the_config() -> None:
     assert (board.tuning(config).max_running, board.tuning(config).max_queued) == (2, 7)  # others kept
     board.reset()
     assert board.tuning(config).max_running == 50
+
+
+def _draws(board: FaultBoard, n: int) -> dict[str, int]:
+    """How often each rated fault applied over `n` submits, URLs and events."""
+    seen = {"429": 0, "5xx": 0, "unknown": 0, "expired": 0, "duplicate": 0, "reorder": 0, "drop": 0}
+    for _ in range(n):
+        status = board.take_submit_status()
+        seen["429"] += status == 429
+        seen["5xx"] += status is not None and status >= 500
+        for key, counter in (("unknown", "submit_hang_after_create"), ("expired", "expire_output_urls"),
+                             ("duplicate", "duplicate_webhook"), ("reorder", "reorder_webhooks"),
+                             ("drop", "drop_webhook")):
+            seen[key] += board.take(counter)
+    return seen
+
+
+def test_fault_rates_apply_at_about_their_chance_and_repeat_with_the_seed() -> None:
+    rates = FaultRates(seed=7, submit_unknown=0.1, submit_429=0.1, submit_5xx=0.05, expire_output_url=0.1,
+                       duplicate_webhook=0.2, reorder_webhook=0.2, drop_webhook=0.2)
+    board = FaultBoard()
+    assert _draws(board, 200) == dict.fromkeys(["429", "5xx", "unknown", "expired", "duplicate", "reorder", "drop"], 0)
+    board.update(Faults(rates=rates))
+    first = _draws(board, 4000)
+    expected = {"429": 0.1, "5xx": 0.05, "unknown": 0.1, "expired": 0.1, "duplicate": 0.2, "reorder": 0.2, "drop": 0.2}
+    for key, chance in expected.items():
+        assert abs(first[key] / 4000 - chance) < 0.03, (key, first)
+    board.update(Faults(rates=rates))  # the same seed again: the same faults in the same order
+    assert _draws(board, 4000) == first
+    board.update(Faults(rates=rates.model_copy(update={"seed": 8})))
+    assert _draws(board, 4000) != first
+    board.reset()
+    assert _draws(board, 200)["drop"] == 0
+
+
+def test_counters_go_first_and_rates_keep_the_others() -> None:
+    board = FaultBoard()
+    board.update(Faults(rates=FaultRates(seed=1, submit_5xx=1.0), submit_status=429, submit_status_count=2))
+    assert [board.take_submit_status() for _ in range(2)] == [429, 429]
+    assert {board.take_submit_status() for _ in range(50)} == {500, 502, 503}
+    board.update(Faults(drop_webhook=1))  # a counter set later leaves the rates alone
+    assert board.snapshot().rates.submit_5xx == 1.0
+    with pytest.raises(ValueError, match="at most 1"):
+        FaultRates(submit_429=0.6, submit_5xx=0.5)
 
 
 def test_stats_board_counts_peaks_and_rates() -> None:
