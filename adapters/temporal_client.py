@@ -58,7 +58,9 @@ def is_temporal_cloud(address: str) -> bool:
 
 async def connect(settings: Settings) -> Client:
     """With tracing on (telemetry/tracing.py), the client and the workers built on it carry its interceptor."""
+    from telemetry import core_logs
     from telemetry.tracing import client_interceptors
 
+    core_logs.default_runtime()  # the core's warnings to stderr, not into a command's stdout
     return await Client.connect(**connect_options(settings), data_converter=pydantic_data_converter,
                                 interceptors=client_interceptors())

@@ -24,6 +24,8 @@ from temporalio.runtime import (
     TelemetryConfig,
 )
 
+from telemetry import core_logs
+
 # The worker-tuning signals among them (docs/metrics.md, the dashboard's "Temporal SDK" row), by kind.
 # Every run of a worker reports these; IDLE_SIGNALS appear once a poll has come back empty (a quiet queue).
 TUNING_SIGNALS = {
@@ -117,10 +119,9 @@ def install(registry: CollectorRegistry = REGISTRY) -> Runtime:
     if _installed is not None:
         return _installed
     buffer = MetricBuffer(BUFFER_SIZE, MetricBufferDurationFormat.SECONDS)
-    runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
+    runtime = core_logs.default_runtime(TelemetryConfig(metrics=buffer))
     collector = SdkMetrics(buffer)
     registry.register(collector)
-    Runtime.set_default(runtime, error_if_already_set=False)
     threading.Thread(target=_drain_forever, args=(collector,), name="sdk-metrics", daemon=True).start()
     _installed = runtime
     return runtime

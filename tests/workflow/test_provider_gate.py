@@ -1,6 +1,8 @@
 """ProviderGateWorkflow on the time-skipping server: at most `limit` holders at once, oldest request
-first, unique fencing tokens, a refusal halves the limit and pauses grants, a vanished holder's slot
-comes back when its lease expires, and a stale release changes nothing."""
+first, unique fencing tokens, a refusal halves the limit (once per round of grants) and pauses
+grants, a failing submit pauses grants but leaves the limit to the breaker, each accepted submit
+gives a slot back, a vanished holder's slot comes back when its lease expires, and a stale release
+changes nothing."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from schema.admission import GateInput, GateSnapshot, SlotGrant, SlotRelease, SlotRequest
+from schema.admission import GateInput, GateSnapshot, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
 from workflows import api
 from workflows.provider_gate import LEASE, ProviderGateWorkflow
 
@@ -31,6 +33,8 @@ class HoldInput(BaseModel):
     throttled: bool = False
     stale_token: bool = False
     retry_after_s: float = 30.0
+    failure: str | None = None  # the submit failed (5xx, timeout) rather than being refused
+    accepted: bool = False  # tell the gate the provider accepted a submit under the slot
 
 
 class Held(BaseModel):
@@ -57,18 +61,22 @@ class HolderWorkflow:
         await gate.signal(api.SIGNAL_GATE_REQUEST, SlotRequest(workflow_id=me, task_id=me))
         await workflow.wait_condition(lambda: self._grant is not None)
         granted_at = workflow.now()
+        if inp.accepted:
+            await gate.signal(api.SIGNAL_GATE_RENEW, SlotRenewal(workflow_id=me, token=self._grant.token,
+                                                                 accepted=True))
         await workflow.sleep(inp.hold_s)
         released_at = workflow.now()  # before the signal: its completion may come after time skipped on
         if inp.release:
             token = self._grant.token + 1000 if inp.stale_token else self._grant.token
             release = SlotRelease(workflow_id=me, token=token, throttled=inp.throttled,
-                                  retry_after_s=inp.retry_after_s)
+                                  retry_after_s=inp.retry_after_s, failure=inp.failure)
             await gate.signal(api.SIGNAL_GATE_RELEASE, release)
         return Held(token=self._grant.token, granted_at=granted_at, released_at=released_at)
 
 
-# With REELQUEUE_RECORD_HISTORIES=1 each test's gate history is kept for the replay test.
-HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "gate-wakeup-v1"
+# With REELQUEUE_RECORD_HISTORIES=1 each test's gate history is kept for the replay test (kept
+# where the newest patch changed its events; the older folders hold what came before).
+HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "gate-aimd-v2"
 _gates: list[WorkflowHandle] = []
 
 
@@ -164,6 +172,44 @@ async def test_a_refusal_halves_the_limit_and_pauses_grants(own_env):
         held = [await h.result() for h in later]
     assert held[0].granted_at >= snapshot.paused_until  # nothing granted during the pause
     assert max_overlap(held) == 2
+
+
+async def test_refusals_of_one_round_halve_the_limit_once(own_env):
+    """Four slots granted at the limit of 8 come back refused: the first halves the limit, the other
+    three were sent in the same round and change it no more (before gate-aimd-v2: 8 -> 1)."""
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    async with worker(own_env, queue):
+        gate = await start_gate(own_env, queue, limit=8)
+        handles = await hold(own_env, queue, gate, 4, hold_s=5, throttled=True, retry_after_s=2)
+        [await h.result() for h in handles]
+        await own_env.sleep(3)
+        snapshot = await snapshot_of(gate)
+    assert (snapshot.effective, snapshot.throttles, snapshot.in_use) == (4, 4, 0)
+
+
+async def test_a_failing_submit_pauses_grants_and_leaves_the_limit_to_the_breaker(own_env):
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    async with worker(own_env, queue):
+        gate = await start_gate(own_env, queue, limit=4)
+        await hold(own_env, queue, gate, 1, hold_s=1, throttled=True, retry_after_s=600, failure="http_503")
+        await own_env.sleep(5)
+        snapshot = await snapshot_of(gate)
+    assert (snapshot.effective, snapshot.throttles) == (4, 1) and snapshot.paused_until is not None
+
+
+async def test_each_accepted_submit_gives_a_slot_back(own_env):
+    """After a refusal halved the limit (8 -> 4), three accepted submits raise it to 7 (before
+    gate-aimd-v2 each added 1/limit: it stayed at 4 for eight accepts)."""
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    async with worker(own_env, queue):
+        gate = await start_gate(own_env, queue, limit=8)
+        await hold(own_env, queue, gate, 1, hold_s=1, throttled=True, retry_after_s=2)
+        await own_env.sleep(5)
+        halved = (await snapshot_of(gate)).effective
+        handles = await hold(own_env, queue, gate, 3, hold_s=5, accepted=True)
+        [await h.result() for h in handles]
+        snapshot = await snapshot_of(gate)
+    assert (halved, snapshot.effective) == (4, 7)
 
 
 async def test_a_vanished_holder_gives_its_slot_back_when_the_lease_expires(own_env):
