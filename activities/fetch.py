@@ -19,17 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from sqlalchemy.orm import Session
 from temporalio import activity
 
 from activities.errors import FETCH_REFUSED, OUTPUT_INVALID, OUTPUT_UNAVAILABLE, business_failure, classified
 from activities.failpoints import failpoint
+from activities.tasks import Applied, apply_moves, moved
 from adapters.fetcher import MP4_BODY, BodyRejected, FetchFailed, FetchRefused, SafeFetcher, redact
 from adapters.media.transcode import MediaError, MediaInfo, probe
 from adapters.providers.base import JobStatus, OutputRef, VideoProvider
 from adapters.storage import ObjectStorage, StoredObject, WriteConflict, file_sha256
 from schema import task_store
 from schema.assets import find_asset, record_asset
-from schema.contracts import AssetRef, JobRef
+from schema.contracts import AssetRef, FetchedAsset, JobRef
 from schema.db import Database
 from schema.models import Asset, Task
 from schema.state_machine import TaskEvent
@@ -111,13 +113,18 @@ class FetchActivities:
 
     @activity.defn(name="fetch_output")
     @classified
-    def fetch_output(self, ref: JobRef) -> AssetRef:
+    def fetch_output(self, ref: JobRef) -> FetchedAsset:
+        """The job's output in our storage; the moves the request carries (transition-in-work-v2: the
+        task's output is persisted) are committed with its asset row, and never without it."""
         business_key = f"raw:{ref.task_id}:{ref.attempt_no}"
         with self.db.transaction() as session:
-            done = find_asset(session, business_key)
-            if done is not None:
-                return asset_ref(done)
-            task = session.get(Task, ref.task_id)
+            found = find_asset(session, business_key)
+            if found is not None:
+                kept, done = asset_ref(found), _persisted(session, found, ref)
+            else:
+                task = session.get(Task, ref.task_id)
+        if found is not None:
+            return FetchedAsset(**kept.model_dump(), moved=moved(done))
         final_key = raw_key(task.tenant_id, task.id, ref.attempt_no)
         with tempfile.TemporaryDirectory(prefix="rq-fetch-") as tmp:
             local = Path(tmp) / "raw.mp4"
@@ -139,7 +146,8 @@ class FetchActivities:
                 duration_s=info.duration_s, width=info.width, height=info.height, codec=info.video_codec,
                 meta={"attempt_no": ref.attempt_no, "job_id": ref.job_id, **fetched},
             )
-            return asset_ref(asset)
+            stored_ref, done = asset_ref(asset), _persisted(session, asset, ref)
+        return FetchedAsset(**stored_ref.model_dump(), moved=moved(done))
 
     def _download(self, task: Task, ref: JobRef, final_key: str, local: Path) -> tuple[StoredObject, dict[str, Any]]:
         """Stream the output to a staging key (and `local`), then promote it; how (URL refreshes
@@ -189,6 +197,11 @@ class FetchActivities:
         activity.logger.warning("write-once conflict on %s: kept the stored object", conflict.key)
         return StoredObject(bucket=self.storage.bucket, key=conflict.key, size=size, sha256=sha,
                             content_type=VIDEO_MIME)
+
+
+def _persisted(session: Session, asset: Asset, ref: JobRef) -> Applied:
+    """The request's moves, with the output's key and sha256, in the transaction that holds its asset row."""
+    return apply_moves(session, [m.with_facts(raw_key=asset.key, sha256=asset.sha256) for m in ref.moves])
 
 
 def _tee(chunks, copy, output: OutputRef):  # noqa: ANN001, ANN202 - iterator of bytes, binary file

@@ -58,31 +58,38 @@ class LedgerActivities:
         """Close the task's reservation: settle what the provider charged (capped at the
         reservation; the excess is an ADJUSTMENT) and release the rest. Nothing charged and nothing
         reserved writes nothing. After review closed the reservation, a regenerated attempt's cost is
-        an ADJUSTMENT of its own."""
+        an ADJUSTMENT of its own. The moves the request carries (transition-in-work-v2: the task's
+        ending) are committed with the ledger's rows."""
         failpoint("before_settle")
         with self.db.transaction() as session:
             ledger = _TaskLedger.read(session, req.task_id, req.run)
-            run = run_suffix(req.run)
-            cost = Decimal(str(req.cost)).quantize(CENT)
-            if req.after_review:
-                if cost > 0:
-                    key = f"adjustment:{req.task_id}{run}:review:{req.attempt_no}"
-                    ledger.append(session, [_Entry("ADJUSTMENT", cost, key, req.attempt_no,
-                                                   note="attempt regenerated at review")])
-                return ledger.balance()
-            reserved = ledger.amount(f"reserve:{req.task_id}{run}")
-            settled = min(cost, reserved)
-            entries = []
-            if settled > 0:
-                entries.append(_Entry("SETTLE", settled, f"settle:{req.task_id}{run}", req.attempt_no))
-            if reserved - settled > 0:
-                entries.append(_Entry("RELEASE", reserved - settled, f"release:{req.task_id}{run}", req.attempt_no,
-                                      note=req.reason or None))
-            if cost > reserved:
-                entries.append(_Entry("ADJUSTMENT", cost - reserved, f"adjustment:{req.task_id}:{req.attempt_no}",
-                                      req.attempt_no, note="provider cost above reservation"))
-            ledger.append(session, entries)
-            return ledger.balance()
+            ledger.append(session, _closing(req, ledger))
+            done = apply_moves(session, req.moves)
+            balance = ledger.balance()
+        return balance.model_copy(update={"moved": moved(done)})
+
+
+def _closing(req: SettleInput, ledger: _TaskLedger) -> list[_Entry]:
+    """The rows that close a task's ledger run (those it holds already are not written again)."""
+    run = run_suffix(req.run)
+    cost = Decimal(str(req.cost)).quantize(CENT)
+    if req.after_review:
+        if cost <= 0:
+            return []
+        return [_Entry("ADJUSTMENT", cost, f"adjustment:{req.task_id}{run}:review:{req.attempt_no}", req.attempt_no,
+                       note="attempt regenerated at review")]
+    reserved = ledger.amount(f"reserve:{req.task_id}{run}")
+    settled = min(cost, reserved)
+    entries = []
+    if settled > 0:
+        entries.append(_Entry("SETTLE", settled, f"settle:{req.task_id}{run}", req.attempt_no))
+    if reserved - settled > 0:
+        entries.append(_Entry("RELEASE", reserved - settled, f"release:{req.task_id}{run}", req.attempt_no,
+                              note=req.reason or None))
+    if cost > reserved:
+        entries.append(_Entry("ADJUSTMENT", cost - reserved, f"adjustment:{req.task_id}:{req.attempt_no}",
+                              req.attempt_no, note="provider cost above reservation"))
+    return entries
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Each records what it saw on the attempt row; an attempt's state only moves forwa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -17,6 +17,7 @@ from temporalio import activity
 
 from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
+from activities.tasks import Applied, apply_moves, moved
 from adapters.providers.base import JobState, JobStatus, VideoProvider
 from metrics import STATUS_CALLS
 from schema.contracts import (
@@ -27,6 +28,7 @@ from schema.contracts import (
     StrayJobRef,
     StrayJobResult,
     TaskRef,
+    TransitionInput,
 )
 from schema.db import Database
 from schema.models import Attempt, CreditEntry, StrayJob, Task
@@ -76,8 +78,9 @@ class PollActivities:
         annotate(provider=state.provider, job_id=ref.job_id, request_key=state.request_key,
                  job_status=state.status.value)
         failpoint("mid_poll")
-        self._record(ref, state, poll=True)
-        return _result(state)
+        offered = ref.move_on.get(state.status)
+        done = self._record(ref, state, poll=True, moves=[offered] if offered is not None else [])
+        return _result(state).model_copy(update={"moved": moved(done)})
 
     @activity.defn(name="cancel_job")
     @classified
@@ -137,7 +140,9 @@ class PollActivities:
                         f"accepted by {decision.by}: {decision.reason}".rstrip(": "))
             return float(estimate)
 
-    def _record(self, ref: JobRef, state: JobState, *, poll: bool) -> None:
+    def _record(self, ref: JobRef, state: JobState, *, poll: bool, moves: Sequence[TransitionInput] = ()) -> Applied:
+        """The observation on the attempt's row, and the moves it calls for (transition-in-work-v2: the
+        workflow offers one per status), in one transaction."""
         now = datetime.now(UTC)
         values: dict = {"provider_status": state.raw_status, "submit_state": _ATTEMPT_STATE[state.status].value,
                         "updated_at": now}
@@ -158,6 +163,7 @@ class PollActivities:
                 progress = Decimal(str(round(state.progress, 4)))
                 session.execute(update(Task).where(Task.id == ref.task_id, Task.progress < progress)
                                 .values(progress=progress))
+            return apply_moves(session, list(moves))
 
 
 def _book_stray(session: Session, stray: StrayJob, cost: Decimal, note: str) -> None:

@@ -28,6 +28,7 @@ from temporalio import activity
 
 from activities.errors import DISPATCH_NOT_CLAIMED, NOT_YET_CONCLUSIVE, business_failure, classified, retry_later
 from activities.failpoints import failpoint
+from activities.tasks import apply_moves, moved
 from adapters.providers.base import (
     ErrorClass,
     GenerationRequest,
@@ -41,7 +42,14 @@ from catalog.expand import OVERLAY_FIELDS
 from metrics import SUBMITS
 from schema import webhook_inbox as inbox
 from schema.admission import submit_failure
-from schema.contracts import AttemptRef, ProviderUpdate, ReconcileOutcome, ReconcileResult, SubmitActivityResult
+from schema.contracts import (
+    AttemptRef,
+    ProviderUpdate,
+    ReconcileOutcome,
+    ReconcileResult,
+    SubmitActivityResult,
+    TransitionInput,
+)
 from schema.db import Database
 from schema.models import Asset, Attempt, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState, TaskStatus
@@ -101,25 +109,21 @@ class SubmitActivities:
     @classified
     def submit(self, ref: AttemptRef) -> SubmitActivityResult:
         key = request_key(ref.task_id, ref.attempt_no)
-        with self.db.transaction() as session:  # transaction A: record the intent
+        with self.db.transaction() as session:  # transaction A: record the intent (and the dispatch move)
             task = _task(session, ref.task_id)
             attempt = _attempt(session, ref)
             if attempt is not None:
-                return self._resumed(session, attempt)
-            if task.status != TaskStatus.DISPATCHING.value:  # the state machine refused this dispatch
-                raise business_failure(f"task {task.id} is {task.status}, not DISPATCHING: nothing is sent",
-                                       DISPATCH_NOT_CLAIMED)
-            request = self._request(session, task, key)
-            now = datetime.now(UTC)
-            session.add(
-                Attempt(
-                    task_id=task.id, attempt_no=ref.attempt_no, provider=task.provider, model=task.model,
-                    request_key=key, submit_state=AttemptState.SENDING.value,
-                    request_fingerprint=_fingerprint(request), worker_id=self.worker_id,
-                    software_version=SOFTWARE_VERSION, sent_at=now, updated_at=now,
-                )
-            )
-            task.current_attempt_no = max(task.current_attempt_no, ref.attempt_no)
+                return self._resumed(session, attempt, ref)
+            claimed = apply_moves(session, ref.moves)
+            status = claimed[-1][1].status if claimed else task.status
+            refused = status != TaskStatus.DISPATCHING.value or not all(out.applied for _, out in claimed)
+            if not refused:
+                request = self._request(session, task, key)
+                self._intend(session, task, ref, key, request)
+        dispatched = moved(claimed)
+        if refused:  # the state machine refused this dispatch (its refusal is recorded): nothing is sent
+            raise business_failure(f"task {task.id} is {status}, not DISPATCHING: nothing is sent",
+                                   DISPATCH_NOT_CLAIMED)
         failpoint("before_submit")
         bind(provider=task.provider)
         result = self.providers[task.provider].submit(request)  # outside any transaction
@@ -134,13 +138,14 @@ class SubmitActivities:
                     _keep_strays(session, attempt, [result.job_id], found_by="late_answer")
                 activity.logger.warning("submit %s answered after its attempt was concluded (%s)", key,
                                         attempt.submit_state)
-                return self._resumed(session, attempt)
+                return self._resumed(session, attempt, ref)
             early = _claim_early_updates(session, task.id, task.provider, key, result.job_id)
+            accepted = apply_moves(session, _accepted_move(ref, result.outcome, result.job_id))
         return SubmitActivityResult(
             outcome=result.outcome, job_id=result.job_id, error_class=result.error_class,
             error=result.error_message, retry_after_s=result.retry_after_s,
             webhooks=request.webhook_url is not None, early_updates=early,
-            failure=submit_failure(result.outcome, result.http_status),
+            failure=submit_failure(result.outcome, result.http_status), moved=dispatched + moved(accepted),
         )
 
     @activity.defn(name="reconcile_submit")
@@ -196,13 +201,31 @@ class SubmitActivities:
             return _cas(session, ref, _OPEN, {"submit_state": AttemptState.ABANDONED.value,
                                                "updated_at": datetime.now(UTC)})
 
-    def _resumed(self, session: Session, attempt: Attempt) -> SubmitActivityResult:
+    def _intend(self, session: Session, task: Task, ref: AttemptRef, key: str, request: GenerationRequest) -> None:
+        """Transaction A's own write: the attempt, SENDING, before the call."""
+        now = datetime.now(UTC)
+        session.add(
+            Attempt(
+                task_id=task.id, attempt_no=ref.attempt_no, provider=task.provider, model=task.model,
+                request_key=key, submit_state=AttemptState.SENDING.value,
+                request_fingerprint=_fingerprint(request), worker_id=self.worker_id,
+                software_version=SOFTWARE_VERSION, sent_at=now, updated_at=now,
+            )
+        )
+        task.current_attempt_no = max(task.current_attempt_no, ref.attempt_no)
+
+    def _resumed(self, session: Session, attempt: Attempt, ref: AttemptRef) -> SubmitActivityResult:
         """What an earlier run of this attempt already established (never send twice), with the
-        orphans its transaction B claimed: a retried activity returns the same early updates."""
+        orphans its transaction B claimed: a retried activity returns the same early updates, and the
+        moves it carries (recorded once per source event) as they stand."""
         early = (inbox.claimed_updates(session, provider=attempt.provider, job_id=attempt.provider_job_id)
                  if attempt.provider_job_id else [])
         webhooks = self.webhook_url(attempt.provider) is not None
-        return _resumed(attempt).model_copy(update={"webhooks": webhooks, "early_updates": early})
+        resumed = _resumed(attempt)
+        done = apply_moves(session, ref.moves)
+        if len(done) == len(ref.moves):
+            done += apply_moves(session, _accepted_move(ref, resumed.outcome, resumed.job_id))
+        return resumed.model_copy(update={"webhooks": webhooks, "early_updates": early, "moved": moved(done)})
 
     def _find(self, provider: VideoProvider, ref: AttemptRef, key: str, sent_at: datetime | None) -> list[JobState]:
         """The provider's jobs for this attempt: by our request key, or, for a provider that only
@@ -225,6 +248,13 @@ class SubmitActivities:
             aspect_ratio=task.aspect_ratio, duration_s=float(task.duration_s),
             overlay_lines=[line for line in overlay if line], webhook_url=self.webhook_url(task.provider),
         )
+
+
+def _accepted_move(ref: AttemptRef, outcome: SubmitOutcome, job_id: str | None) -> list[TransitionInput]:
+    """The move the workflow offered for an accepted submit, with the job's id; none otherwise."""
+    if ref.accepted is None or outcome is not SubmitOutcome.ACCEPTED:
+        return []
+    return [ref.accepted.with_facts(job_id=job_id)]
 
 
 def _task(session: Session, task_id: str) -> Task:

@@ -157,7 +157,7 @@ class TaskRef(BaseModel):
     task_id: str
     run: int = 1
     # transition-in-work-v1: moves the workflow decided, committed by the activity in its own transaction
-    # (in order; one the table refuses stops the rest). Only reserve_credit takes them so far.
+    # (in order; one the table refuses stops the rest). reserve_credit takes them.
     moves: list[TransitionInput] = Field(default_factory=list)
 
 
@@ -200,6 +200,11 @@ class TransitionInput(BaseModel):
     prompt_override: str | None = None  # a reviewer's edited prompt for the next attempts
     deadline_at: datetime | None = None  # the task deadline, recorded for `ledger check` (set on QUEUED)
 
+    def with_facts(self, **facts: Any) -> TransitionInput:
+        """The move with what the step found out added to its payload (a job id, an output's key):
+        the same whether the step commits it or the workflow records it on its own."""
+        return self.model_copy(update={"payload": {**self.payload, **facts}})
+
 
 class TransitionResult(BaseModel):
     applied: bool
@@ -210,6 +215,10 @@ class TransitionResult(BaseModel):
 class AttemptRef(BaseModel):
     task_id: str
     attempt_no: int
+    # transition-in-work-v2 (submit only): `moves` are committed by transaction A with the intent (the task
+    # becomes DISPATCHING), `accepted` by transaction B when the provider took the submit (with its job id)
+    moves: list[TransitionInput] = Field(default_factory=list)
+    accepted: TransitionInput | None = None
 
 
 class SubmitActivityResult(BaseModel):
@@ -222,6 +231,7 @@ class SubmitActivityResult(BaseModel):
     # Webhooks that arrived before the job id was saved (orphans), matched once it was.
     early_updates: list[ProviderUpdate] = Field(default_factory=list)
     failure: str | None = None  # what the provider's breaker counts of this call (schema.admission.submit_failure)
+    moved: list[TransitionResult] = Field(default_factory=list)  # the request's `moves`, then `accepted`
 
 
 class ReconcileOutcome(StrEnum):
@@ -242,6 +252,10 @@ class JobRef(BaseModel):
     task_id: str
     attempt_no: int
     job_id: str
+    # transition-in-work-v2: fetch_output commits `moves` with the output's asset row (adding its key and
+    # sha256); poll_job commits the move for the status it observed with the attempt's row
+    moves: list[TransitionInput] = Field(default_factory=list)
+    move_on: dict[JobStatus, TransitionInput] = Field(default_factory=dict)
 
 
 class PollResult(BaseModel):
@@ -252,6 +266,7 @@ class PollResult(BaseModel):
     error_class: ErrorClass | None = None
     error: str | None = None
     output_expires_at: datetime | None = None  # when the provider's output URL expires (a job that succeeded)
+    moved: list[TransitionResult] = Field(default_factory=list)  # what became of the request's `move_on`
 
     @property
     def terminal(self) -> bool:
@@ -289,6 +304,12 @@ class AssetRef(BaseModel):
     key: str
     sha256: str
     size: int
+
+
+class FetchedAsset(AssetRef):
+    """fetch_output's result: the raw output's asset, and what became of the request's `moves`."""
+
+    moved: list[TransitionResult] = Field(default_factory=list)
 
 
 class TranscodeInput(BaseModel):
@@ -338,6 +359,8 @@ class SettleInput(BaseModel):
     # The reservation was closed when the task entered REVIEW: `cost` is what attempts made since
     # (a reviewer's regenerate) charged, booked as an ADJUSTMENT of `attempt_no`.
     after_review: bool = False
+    # transition-in-work-v2: the move that ends the task, committed in the transaction that closes the ledger
+    moves: list[TransitionInput] = Field(default_factory=list)
 
 
 class LedgerResult(BaseModel):

@@ -30,7 +30,13 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
-    from activities.errors import BUSINESS_FAILURES, DEPENDENCY_UNAVAILABLE, INSUFFICIENT_CREDIT, TASK_NOT_FOUND
+    from activities.errors import (
+        BUSINESS_FAILURES,
+        DEPENDENCY_UNAVAILABLE,
+        DISPATCH_NOT_CLAIMED,
+        INSUFFICIENT_CREDIT,
+        TASK_NOT_FOUND,
+    )
     from activities.fetch import FetchActivities
     from activities.ledger import LedgerActivities
     from activities.media import MediaActivities
@@ -63,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         SettleInput,
         StrayCostAcceptance,
         StrayJobRef,
+        SubmitActivityResult,
         SubmitOutcome,
         TaskInfo,
         TaskRef,
@@ -121,11 +128,20 @@ COARSE_STATUS = "coarse-status-v1"
 # every task's history). A patch added after it is asked on its own (`_patched` only answers for IMPLIED).
 PATCH_BASELINE = "patch-baseline-v1"
 # workflow.patched: moves that follow an activity's own write ride on its request and are committed in its
-# transaction (so far: reserve_credit takes validation_passed and queued); not in IMPLIED
+# transaction (reserve_credit takes validation_passed and queued); not in IMPLIED
 TRANSITIONS_IN_WORK = "transition-in-work-v1"
 IMPLIED = frozenset({ADMISSION, WEBHOOKS, RENDITIONS, REVIEW, STRAYS, JOB_DEADLINE, WEBHOOK_WAKE, ACCEPTED_RISK_ENDS,
                      DECISION_WINS, ADMISSION_BOUNDED, TASK_QUEUES, TENANT_ADMISSION, IMPORT_PAUSE, BREAKER,
                      DEGRADATION, EXPIRY_FIRST, COARSE_STATUS})
+# workflow.patched, asked once as a run starts (before patch-baseline-v1, which it stands for): the moves of
+# the main line ride on the steps they follow: submit's transaction A takes dispatch_claimed and B
+# provider_accepted, poll_job the move for the status it observes, fetch_output output_persisted, settle the
+# ending. A step that does not commit a move it was given (it failed first, or an activity worker from
+# before this patch ran it) leaves it to the record_transition local activity, as before.
+TRANSITIONS_CARRIED = "transition-in-work-v2"
+# Patches a run asks first, newest first: the first it has stands for the patches listed with it.
+BASELINES = ((TRANSITIONS_CARRIED, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK}),
+             (PATCH_BASELINE, IMPLIED))
 DEPENDENCY_PAUSE_S = 30.0  # between runs of a step waiting for Postgres or object storage to come back
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
@@ -226,7 +242,8 @@ class GenerationWorkflow:
         self._paused_by: str | None = None  # import-pause-v1: who paused the task's import
         self._pause_told = False  # a pause/resume signal came: it outranks what validation read
         self._details = LiveDetails(status=S.CREATED.value, step="starting", text="starting")
-        self._baseline = False  # patch-baseline-v1: every patch of IMPLIED applies to this run
+        self._implied: frozenset[str] = frozenset()  # patches the run's baseline stands for (BASELINES)
+        self._carry = False  # transition-in-work-v2: the main line's moves ride on its steps
         self._shown: str | None = None  # coarse-status-v1: the TaskStatus search attribute's last upsert
 
     # -- messages -------------------------------------------------------------------------
@@ -307,7 +324,9 @@ class GenerationWorkflow:
     @workflow.run
     async def run(self, inp: GenerationInput) -> GenerationOutcome:
         self._task_id, self._run_no = inp.task_id, inp.run
-        self._baseline = workflow.patched(PATCH_BASELINE)
+        self._implied = next((frozenset({patch}) | implied for patch, implied in BASELINES
+                              if workflow.patched(patch)), frozenset())
+        self._carry = self._patched(TRANSITIONS_CARRIED)
         work = asyncio.create_task(self._produce())
         while True:
             try:
@@ -357,7 +376,7 @@ class GenerationWorkflow:
         self._task_deadline = workflow.now() + timedelta(seconds=checked.info.task_deadline_s)
         if not checked.ok:
             await self._end(E.VALIDATION_FAILED, error=checked.reason, error_class="invalid_input")
-        in_work = workflow.patched(TRANSITIONS_IN_WORK)
+        in_work = self._patched(TRANSITIONS_IN_WORK)
         bounded = self._patched(ADMISSION_BOUNDED) if in_work else False
         moves = [self._request(E.VALIDATION_PASSED),
                  self._request(E.QUEUED, deadline_at=self._task_deadline if bounded else None)] if in_work else []
@@ -396,8 +415,12 @@ class GenerationWorkflow:
             if not await self._admit():
                 continue
             self._attempt_no += 1
-            await self._move(E.DISPATCH_CLAIMED, payload={"slot": self._slot.token} if self._slot else None)
-            job = await self._submit(AttemptRef(task_id=self._task_id, attempt_no=self._attempt_no))
+            claim = self._request(E.DISPATCH_CLAIMED, payload={"slot": self._slot.token} if self._slot else None)
+            if not self._carry:
+                await self._record(claim)
+            job = await self._submit(AttemptRef(task_id=self._task_id, attempt_no=self._attempt_no,
+                                                moves=[claim] if self._carry else [],
+                                                accepted=self._offer(E.PROVIDER_ACCEPTED) if self._carry else None))
             if job is None:
                 continue
             final = await self._follow(job)
@@ -412,7 +435,7 @@ class GenerationWorkflow:
         """One submit; the job to follow, or None once the task is back in QUEUED."""
         self._tell("submitting", f"submitting attempt {ref.attempt_no} to {self._info.provider}")
         try:
-            sent = await self._run(SubmitActivities.submit, ref)
+            sent = await self._send(ref)
         except ActivityError as exc:  # out of budget: the call may have gone out, so ask, never resend
             if _error_type(exc) in BUSINESS_FAILURES:
                 raise
@@ -428,7 +451,10 @@ class GenerationWorkflow:
             self._paid += 1
             self._refusals = 0
             await self._renew_slot(accepted=True)
-            await self._move(E.PROVIDER_ACCEPTED, payload={"job_id": job_id})
+            if ref.accepted is None:
+                await self._move(E.PROVIDER_ACCEPTED, payload={"job_id": job_id})
+            else:
+                await self._take(ref.accepted.with_facts(job_id=job_id), sent.moved[len(ref.moves):])
             return self._track(job_id)
         if outcome is SubmitOutcome.UNKNOWN:
             self._paid += 1
@@ -443,6 +469,20 @@ class GenerationWorkflow:
             await self._retry_wait(error or "provider refused the submit", error_class, retry_after)
             return None
         await self._end(E.FINAL_FAILURE, error=error, error_class=(error_class or ErrorClass.NON_RETRYABLE).value)
+
+    async def _send(self, ref: AttemptRef) -> SubmitActivityResult:
+        """The submit step, the dispatch move it carries taken in; a submit that failed has it recorded on
+        its own. An activity worker from before transition-in-work-v2 ignores the move and refuses to send
+        for a task not DISPATCHING: once the move is recorded it is asked again, without it."""
+        try:
+            sent = await self._run(SubmitActivities.submit, ref)
+        except ActivityError as exc:
+            claimed = await self._carried(ref.moves, [])
+            if not ref.moves or _error_type(exc) != DISPATCH_NOT_CLAIMED or not all(c.applied for c in claimed):
+                raise
+            return await self._send(ref.model_copy(update={"moves": []}))
+        await self._carried(ref.moves, sent.moved[:len(ref.moves)])
+        return sent
 
     async def _reconcile(self, ref: AttemptRef) -> JobRef | None:
         """Find out whether an unknown submit created a job, before anything is sent again."""
@@ -500,11 +540,12 @@ class GenerationWorkflow:
                 soonest = last_call + timedelta(seconds=cadence.floor) if last_call else workflow.now()
                 next_call = min(next_call, soonest)
             if slept_out or workflow.now() >= next_call:
-                polled = await self._poll(job)
+                offers = self._reductions() if self._carry else None
+                polled = await self._poll(job, offers=offers)
                 last_call = workflow.now()
                 await self._renew_slot()
                 if polled is not None:
-                    if await self._reduce(polled.status):
+                    if await self._reduce(polled.status, offers, polled.moved):
                         return polled
                 elif workflow.now() >= self._deadline:
                     await self._attention("poll", f"no status for job {job.job_id} until the task's deadline")
@@ -518,14 +559,28 @@ class GenerationWorkflow:
                 continue
             slept_out = await self._pause_until(next_call, wake_on_update=True)
 
-    async def _reduce(self, status: JobStatus | None) -> bool:
+    async def _reduce(self, status: JobStatus | None, offers: dict[JobStatus, TransitionInput] | None = None,
+                      moved: list[TransitionResult] | None = None) -> bool:
         """The one place where what a provider says about the followed job moves the task, whether
-        a status call or a webhook said it; True once the job ended. Never moves a task back."""
+        a status call or a webhook said it; True once the job ended. Never moves a task back. A status
+        call that carried the moves (`_reductions`, transition-in-work-v2) committed the one its status
+        calls for."""
+        if offers is not None:
+            if status in offers:
+                await self._take(offers[status], moved or [])
+            return terminal(status)
         if status is JobStatus.RUNNING and self._status is S.SUBMITTED:
             await self._move(E.PROVIDER_RUNNING)
         if status is JobStatus.SUCCEEDED:
             await self._move(E.PROVIDER_SUCCEEDED)
         return terminal(status)
+
+    def _reductions(self) -> dict[JobStatus, TransitionInput]:
+        """What `_reduce` would record for each status a status call may observe, offered to the call."""
+        offers = {JobStatus.SUCCEEDED: self._offer(E.PROVIDER_SUCCEEDED)}
+        if self._status is S.SUBMITTED:
+            offers[JobStatus.RUNNING] = self._offer(E.PROVIDER_RUNNING)
+        return offers
 
     async def _stop(self, job: JobRef, ending: E, error: str | None = None) -> PollResult:
         """Cancel the job and end the task with `ending` once it is terminal; a job that succeeded
@@ -561,11 +616,14 @@ class GenerationWorkflow:
             await self._observe(job, state)
             return state
 
-    async def _poll(self, job: JobRef, *, ask_on_refusal: bool = True) -> PollResult | None:
-        """One status call; None while the provider's status API is unreachable. A provider that
-        refuses to answer for the job (not an outage) sends the task to a person first."""
+    async def _poll(self, job: JobRef, *, ask_on_refusal: bool = True,
+                    offers: dict[JobStatus, TransitionInput] | None = None) -> PollResult | None:
+        """One status call (with the moves it may commit); None while the provider's status API is
+        unreachable. A provider that refuses to answer for the job (not an outage) sends the task to a
+        person first."""
         try:
-            polled = await self._run(PollActivities.poll_job, job)
+            polled = await self._run(PollActivities.poll_job, job.model_copy(update={"move_on": offers})
+                                     if offers else job)
         except ActivityError as exc:
             if ask_on_refusal and _error_type(exc) in BUSINESS_FAILURES:
                 await self._attention("poll", f"job {job.job_id}: {_describe(exc)}")
@@ -579,8 +637,12 @@ class GenerationWorkflow:
         renditions = self._patched(RENDITIONS)
         try:
             self._tell("fetching", f"copying job {job.job_id}'s video into our storage")
-            raw = await self._run(FetchActivities.fetch_output, job)
-            await self._move(E.OUTPUT_PERSISTED, payload={"raw_key": raw.key, "sha256": raw.sha256})
+            persist = [self._offer(E.OUTPUT_PERSISTED)] if self._carry else []
+            raw = await self._run(FetchActivities.fetch_output, job.model_copy(update={"moves": persist}))
+            if persist:
+                await self._take(persist[0].with_facts(raw_key=raw.key, sha256=raw.sha256), raw.moved)
+            else:
+                await self._move(E.OUTPUT_PERSISTED, payload={"raw_key": raw.key, "sha256": raw.sha256})
             media = TranscodeInput(task_id=self._task_id, raw_asset_id=raw.asset_id)
             self._tell("transcoding", "transcoding the proxy MP4")
             if renditions:
@@ -779,10 +841,11 @@ class GenerationWorkflow:
         if self._live is not None:
             await self._stop_live(self._live)
         await self._release_slot()
-        event = await self._close_ledger(event)
+        ending = {"error": error, "error_class": error_class, "payload": payload, "cancel_outcome": cancel_outcome}
+        event = await self._close_ledger(event, ending if self._carry else None)
         self._error = error
-        await self._move(event, error=error, error_class=error_class, payload=payload,
-                         cancel_outcome=cancel_outcome)
+        if not self._carry:
+            await self._move(event, **ending)
         self._tell("ended", f"ended {self._status.value}" + (f": {error}" if error else ""))
         raise TaskEnded(error)
 
@@ -796,22 +859,26 @@ class GenerationWorkflow:
         await self._release_slot()
         await self._close_ledger(E.CANCEL_CONFIRMED)
 
-    async def _close_ledger(self, event: E) -> E:
+    async def _close_ledger(self, event: E, ending: dict[str, Any] | None = None) -> E:
         """Settle what providers charged (possibly nothing) and release the rest of the hold;
         duplicate jobs are accounted first, as ADJUSTMENTs of their own. Returns the event that
-        ends the task (a person's decision on strays may change it)."""
+        ends the task (a person's decision on strays may change it); with `ending` (the final move's
+        fields, transition-in-work-v2) that move is committed with the ledger's rows."""
         if self._patched(STRAYS):
             event = await self._settle_strays(event)
         elif self._strays:
             await asyncio.gather(*self._strays)
             self._strays = []
         booked = self._booked  # review closed the reservation: later attempts are charged on their own
-        await self._run(LedgerActivities.settle, SettleInput(
+        final = [self._offer(event, **ending)] if ending is not None else []
+        settled = await self._run(LedgerActivities.settle, SettleInput(
             task_id=self._task_id, run=self._run_no, attempt_no=self._attempt_no or None,
             cost=self._cost() if booked is None else round(self._cost() - booked, 6),
-            reason=event.value, after_review=booked is not None))
+            reason=event.value, after_review=booked is not None, moves=final))
         if booked is not None:
             self._booked = self._cost()
+        if final:
+            await self._take(final[0], settled.moved)
         return event
 
     async def _settle_strays(self, ending: E) -> E:
@@ -1093,14 +1160,27 @@ class GenerationWorkflow:
         )
         return self._moved(req.event, result)
 
-    async def _carried(self, moves: list[TransitionInput], results: list[TransitionResult]) -> None:
+    async def _carried(self, moves: list[TransitionInput], results: list[TransitionResult]) -> list[TransitionResult]:
         """Moves an activity committed with its own write (transition-in-work-v1), taken in as if
         recorded one by one; those it did not get to (after one the table refused) are recorded on
         their own, as they would have been."""
-        for req, result in zip(moves, results, strict=False):
-            self._moved(req.event, result)
+        taken = [self._moved(req.event, result) for req, result in zip(moves, results, strict=False)]
         for req in moves[len(results):]:
-            await self._record(req)
+            taken.append(await self._record(req))
+        return taken
+
+    def _offer(self, event: E, *, payload: dict | None = None, **fields: Any) -> TransitionInput:
+        """A move a step commits only for one of its outcomes (transition-in-work-v2), numbered as the
+        next of the run's sequence; only `_take` uses the number up (offers for exclusive outcomes share it)."""
+        req = self._request(event, payload=payload, **fields)
+        self._seq -= 1
+        return req
+
+    async def _take(self, req: TransitionInput, results: list[TransitionResult]) -> TransitionResult:
+        """An offered move, now that the step's outcome calls for it: as the step committed it, or
+        recorded on its own when the step did not (an activity worker from before transition-in-work-v2)."""
+        self._seq += 1
+        return self._moved(req.event, results[0]) if results else await self._record(req)
 
     def _moved(self, event: E, result: TransitionResult) -> TransitionResult:
         """What a recorded move changes here: the status, its search attribute, and a takeover."""
@@ -1116,8 +1196,8 @@ class GenerationWorkflow:
         return result
 
     def _patched(self, patch: str) -> bool:
-        """`workflow.patched`, answered without a marker for the patches a patch-baseline-v1 run has."""
-        return (self._baseline and patch in IMPLIED) or workflow.patched(patch)
+        """`workflow.patched`, answered without a marker for the patches the run's baseline stands for."""
+        return patch in self._implied or workflow.patched(patch)
 
     def _show_status(self, status: S) -> None:
         """Mirror the status into the TaskStatus search attribute, only when the value users filter on

@@ -83,3 +83,30 @@ def test_reserve_commits_the_moves_it_carries_with_the_hold_and_none_without_it(
     assert events[-3:] == ["validation_started", "validation_passed", "queued"]
     released = env.run(ledger.settle, SettleInput(task_id=first, cost=0.0, reason="test over"))  # no hold left behind
     assert released.released == 3.0
+
+
+def test_settle_commits_the_ending_with_the_rows_that_close_the_ledger(stack, tmp_path):
+    """transition-in-work-v2: the move that ends the task is committed with SETTLE/RELEASE; a repeat of
+    the step writes neither twice."""
+    tenant = stack.model_copy(update={"tenant": f"ending-{uuid.uuid4().hex[:8]}", "tenant_credit_limit": 10})
+    summary = import_small(tenant, tmp_path, [("E-1", "Vase", "A vase")])
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)
+    ledger, tasks, env = LedgerActivities(db), TaskActivities(db, None, {}, None), ActivityEnvironment()  # type: ignore[arg-type]
+    env.run(tasks.record_transition, TransitionInput(task_id=task.id, event=E.VALIDATION_STARTED,
+                                                     source_event_id=f"{task.id}:1:validation_started"))
+    env.run(ledger.reserve_credit, TaskRef(task_id=task.id))
+    ending = TransitionInput(task_id=task.id, event=E.FINAL_FAILURE, source_event_id=f"{task.id}:2:final_failure",
+                             error="provider job FAILED", error_class="moderation")
+    closed = env.run(ledger.settle, SettleInput(task_id=task.id, cost=0.0, reason="final_failure", moves=[ending]))
+    assert closed.released == closed.reserved > 0
+    assert [(m.applied, m.status) for m in closed.moved] == [(True, S.FAILED_FINAL)]
+    again = env.run(ledger.settle, SettleInput(task_id=task.id, cost=0.0, reason="final_failure", moves=[ending]))
+    assert again.released == closed.released and [(m.applied, m.status) for m in again.moved] == [
+        (True, S.FAILED_FINAL)]
+    with db.transaction() as session:
+        found = session.get(Task, task.id)
+        assert (found.status, found.last_error_class) == ("FAILED_FINAL", "moderation")
+        kinds = session.scalars(select(CreditEntry.entry_type).where(CreditEntry.task_id == task.id)).all()
+    assert sorted(kinds) == ["RELEASE", "RESERVE"]

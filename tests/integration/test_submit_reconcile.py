@@ -39,9 +39,12 @@ from schema.contracts import (
     StrayJobRef,
     SubmitActivityResult,
     TaskRef,
+    TransitionInput,
 )
 from schema.db import Database
-from schema.models import Attempt, CreditEntry, StrayJob, Task
+from schema.models import Attempt, CreditEntry, StateEvent, StrayJob, Task
+from schema.state_machine import TaskEvent as E
+from schema.state_machine import TaskStatus as S
 
 pytestmark = pytest.mark.integration
 
@@ -329,3 +332,63 @@ def test_an_unknown_task_is_a_business_failure(stack):
     with pytest.raises(ApplicationError) as missing:
         ActivityEnvironment().run(submit.submit, AttemptRef(task_id="no-such-task", attempt_no=1))
     assert missing.value.type == "TaskNotFound" and missing.value.non_retryable
+
+
+def _move(task_id: str, n: int, event: E) -> TransitionInput:
+    return TransitionInput(task_id=task_id, event=event, source_event_id=f"{task_id}:{n}:{event.value}")
+
+
+def _events(stack, task_id: str) -> list[tuple[str, bool, dict]]:
+    with Database(stack.database_url).transaction() as session:
+        rows = session.execute(select(StateEvent.event, StateEvent.applied, StateEvent.payload)
+                               .where(StateEvent.task_id == task_id).order_by(StateEvent.id)).all()
+    return [tuple(r) for r in rows]
+
+
+def test_submit_commits_the_dispatch_with_its_intent_and_the_acceptance_with_its_answer(stack, one_task):
+    """transition-in-work-v2: transaction A moves the task to DISPATCHING with the attempt's intent, B to
+    SUBMITTED with the job id; a retried step sends nothing again and reports the same moves."""
+    provider = ScriptedProvider(one_task.provider)
+    provider.answer = SubmitResult(outcome=SubmitOutcome.ACCEPTED, provider=provider.name, request_key="",
+                                   job_id="job-carried", http_status=200)
+    sent: list[str] = []
+    answer = provider.submit
+    provider.submit = lambda request: sent.append(request.request_key) or answer(request)  # type: ignore[method-assign]
+    submit, poll = activities(stack, provider)
+    with Database(stack.database_url).transaction() as session:
+        session.get(Task, one_task.id).status = S.QUEUED.value
+    ref = AttemptRef(task_id=one_task.id, attempt_no=1, moves=[_move(one_task.id, 4, E.DISPATCH_CLAIMED)],
+                     accepted=_move(one_task.id, 5, E.PROVIDER_ACCEPTED))
+    result = ActivityEnvironment().run(submit.submit, ref)
+    assert result.outcome is SubmitOutcome.ACCEPTED and result.job_id == "job-carried"
+    assert [(m.applied, m.status) for m in result.moved] == [(True, S.DISPATCHING), (True, S.SUBMITTED)]
+    again = ActivityEnvironment().run(submit.submit, ref)
+    assert again.outcome is SubmitOutcome.ACCEPTED and sent == [request_key(one_task.id, 1)]
+    assert [(m.applied, m.status) for m in again.moved] == [(True, S.SUBMITTED)] * 2
+    assert _events(stack, one_task.id)[-2:] == [("dispatch_claimed", True, {}),
+                                                 ("provider_accepted", True, {"job_id": "job-carried"})]
+    # poll_job commits the move offered for the status it observes, with the attempt's row
+    job = JobRef(task_id=one_task.id, attempt_no=1, job_id="job-carried",
+                 move_on={JobStatus.RUNNING: _move(one_task.id, 6, E.PROVIDER_RUNNING),
+                          JobStatus.SUCCEEDED: _move(one_task.id, 6, E.PROVIDER_SUCCEEDED)})
+    polled = ActivityEnvironment().run(poll.poll_job, job)
+    assert polled.status is JobStatus.RUNNING and [(m.applied, m.status) for m in polled.moved] == [
+        (True, S.RUNNING)]
+    assert attempt_row(stack, one_task.id).submit_state == "RUNNING"
+    assert [e for e, _, _ in _events(stack, one_task.id)][-1] == "provider_running"
+
+
+def test_a_dispatch_the_table_refuses_is_recorded_and_nothing_is_sent(stack, one_task):
+    provider = ScriptedProvider(one_task.provider)
+    sent: list[str] = []
+    provider.submit = lambda request: sent.append(request.request_key)  # type: ignore[method-assign]
+    submit, _ = activities(stack, provider)
+    with Database(stack.database_url).transaction() as session:
+        session.get(Task, one_task.id).status = S.CANCELED.value  # `reelqueue cancel` while it waited
+    ref = AttemptRef(task_id=one_task.id, attempt_no=1, moves=[_move(one_task.id, 4, E.DISPATCH_CLAIMED)])
+    with pytest.raises(ApplicationError) as refused:
+        ActivityEnvironment().run(submit.submit, ref)
+    assert refused.value.type == DISPATCH_NOT_CLAIMED and refused.value.non_retryable
+    assert sent == [] and attempt_row(stack, one_task.id) is None
+    event, applied, _ = _events(stack, one_task.id)[-1]
+    assert (event, applied) == ("dispatch_claimed", False), "the refusal is on record, as record_transition left it"

@@ -24,7 +24,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Worker
 
-from activities.errors import DEPENDENCY_UNAVAILABLE, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
+from activities.errors import DEPENDENCY_UNAVAILABLE, DISPATCH_NOT_CLAIMED, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from schema import state_machine as sm
 from schema.admission import AdmissionInput, BreakerPolicy, GateInput, PlanLimits
 from schema.contracts import (
@@ -34,6 +34,7 @@ from schema.contracts import (
     CheckOutcome,
     CheckResult,
     ErrorClass,
+    FetchedAsset,
     JobRef,
     JobStatus,
     LedgerResult,
@@ -173,6 +174,9 @@ class World:
     transitions: list[TransitionInput] = field(default_factory=list)  # every applied move, as sent
     strays: list[StrayJobRef] = field(default_factory=list)  # stray_jobs rows not accounted yet
     stray_answers: list[Answer] = field(default_factory=lambda: [StrayJobResult(status=JobStatus.CANCELED, cost=1.0)])
+    # False: the activities ignore the moves a request carries, as workers from before transition-in-work-v2
+    # (submit then refuses a task that is not DISPATCHING, as its transaction A did)
+    carries: bool = True
 
     # -- script helpers ---------------------------------------------------------------------
 
@@ -259,11 +263,30 @@ class World:
         """The moves an activity commits with its own write (transition-in-work-v1): in order, up to
         the first the table refuses."""
         done: list[TransitionResult] = []
-        for req in moves:
+        for req in moves if self.carries else []:
             done.append(self.transition(req))
             if not done[-1].applied:
                 break
         return done
+
+    def settle(self, req: SettleInput) -> LedgerResult:
+        """What settle writes: the ledger rows that close the task's reservation (once)."""
+        if req.after_review:
+            if req.cost:
+                self.ledger.append(("ADJUSTMENT", Decimal(str(req.cost)), f"adjustment:review:{req.attempt_no}"))
+            return LedgerResult(reserved=0, settled=0, released=0)
+        if any(k in ("settle", "release") for _, _, k in self.ledger):
+            return LedgerResult(reserved=0, settled=0, released=0)
+        reserved = self.sums().get("RESERVE", Decimal(0))
+        cost = Decimal(str(req.cost))
+        settled = min(cost, reserved)
+        if settled:
+            self.ledger.append(("SETTLE", settled, "settle"))
+        if reserved - settled:
+            self.ledger.append(("RELEASE", reserved - settled, "release"))
+        if cost > reserved:
+            self.ledger.append(("ADJUSTMENT", cost - reserved, f"adjustment:{req.attempt_no}"))
+        return LedgerResult(reserved=float(reserved), settled=float(settled), released=float(reserved - settled))
 
     def activities(self) -> list[Callable[..., Any]]:
         world = self
@@ -298,26 +321,20 @@ class World:
         @activity.defn(name="settle")
         async def settle(req: SettleInput) -> LedgerResult:
             await world._enter("settle", req)
-            if req.after_review:
-                if req.cost:
-                    world.ledger.append(("ADJUSTMENT", Decimal(str(req.cost)), f"adjustment:review:{req.attempt_no}"))
-                return LedgerResult(reserved=0, settled=0, released=0)
-            if any(k in ("settle", "release") for _, _, k in world.ledger):
-                return LedgerResult(reserved=0, settled=0, released=0)
-            reserved = world.sums().get("RESERVE", Decimal(0))
-            cost = Decimal(str(req.cost))
-            settled = min(cost, reserved)
-            if settled:
-                world.ledger.append(("SETTLE", settled, "settle"))
-            if reserved - settled:
-                world.ledger.append(("RELEASE", reserved - settled, "release"))
-            if cost > reserved:
-                world.ledger.append(("ADJUSTMENT", cost - reserved, f"adjustment:{req.attempt_no}"))
-            return LedgerResult(reserved=float(reserved), settled=float(settled), released=float(reserved - settled))
+            balance = world.settle(req)
+            return balance.model_copy(update={"moved": world.carried(req.moves)})
 
         @activity.defn(name="submit")
         async def submit(ref: AttemptRef) -> SubmitActivityResult:
-            return await world._answer("submit", ref, world.submits)
+            claimed = world.carried(ref.moves)  # transaction A, before the call
+            await world._enter("submit", ref)
+            if world.status is not sm.TaskStatus.DISPATCHING:  # the state machine refused the dispatch
+                raise ApplicationError(f"task is {world.status.value}, not DISPATCHING", type=DISPATCH_NOT_CLAIMED,
+                                       non_retryable=True)
+            sent = world._next(world.submits, "submit")
+            accepted = ref.accepted if sent.outcome is SubmitOutcome.ACCEPTED else None
+            done = world.carried([accepted.with_facts(job_id=sent.job_id)] if accepted else [])  # transaction B
+            return sent.model_copy(update={"moved": claimed + done})
 
         @activity.defn(name="reconcile_submit")
         async def reconcile_submit(ref: AttemptRef) -> ReconcileResult:
@@ -331,7 +348,9 @@ class World:
 
         @activity.defn(name="poll_job")
         async def poll_job(ref: JobRef) -> PollResult:
-            return await world._answer("poll_job", ref, world.polls)
+            polled = await world._answer("poll_job", ref, world.polls)
+            offered = ref.move_on.get(polled.status)
+            return polled.model_copy(update={"moved": world.carried([offered] if offered else [])})
 
         @activity.defn(name="cancel_job")
         async def cancel_job(ref: JobRef) -> PollResult:
@@ -355,12 +374,14 @@ class World:
             return float(RESERVED)
 
         @activity.defn(name="fetch_output")
-        async def fetch_output(ref: JobRef) -> AssetRef:
+        async def fetch_output(ref: JobRef) -> FetchedAsset:
             await world._enter("fetch_output", ref)
             if world.fetches:
                 world._next(world.fetches, "fetch_output")
-            return AssetRef(asset_id=f"raw-{ref.job_id}", kind="RAW_OUTPUT", key=f"raw/{ref.job_id}.mp4",
-                            sha256="0" * 64, size=10)
+            raw = FetchedAsset(asset_id=f"raw-{ref.job_id}", kind="RAW_OUTPUT", key=f"raw/{ref.job_id}.mp4",
+                               sha256="0" * 64, size=10)
+            moved = world.carried([m.with_facts(raw_key=raw.key, sha256=raw.sha256) for m in ref.moves])
+            return raw.model_copy(update={"moved": moved})
 
         @activity.defn(name="transcode")
         async def transcode(req: TranscodeInput) -> TranscodeResult:
