@@ -7,13 +7,19 @@ reaches a running gate with the next request.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.errors import classified_async
-from schema.admission import AdmissionInput, BreakerPolicy, GateInput, ProviderLimits, effective_limits
+from schema.admission import AdmissionInput, BreakerPolicy, GateInput, ProviderLimits, SlotRenewal, effective_limits
 from workflows import api
+
+NOTICE_TIMEOUT_S = 10.0
+log = logging.getLogger(__name__)
 
 
 class AdmissionActivities:
@@ -43,3 +49,33 @@ class AdmissionActivities:
             start_signal=api.SIGNAL_GATE_REQUEST, start_signal_args=[request],
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
+
+
+class GateNotices:
+    """Tells a provider's gate what a threaded step learnt (the submit step: the provider accepted,
+    renew-in-submit-v1), through the worker's client on the worker's event loop. Without a loop (built
+    outside a running worker) it tells nothing and the workflow sends the renewal itself."""
+
+    def __init__(self, client: Client | None, loop: asyncio.AbstractEventLoop | None):
+        self.client, self.loop = client, loop
+
+    @classmethod
+    def on_running_loop(cls, client: Client | None) -> GateNotices:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        return cls(client, loop)
+
+    def renew(self, gate_id: str, renewal: SlotRenewal) -> bool:
+        """True once the gate took the renewal; False when it could not be told (the workflow then
+        tells it: a renewal that reached it twice counts once, gate-renew-once-v1)."""
+        if self.client is None or self.loop is None:
+            return False
+        signal = self.client.get_workflow_handle(gate_id).signal(api.SIGNAL_GATE_RENEW, renewal)
+        try:
+            asyncio.run_coroutine_threadsafe(signal, self.loop).result(timeout=NOTICE_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a gate that is gone or slow: the workflow renews instead
+            log.warning("gate %s did not take the renewal of %s: %s", gate_id, renewal.workflow_id, exc)
+            return False
+        return True

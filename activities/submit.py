@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from temporalio import activity
 
+from activities.admission import GateNotices
 from activities.errors import DISPATCH_NOT_CLAIMED, NOT_YET_CONCLUSIVE, business_failure, classified, retry_later
 from activities.failpoints import failpoint
 from activities.tasks import apply_moves, moved
@@ -93,12 +94,14 @@ class SubmitActivities:
         providers: dict[str, VideoProvider],
         worker_id: str,
         webhook_url: Callable[[str], str | None] | None = None,
+        gate: GateNotices | None = None,
     ):
         self.db = db
         self.storage = storage
         self.providers = providers
         self.worker_id = worker_id
         self._webhook_url = webhook_url or (lambda _provider: None)  # Settings.webhook_url: None when off
+        self.gate = gate or GateNotices(None, None)  # renew-in-submit-v1: tells the gate of an acceptance
 
     def webhook_url(self, provider: str) -> str | None:
         """Where this provider should send its webhooks, if it offers them and they are on."""
@@ -112,14 +115,16 @@ class SubmitActivities:
         with self.db.transaction() as session:  # transaction A: record the intent (and the dispatch move)
             task = _task(session, ref.task_id)
             attempt = _attempt(session, ref)
-            if attempt is not None:
-                return self._resumed(session, attempt, ref)
-            claimed = apply_moves(session, ref.moves)
-            status = claimed[-1][1].status if claimed else task.status
-            refused = status != TaskStatus.DISPATCHING.value or not all(out.applied for _, out in claimed)
-            if not refused:
-                request = self._request(session, task, key)
-                self._intend(session, task, ref, key, request)
+            resumed = self._resumed(session, attempt, ref) if attempt is not None else None
+            if resumed is None:
+                claimed = apply_moves(session, ref.moves)
+                status = claimed[-1][1].status if claimed else task.status
+                refused = status != TaskStatus.DISPATCHING.value or not all(out.applied for _, out in claimed)
+                if not refused:
+                    request = self._request(session, task, key)
+                    self._intend(session, task, ref, key, request)
+        if resumed is not None:
+            return self._told(ref, resumed)
         dispatched = moved(claimed)
         if refused:  # the state machine refused this dispatch (its refusal is recorded): nothing is sent
             raise business_failure(f"task {task.id} is {status}, not DISPATCHING: nothing is sent",
@@ -138,15 +143,25 @@ class SubmitActivities:
                     _keep_strays(session, attempt, [result.job_id], found_by="late_answer")
                 activity.logger.warning("submit %s answered after its attempt was concluded (%s)", key,
                                         attempt.submit_state)
-                return self._resumed(session, attempt, ref)
-            early = _claim_early_updates(session, task.id, task.provider, key, result.job_id)
-            accepted = apply_moves(session, _accepted_move(ref, result.outcome, result.job_id))
-        return SubmitActivityResult(
+                resumed = self._resumed(session, attempt, ref)
+            else:
+                early = _claim_early_updates(session, task.id, task.provider, key, result.job_id)
+                accepted = apply_moves(session, _accepted_move(ref, result.outcome, result.job_id))
+        if resumed is not None:
+            return self._told(ref, resumed)
+        return self._told(ref, SubmitActivityResult(
             outcome=result.outcome, job_id=result.job_id, error_class=result.error_class,
             error=result.error_message, retry_after_s=result.retry_after_s,
             webhooks=request.webhook_url is not None, early_updates=early,
             failure=submit_failure(result.outcome, result.http_status), moved=dispatched + moved(accepted),
-        )
+        ))
+
+    def _told(self, ref: AttemptRef, result: SubmitActivityResult) -> SubmitActivityResult:
+        """After the transactions: an accepted submit's renewal sent to the gate when the request carries
+        one (renew-in-submit-v1); sent again by a step that runs again, the gate counts it once."""
+        if result.outcome is not SubmitOutcome.ACCEPTED or ref.renewal is None or ref.gate_id is None:
+            return result
+        return result.model_copy(update={"renewed": self.gate.renew(ref.gate_id, ref.renewal)})
 
     @activity.defn(name="reconcile_submit")
     @classified

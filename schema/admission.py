@@ -114,6 +114,7 @@ class SlotRenewal(BaseModel):
 class Holder(BaseModel):
     token: int
     expires_at: datetime
+    accepted: bool = False  # gate-renew-once-v1: its submit's acceptance was counted (AIMD), once
 
 
 class GateState(BaseModel):

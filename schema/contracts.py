@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from adapters.providers.base import ErrorClass, JobStatus, SubmitOutcome
-from schema.admission import PlanLimits
+from schema.admission import PlanLimits, SlotRenewal
 from schema.state_machine import TaskEvent, TaskStatus
 
 __all__ = ["ErrorClass", "JobStatus", "SubmitOutcome"]  # re-exported: the workflow's vocabulary
@@ -219,6 +219,10 @@ class AttemptRef(BaseModel):
     # becomes DISPATCHING), `accepted` by transaction B when the provider took the submit (with its job id)
     moves: list[TransitionInput] = Field(default_factory=list)
     accepted: TransitionInput | None = None
+    # renew-in-submit-v1: the renewal the gate `gate_id` gets once the provider accepted (its AIMD increase),
+    # sent by the step after transaction B
+    gate_id: str | None = None
+    renewal: SlotRenewal | None = None
 
 
 class SubmitActivityResult(BaseModel):
@@ -232,6 +236,7 @@ class SubmitActivityResult(BaseModel):
     early_updates: list[ProviderUpdate] = Field(default_factory=list)
     failure: str | None = None  # what the provider's breaker counts of this call (schema.admission.submit_failure)
     moved: list[TransitionResult] = Field(default_factory=list)  # the request's `moves`, then `accepted`
+    renewed: bool = False  # the step told the gate of the acceptance (the request's `renewal`)
 
 
 class ReconcileOutcome(StrEnum):

@@ -139,8 +139,13 @@ IMPLIED = frozenset({ADMISSION, WEBHOOKS, RENDITIONS, REVIEW, STRAYS, JOB_DEADLI
 # ending. A step that does not commit a move it was given (it failed first, or an activity worker from
 # before this patch ran it) leaves it to the record_transition local activity, as before.
 TRANSITIONS_CARRIED = "transition-in-work-v2"
+# workflow.patched, asked first as a run starts (it stands for transition-in-work-v2 and every patch before):
+# the submit step renews the slot at the gate itself once the provider accepted (the AIMD increase), after
+# its transaction B; the workflow sends the renewal only when the step could not
+RENEW_IN_SUBMIT = "renew-in-submit-v1"
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
-BASELINES = ((TRANSITIONS_CARRIED, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK}),
+BASELINES = ((RENEW_IN_SUBMIT, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED}),
+             (TRANSITIONS_CARRIED, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK}),
              (PATCH_BASELINE, IMPLIED))
 DEPENDENCY_PAUSE_S = 30.0  # between runs of a step waiting for Postgres or object storage to come back
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
@@ -420,7 +425,8 @@ class GenerationWorkflow:
                 await self._record(claim)
             job = await self._submit(AttemptRef(task_id=self._task_id, attempt_no=self._attempt_no,
                                                 moves=[claim] if self._carry else [],
-                                                accepted=self._offer(E.PROVIDER_ACCEPTED) if self._carry else None))
+                                                accepted=self._offer(E.PROVIDER_ACCEPTED) if self._carry else None,
+                                                **self._renewal_on_acceptance()))
             if job is None:
                 continue
             final = await self._follow(job)
@@ -450,7 +456,10 @@ class GenerationWorkflow:
         if outcome is SubmitOutcome.ACCEPTED:
             self._paid += 1
             self._refusals = 0
-            await self._renew_slot(accepted=True)
+            if sent.renewed:  # the submit step told the gate
+                self._renewed_at = workflow.now()
+            else:
+                await self._renew_slot(accepted=True)
             if ref.accepted is None:
                 await self._move(E.PROVIDER_ACCEPTED, payload={"job_id": job_id})
             else:
@@ -1066,6 +1075,13 @@ class GenerationWorkflow:
         self._renewed_at = workflow.now()
         await self._signal_gate(api.SIGNAL_GATE_RENEW, SlotRenewal(
             workflow_id=workflow.info().workflow_id, token=self._slot.token, accepted=accepted))
+
+    def _renewal_on_acceptance(self) -> dict[str, Any]:
+        """What the submit step sends the gate once the provider accepted (renew-in-submit-v1)."""
+        if self._slot is None or not self._patched(RENEW_IN_SUBMIT):
+            return {}
+        return {"gate_id": api.gate_id(self._info.provider, workflow.info().task_queue), "renewal": SlotRenewal(
+            workflow_id=workflow.info().workflow_id, token=self._slot.token, accepted=True)}
 
     async def _report_failure(self, failure: str | None) -> None:
         """Tell the gate that the submit under the slot still held (its outcome unknown) failed."""

@@ -55,6 +55,9 @@ NO_LOST_WAKEUP = "gate-wakeup-v1"  # a change during a round's grants starts the
 BREAKER = "gate-breaker-v1"  # submits that fail (5xx, timeouts) open a breaker: no grants until a probe succeeds
 # Only refusals halve the limit, once per round of grants; each accepted submit adds a slot back.
 AIMD_ROUNDS = "gate-aimd-v2"
+# An accepted renewal counts once per slot: the submit step that sends it (renew-in-submit-v1) may run again
+# and send it again; one for a slot no longer held counts nothing.
+RENEW_ONCE = "gate-renew-once-v1"
 IDLE_WAKE = timedelta(hours=1)
 HISTORY_LIMIT = 8_000  # events before the gate continues as new with its state
 # The breaker in the worker's /metrics (the SDK's metrics, recorded only outside replay).
@@ -122,7 +125,14 @@ class ProviderGateWorkflow:
     @workflow.signal(name=api.SIGNAL_GATE_RENEW)
     def renew(self, ren: SlotRenewal) -> None:
         holder = self._state.holders.get(ren.workflow_id)
-        if holder is not None and holder.token == ren.token:
+        current = holder is not None and holder.token == ren.token
+        if ren.accepted and workflow.patched(RENEW_ONCE):
+            if not current or holder.accepted:  # a repeat, or news of a slot given back: the lease only
+                if current:
+                    holder.expires_at = workflow.now() + self._lease
+                return
+            holder.accepted = True
+        if current:
             holder.expires_at = workflow.now() + self._lease
             if ren.accepted or ren.failure:
                 self._submit_outcome(ren.workflow_id, ren.failure, answered=ren.accepted)

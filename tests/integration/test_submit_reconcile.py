@@ -31,6 +31,7 @@ from adapters.providers.base import (
 from adapters.providers.emulator import EmulatorProvider
 from adapters.storage import ObjectStorage
 from schema import ledger_check, queries
+from schema.admission import SlotRenewal
 from schema.contracts import (
     AttemptRef,
     JobRef,
@@ -334,6 +335,17 @@ def test_an_unknown_task_is_a_business_failure(stack):
     assert missing.value.type == "TaskNotFound" and missing.value.non_retryable
 
 
+class _ToldGate:
+    """Stands in for GateNotices (the worker's client): what the submit step told which gate."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, SlotRenewal]] = []
+
+    def renew(self, gate_id: str, renewal: SlotRenewal) -> bool:
+        self.told.append((gate_id, renewal))
+        return True
+
+
 def _move(task_id: str, n: int, event: E) -> TransitionInput:
     return TransitionInput(task_id=task_id, event=event, source_event_id=f"{task_id}:{n}:{event.value}")
 
@@ -354,17 +366,23 @@ def test_submit_commits_the_dispatch_with_its_intent_and_the_acceptance_with_its
     sent: list[str] = []
     answer = provider.submit
     provider.submit = lambda request: sent.append(request.request_key) or answer(request)  # type: ignore[method-assign]
-    submit, poll = activities(stack, provider)
+    _, poll = activities(stack, provider)
+    gate = _ToldGate()
+    submit = SubmitActivities(Database(stack.database_url), ObjectStorage.from_settings(stack),
+                              {provider.name: provider}, "test-worker", gate=gate)  # type: ignore[arg-type]
     with Database(stack.database_url).transaction() as session:
         session.get(Task, one_task.id).status = S.QUEUED.value
+    renewal = SlotRenewal(workflow_id="gen-x", token=3, accepted=True)
     ref = AttemptRef(task_id=one_task.id, attempt_no=1, moves=[_move(one_task.id, 4, E.DISPATCH_CLAIMED)],
-                     accepted=_move(one_task.id, 5, E.PROVIDER_ACCEPTED))
+                     accepted=_move(one_task.id, 5, E.PROVIDER_ACCEPTED), gate_id="gate-x", renewal=renewal)
     result = ActivityEnvironment().run(submit.submit, ref)
     assert result.outcome is SubmitOutcome.ACCEPTED and result.job_id == "job-carried"
     assert [(m.applied, m.status) for m in result.moved] == [(True, S.DISPATCHING), (True, S.SUBMITTED)]
+    assert result.renewed and gate.told == [("gate-x", renewal)], "renew-in-submit-v1: the gate is told after B"
     again = ActivityEnvironment().run(submit.submit, ref)
     assert again.outcome is SubmitOutcome.ACCEPTED and sent == [request_key(one_task.id, 1)]
     assert [(m.applied, m.status) for m in again.moved] == [(True, S.SUBMITTED)] * 2
+    assert again.renewed and len(gate.told) == 2, "told again by a step that ran again (the gate counts it once)"
     assert _events(stack, one_task.id)[-2:] == [("dispatch_claimed", True, {}),
                                                  ("provider_accepted", True, {"job_id": "job-carried"})]
     # poll_job commits the move offered for the status it observes, with the attempt's row

@@ -35,6 +35,7 @@ class HoldInput(BaseModel):
     retry_after_s: float = 30.0
     failure: str | None = None  # the submit failed (5xx, timeout) rather than being refused
     accepted: bool = False  # tell the gate the provider accepted a submit under the slot
+    renewals: int = 1  # times the acceptance is told (a submit step that ran again tells it again)
 
 
 class Held(BaseModel):
@@ -61,7 +62,7 @@ class HolderWorkflow:
         await gate.signal(api.SIGNAL_GATE_REQUEST, SlotRequest(workflow_id=me, task_id=me))
         await workflow.wait_condition(lambda: self._grant is not None)
         granted_at = workflow.now()
-        if inp.accepted:
+        for _ in range(inp.renewals if inp.accepted else 0):
             await gate.signal(api.SIGNAL_GATE_RENEW, SlotRenewal(workflow_id=me, token=self._grant.token,
                                                                  accepted=True))
         await workflow.sleep(inp.hold_s)
@@ -76,7 +77,7 @@ class HolderWorkflow:
 
 # With REELQUEUE_RECORD_HISTORIES=1 each test's gate history is kept for the replay test (kept
 # where the newest patch changed its events; the older folders hold what came before).
-HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "gate-aimd-v2"
+HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "gate-renew-once-v1"
 _gates: list[WorkflowHandle] = []
 
 
@@ -207,6 +208,22 @@ async def test_each_accepted_submit_gives_a_slot_back(own_env):
         await own_env.sleep(5)
         halved = (await snapshot_of(gate)).effective
         handles = await hold(own_env, queue, gate, 3, hold_s=5, accepted=True)
+        [await h.result() for h in handles]
+        snapshot = await snapshot_of(gate)
+    assert (halved, snapshot.effective) == (4, 7)
+
+
+async def test_an_accepted_submit_told_twice_gives_one_slot_back(own_env):
+    """The submit step tells the gate of an acceptance (renew-in-submit-v1) and tells it again when it
+    runs again: after a refusal halved the limit (8 -> 4), three accepted submits told twice each raise
+    it to 7, as told once (gate-renew-once-v1)."""
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    async with worker(own_env, queue):
+        gate = await start_gate(own_env, queue, limit=8)
+        await hold(own_env, queue, gate, 1, hold_s=1, throttled=True, retry_after_s=2)
+        await own_env.sleep(5)
+        halved = (await snapshot_of(gate)).effective
+        handles = await hold(own_env, queue, gate, 3, hold_s=5, accepted=True, renewals=2)
         [await h.result() for h in handles]
         snapshot = await snapshot_of(gate)
     assert (halved, snapshot.effective) == (4, 7)

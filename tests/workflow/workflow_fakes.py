@@ -26,7 +26,7 @@ from temporalio.worker import Worker
 
 from activities.errors import DEPENDENCY_UNAVAILABLE, DISPATCH_NOT_CLAIMED, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from schema import state_machine as sm
-from schema.admission import AdmissionInput, BreakerPolicy, GateInput, PlanLimits
+from schema.admission import AdmissionInput, BreakerPolicy, GateInput, PlanLimits, SlotRenewal
 from schema.contracts import (
     AssetRef,
     AttemptRef,
@@ -177,6 +177,7 @@ class World:
     # False: the activities ignore the moves a request carries, as workers from before transition-in-work-v2
     # (submit then refuses a task that is not DISPATCHING, as its transaction A did)
     carries: bool = True
+    renewed: list[SlotRenewal] = field(default_factory=list)  # renewals the submit step sent the gate
 
     # -- script helpers ---------------------------------------------------------------------
 
@@ -334,7 +335,12 @@ class World:
             sent = world._next(world.submits, "submit")
             accepted = ref.accepted if sent.outcome is SubmitOutcome.ACCEPTED else None
             done = world.carried([accepted.with_facts(job_id=sent.job_id)] if accepted else [])  # transaction B
-            return sent.model_copy(update={"moved": claimed + done})
+            renewed = False
+            if sent.outcome is SubmitOutcome.ACCEPTED and ref.renewal and ref.gate_id and world.carries:
+                await world.client.get_workflow_handle(ref.gate_id).signal(api.SIGNAL_GATE_RENEW, ref.renewal)
+                world.renewed.append(ref.renewal)
+                renewed = True
+            return sent.model_copy(update={"moved": claimed + done, "renewed": renewed})
 
         @activity.defn(name="reconcile_submit")
         async def reconcile_submit(ref: AttemptRef) -> ReconcileResult:
