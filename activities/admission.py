@@ -11,11 +11,21 @@ import asyncio
 import logging
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError
 
 from activities.errors import classified_async
-from schema.admission import AdmissionInput, BreakerPolicy, GateInput, ProviderLimits, SlotRenewal, effective_limits
+from schema.admission import (
+    AdmissionInput,
+    BreakerPolicy,
+    GateInput,
+    ProviderLimits,
+    SlotGrant,
+    SlotRenewal,
+    SlotRequest,
+    effective_limits,
+)
 from workflows import api
 
 NOTICE_TIMEOUT_S = 10.0
@@ -35,20 +45,38 @@ class AdmissionActivities:
 
     @activity.defn(name="request_slot")
     @classified_async
-    async def request_slot(self, inp: AdmissionInput) -> None:
+    async def request_slot(self, inp: AdmissionInput) -> SlotGrant | None:
+        """The request in the gate's line; with `at_once` (grant-at-once-v1) the slot itself when the gate
+        has one free for it now (None: its grant comes as a signal)."""
         limits = self.limits_for(inp)
         queue = activity.info().task_queue
         request = inp.request.model_copy(update={"limit": limits.max_concurrent,
                                                  "submits_per_minute": limits.submits_per_minute,
                                                  "breaker": self.breaker})
-        await self.client.start_workflow(
-            api.GATE_WORKFLOW_NAME,
-            GateInput(provider=inp.provider, limit=limits.max_concurrent, submits_per_minute=limits.submits_per_minute,
-                      lease_s=self.lease_s, grant_signal=inp.grant_signal, breaker=self.breaker),
-            id=api.gate_id(inp.provider, queue), task_queue=queue,
-            start_signal=api.SIGNAL_GATE_REQUEST, start_signal_args=[request],
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
+        gate = GateInput(provider=inp.provider, limit=limits.max_concurrent,
+                         submits_per_minute=limits.submits_per_minute, lease_s=self.lease_s,
+                         grant_signal=inp.grant_signal, breaker=self.breaker)
+        gate_id = api.gate_id(inp.provider, queue)
+        if not inp.at_once:
+            await self.client.start_workflow(
+                api.GATE_WORKFLOW_NAME, gate, id=gate_id, task_queue=queue, start_signal=api.SIGNAL_GATE_REQUEST,
+                start_signal_args=[request], id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+            return None
+        return await ask_gate(self.client, gate, gate_id, queue, request)
+
+
+async def ask_gate(client: Client, gate: GateInput, gate_id: str, queue: str, request: SlotRequest) -> SlotGrant | None:
+    """Start the gate if none runs, and ask it (its `ask` update); a gate from before grant-at-once-v1
+    (no `ask`) gets the request as a signal, and the grant comes as a signal."""
+    await client.start_workflow(api.GATE_WORKFLOW_NAME, gate, id=gate_id, task_queue=queue,
+                                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    handle = client.get_workflow_handle(gate_id)  # its latest run (it continues as new)
+    try:
+        return await handle.execute_update(api.UPDATE_GATE_ASK, request, result_type=SlotGrant)
+    except (WorkflowUpdateFailedError, RPCError) as exc:
+        log.warning("gate %s took no ask (%s): the request goes as a signal", gate_id, exc)
+    await handle.signal(api.SIGNAL_GATE_REQUEST, request)
+    return None
 
 
 class GateNotices:

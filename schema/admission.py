@@ -164,3 +164,5 @@ class AdmissionInput(BaseModel):
     request: SlotRequest
     plan_limits: PlanLimits | None = None  # the task's plan `[providers.NAME]`, merged with configuration
     grant_signal: str | None = None  # a tenant gate's grant signal (None: the provider gate's)
+    # grant-at-once-v1: ask with the gate's `ask` update, whose answer is the slot when one is free now
+    at_once: bool = False

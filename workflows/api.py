@@ -38,6 +38,7 @@ GATE_WORKFLOW_NAME = "ProviderGateWorkflow"
 SIGNAL_GATE_REQUEST = "request"  # SlotRequest
 SIGNAL_GATE_RELEASE = "release"  # SlotRelease
 SIGNAL_GATE_RENEW = "renew"  # SlotRenewal
+UPDATE_GATE_ASK = "ask"  # SlotRequest -> SlotGrant | None: the slot at once when one is free (grant-at-once-v1)
 QUERY_GATE_SNAPSHOT = "snapshot"  # GateSnapshot: limit, effective limit, in use, waiting, oldest wait
 QUERY_GATE_HOLDERS = "holders"  # list[str]: the workflow ids holding a slot now (the invariant checker's)
 QUERY_GATE_POSITION = "position"  # workflow id -> its place in line (1 = next), None when not waiting

@@ -143,8 +143,13 @@ TRANSITIONS_CARRIED = "transition-in-work-v2"
 # the submit step renews the slot at the gate itself once the provider accepted (the AIMD increase), after
 # its transaction B; the workflow sends the renewal only when the step could not
 RENEW_IN_SUBMIT = "renew-in-submit-v1"
+# workflow.patched, asked first as a run starts (it stands for renew-in-submit-v1 and every patch before): a
+# slot is asked with the gate's `ask` update, whose answer is the slot when the gate has one free at once;
+# only a task that waits gets its grant as a signal (and spends a re-ask timer)
+GRANT_AT_ONCE = "grant-at-once-v1"
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
-BASELINES = ((RENEW_IN_SUBMIT, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED}),
+BASELINES = ((GRANT_AT_ONCE, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT}),
+             (RENEW_IN_SUBMIT, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED}),
              (TRANSITIONS_CARRIED, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK}),
              (PATCH_BASELINE, IMPLIED))
 DEPENDENCY_PAUSE_S = 30.0  # between runs of a step waiting for Postgres or object storage to come back
@@ -994,11 +999,16 @@ class GenerationWorkflow:
             self._tell("waiting_for_slot", f"waiting for a slot at provider {self._info.provider} (in line since "
                                            f"{self._asked_at:%Y-%m-%d %H:%M:%S} UTC)")
             await self._request_slot(request)
-            await self._wait_for_grant(request, until, reask=reask)
-            if self._granted is not None or not self._paused() or self._cancel_pending():
+            at_once = self._patched(GRANT_AT_ONCE)
+            if self._granted is None or not at_once:
+                await self._wait_for_grant(request, until, reask=reask)
+            # grant-at-once-v1: a slot in the answer to an ask sent before a pause came is given back too
+            kept = self._granted if at_once and self._paused() and not self._cancel_pending() else None
+            if (self._granted is not None and kept is None) or not self._paused() or self._cancel_pending():
                 break
             # Paused while in line: leave it (no grant comes while paused); the next ask keeps the place.
-            await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id))
+            await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(
+                workflow_id=request.workflow_id, token=kept.token if kept is not None else None))
         if self._granted is None:
             await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id))
             return None
@@ -1044,12 +1054,17 @@ class GenerationWorkflow:
         self._tell("waiting_for_slot", f"waiting for one of tenant {self._info.tenant_id}'s {limit} slots")
         request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
                               requested_at=workflow.now())
-        await self._run(AdmissionActivities.request_slot, AdmissionInput(
+        at_once = self._patched(GRANT_AT_ONCE)
+        granted = await self._run(AdmissionActivities.request_slot, AdmissionInput(
             provider=api.tenant_gate(self._info.tenant_id), request=request,
-            plan_limits=PlanLimits(max_concurrent=limit), grant_signal=api.SIGNAL_TENANT_SLOT_GRANTED))
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(lambda: self._tenant_granted is not None or self._cancel_pending(),
-                                          timeout=max(self._task_deadline - workflow.now(), timedelta(seconds=1)))
+            plan_limits=PlanLimits(max_concurrent=limit), grant_signal=api.SIGNAL_TENANT_SLOT_GRANTED,
+            at_once=at_once))
+        if granted is not None:
+            self._tenant_granted = granted
+        if self._tenant_granted is None or not at_once:
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self._tenant_granted is not None or self._cancel_pending(),
+                                              timeout=max(self._task_deadline - workflow.now(), timedelta(seconds=1)))
         if self._tenant_granted is None:
             await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id),
                                     provider=api.tenant_gate(self._info.tenant_id))
@@ -1066,8 +1081,12 @@ class GenerationWorkflow:
         await self._signal_gate(api.SIGNAL_GATE_RELEASE, release, provider=api.tenant_gate(self._info.tenant_id))
 
     async def _request_slot(self, request: SlotRequest) -> None:
-        await self._run(AdmissionActivities.request_slot, AdmissionInput(
-            provider=self._info.provider, request=request, plan_limits=self._info.plan_limits))
+        """Ask the provider's gate; with grant-at-once-v1 its answer may be the slot itself."""
+        granted = await self._run(AdmissionActivities.request_slot, AdmissionInput(
+            provider=self._info.provider, request=request, plan_limits=self._info.plan_limits,
+            at_once=self._patched(GRANT_AT_ONCE)))
+        if granted is not None:
+            self._granted = granted
 
     async def _renew_slot(self, *, accepted: bool = False) -> None:
         if self._slot is None or not (accepted or workflow.now() - self._renewed_at >= RENEW_EVERY):

@@ -78,6 +78,7 @@ class ProviderGateWorkflow:
         self._grant_signal = inp.grant_signal or api.SIGNAL_SLOT_GRANTED  # a tenant gate grants by its own
         self._provider, self._policy = inp.provider, inp.breaker or BreakerPolicy()
         self._breaker_on = False  # gate-breaker-v1, decided when run() starts
+        self._running = False  # run() began (its breaker is read): an `ask` is answered
 
     # -- messages -------------------------------------------------------------------------
 
@@ -96,6 +97,25 @@ class ProviderGateWorkflow:
             req = req.model_copy(update={"requested_at": req.requested_at or workflow.now()})
             bisect.insort(self._state.queue, req, key=lambda q: q.requested_at)
         self._changed = True
+
+    @workflow.update(name=api.UPDATE_GATE_ASK)
+    async def ask(self, req: SlotRequest) -> SlotGrant | None:
+        """A request answered with its slot when one is free for it now (nobody waits before it; a holder
+        that asks again gets its own slot again): the task needs no grant signal (grant-at-once-v1).
+        Otherwise it waits in line as a signalled request, and its grant comes as a signal."""
+        if not self._running:  # a run's first task: its breaker is read as run() begins
+            await workflow.wait_condition(lambda: self._running)
+        self.request(req)
+        holder = self._state.holders.get(req.workflow_id)
+        if holder is not None and req.workflow_id in self._state.regrant:
+            self._state.regrant.remove(req.workflow_id)
+            return SlotGrant(token=holder.token)
+        if not self._state.queue or self._state.queue[0].workflow_id != req.workflow_id or self._paused():
+            return None
+        room, allowed = self._room()
+        if room <= 0:
+            return None
+        return self._hand_out(self._state.queue.pop(0), probe=allowed is not None)
 
     @workflow.signal(name=api.SIGNAL_GATE_RELEASE)
     def release(self, rel: SlotRelease) -> None:
@@ -169,6 +189,7 @@ class ProviderGateWorkflow:
     @workflow.run
     async def run(self, inp: GateInput) -> None:
         self._breaker_on = workflow.patched(BREAKER)
+        self._running = True
         while True:
             # A request or release that lands while grants are being delivered (`_grant` awaits the
             # signals) must wake the next round: clear the flag before the round, not after it.
@@ -251,19 +272,10 @@ class ProviderGateWorkflow:
             if holder is not None:
                 grants.append((workflow_id, SlotGrant(token=holder.token)))
         self._state.regrant = []
-        room = min(math.floor(self._state.effective) - len(self._state.holders), self._rate_room())
-        allowed = breaker.room(self._state.breaker, workflow.now()) if self._breaker_on else None
-        if allowed is not None:
-            room = min(room, allowed)
+        room, allowed = self._room()
         while room > 0 and self._state.queue and not self._paused():
             req = self._state.queue.pop(0)
-            if allowed is not None:  # half-open: this grant is the probe
-                self._state.breaker.probe = req.workflow_id
-            token = self._state.next_token
-            self._state.next_token += 1
-            self._state.holders[req.workflow_id] = Holder(token=token, expires_at=workflow.now() + self._lease)
-            self._state.recent_grants.append(workflow.now())
-            grants.append((req.workflow_id, SlotGrant(token=token)))
+            grants.append((req.workflow_id, self._hand_out(req, probe=allowed is not None)))
             room -= 1
         results = await asyncio.gather(*(self._send(wid, grant) for wid, grant in grants), return_exceptions=True)
         for (workflow_id, grant), result in zip(grants, results, strict=True):
@@ -273,6 +285,25 @@ class ProviderGateWorkflow:
                     del self._state.holders[workflow_id]
                     breaker.forget(self._state.breaker, workflow_id)
                     self._changed = True
+
+    def _room(self) -> tuple[int, int | None]:
+        """How many slots may be granted now (capacity, rate, breaker), and the breaker's own allowance
+        (None: no limit of its own; otherwise half-open, and the next grant is its probe)."""
+        room = min(math.floor(self._state.effective) - len(self._state.holders), self._rate_room())
+        allowed = breaker.room(self._state.breaker, workflow.now()) if self._breaker_on else None
+        if allowed is not None:
+            room = min(room, allowed)
+        return room, allowed
+
+    def _hand_out(self, req: SlotRequest, *, probe: bool) -> SlotGrant:
+        """A slot for `req` (taken off the line): a holder with the next fencing token and a lease."""
+        if probe:  # half-open: this grant is the probe
+            self._state.breaker.probe = req.workflow_id
+        token = self._state.next_token
+        self._state.next_token += 1
+        self._state.holders[req.workflow_id] = Holder(token=token, expires_at=workflow.now() + self._lease)
+        self._state.recent_grants.append(workflow.now())
+        return SlotGrant(token=token)
 
     def _submit_outcome(self, workflow_id: str, failure: str | None, *, answered: bool) -> None:
         """A submit under `workflow_id`'s slot failed (`failure`), or the provider answered it; a slot

@@ -26,7 +26,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from workflow_fakes import ask_gate, media_worker
 
 from schema import state_machine as sm
-from schema.admission import AdmissionInput, BreakerPolicy
+from schema.admission import AdmissionInput, BreakerPolicy, SlotGrant
 from schema.contracts import (
     AssetRef,
     AttemptRef,
@@ -146,12 +146,12 @@ class Fleet:
                                 released=float(rows["RELEASE"]))
 
         @activity.defn(name="request_slot")
-        async def request_slot(inp: AdmissionInput) -> None:
+        async def request_slot(inp: AdmissionInput) -> SlotGrant | None:
             fleet.requests[inp.request.task_id] += 1
             fleet.asked.add(inp.provider)
             tenant_gate = inp.grant_signal is not None  # its limit is the tenant's, sent as the plan's
-            await ask_gate(fleet.client, inp, inp.plan_limits.max_concurrent if tenant_gate else fleet.limit,
-                           breaker=fleet.breaker)
+            return await ask_gate(fleet.client, inp, inp.plan_limits.max_concurrent if tenant_gate else fleet.limit,
+                                  breaker=fleet.breaker)
 
         @activity.defn(name="submit")
         async def submit(ref: AttemptRef) -> SubmitActivityResult:

@@ -1,20 +1,35 @@
-"""renew-in-submit-v1 on the time-skipping server: the submit step tells the provider's gate of an
-accepted submit (the renewal that carries the AIMD increase) after its transaction B, so the task's
-history holds no renew signal of its own; a step that could not tell it (an activity worker from
-before the patch) leaves the renewal to the workflow, as before.
+"""The task's messages with its provider's gate on the time-skipping server. renew-in-submit-v1: the
+submit step tells the gate of an accepted submit (the renewal that carries the AIMD increase) after its
+transaction B, so the task's history holds no renew signal of its own. grant-at-once-v1: request_slot
+asks with the gate's `ask` update, whose answer is the slot when one is free, so a task that does not
+wait gets no grant signal and spends no re-ask timer. Activity workers from before the patches leave
+both to the workflow, as before.
 
-`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/renew-in-submit-v1/.
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/<patch>/.
 """
 
 from __future__ import annotations
 
+import pytest
 from temporalio.client import WorkflowHandle
-from workflow_fakes import World, ending
+from workflow_fakes import World, ending, job
 
+from schema.contracts import JobStatus
 from workflows import api
-from workflows.generation import RENEW_IN_SUBMIT
+from workflows.generation import GRANT_AT_ONCE, RENEW_IN_SUBMIT
 
 HISTORY_FOLDER = RENEW_IN_SUBMIT
+
+
+async def signals_received(handle: WorkflowHandle) -> list[str]:
+    history = await handle.fetch_history()
+    return [e.workflow_execution_signaled_event_attributes.signal_name for e in history.events
+            if e.HasField("workflow_execution_signaled_event_attributes")]
+
+
+async def timers(handle: WorkflowHandle) -> int:
+    history = await handle.fetch_history()
+    return sum(e.HasField("timer_started_event_attributes") for e in history.events)
 
 
 async def signals_sent(handle: WorkflowHandle) -> list[str]:
@@ -42,3 +57,24 @@ async def test_a_step_that_could_not_tell_the_gate_leaves_the_renewal_to_the_wor
     assert await ending(handle) == "completed"
     assert world.renewed == [] and world.balanced()
     assert await signals_sent(handle) == [api.SIGNAL_GATE_RENEW, api.SIGNAL_GATE_RELEASE]
+
+
+@pytest.mark.histories(GRANT_AT_ONCE)
+async def test_a_task_the_gate_has_room_for_gets_its_slot_in_the_answer(world: World, run_world):
+    world.polls = [job(JobStatus.SUCCEEDED)]  # no poll pause: the task's only timer would be the re-ask
+    handle = await run_world()
+    assert await ending(handle) == "completed"
+    assert world.moves()[-1] == "SUCCEEDED" and world.balanced()
+    [asked] = world.called("request_slot")
+    assert asked.at_once
+    assert await signals_received(handle) == [], "no grant signal"
+    assert await timers(handle) == 0, "no re-ask timer started and cancelled"
+
+
+@pytest.mark.histories(GRANT_AT_ONCE)
+async def test_a_gate_without_the_ask_grants_by_signal(world: World, run_world):
+    world.carries = False  # activity workers from before the patch ask by signal
+    world.polls = [job(JobStatus.SUCCEEDED)]
+    handle = await run_world()
+    assert await ending(handle) == "completed"
+    assert await signals_received(handle) == [api.SIGNAL_SLOT_GRANTED]

@@ -77,7 +77,7 @@ class HolderWorkflow:
 
 # With REELQUEUE_RECORD_HISTORIES=1 each test's gate history is kept for the replay test (kept
 # where the newest patch changed its events; the older folders hold what came before).
-HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "gate-renew-once-v1"
+HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "grant-at-once-v1"
 _gates: list[WorkflowHandle] = []
 
 
@@ -227,6 +227,24 @@ async def test_an_accepted_submit_told_twice_gives_one_slot_back(own_env):
         [await h.result() for h in handles]
         snapshot = await snapshot_of(gate)
     assert (halved, snapshot.effective) == (4, 7)
+
+
+async def test_an_ask_gets_its_slot_at_once_while_one_is_free(own_env):
+    """grant-at-once-v1: the `ask` update answers with the slot (no grant signal to wait for) while one
+    is free, the same slot to a holder that asks again, and None to one that must wait in line."""
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    async with worker(own_env, queue):
+        gate = await start_gate(own_env, queue, limit=1)
+
+        async def ask(workflow_id: str) -> SlotGrant | None:
+            return await gate.execute_update(api.UPDATE_GATE_ASK, SlotRequest(workflow_id=workflow_id,
+                                                                              task_id=workflow_id),
+                                             result_type=SlotGrant)
+
+        first, again, waiting = await ask("w-1"), await ask("w-1"), await ask("w-2")
+        snapshot = await snapshot_of(gate)
+    assert (first, again, waiting) == (SlotGrant(token=1), SlotGrant(token=1), None)
+    assert (snapshot.in_use, snapshot.waiting, snapshot.granted) == (1, 1, 1)
 
 
 async def test_a_vanished_holder_gives_its_slot_back_when_the_lease_expires(own_env):

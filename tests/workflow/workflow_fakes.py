@@ -24,9 +24,10 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Worker
 
+from activities import admission
 from activities.errors import DEPENDENCY_UNAVAILABLE, DISPATCH_NOT_CLAIMED, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from schema import state_machine as sm
-from schema.admission import AdmissionInput, BreakerPolicy, GateInput, PlanLimits, SlotRenewal
+from schema.admission import AdmissionInput, BreakerPolicy, GateInput, PlanLimits, SlotGrant, SlotRenewal
 from schema.contracts import (
     AssetRef,
     AttemptRef,
@@ -417,9 +418,10 @@ class World:
             return await world._answer("check_output", req, world.checks)
 
         @activity.defn(name="request_slot")
-        async def request_slot(inp: AdmissionInput) -> None:
+        async def request_slot(inp: AdmissionInput) -> SlotGrant | None:
             await world._enter("request_slot", inp)
-            await ask_gate(world.client, inp, world.limit)
+            return await ask_gate(world.client, inp if world.carries else inp.model_copy(update={"at_once": False}),
+                                  world.limit)
 
         return [request_slot, record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
                 abandon_attempt, poll_job, cancel_job, account_stray_job, unaccounted_strays, accept_stray_cost,
@@ -432,16 +434,20 @@ def media_worker(client: Any, queue: str, activities: list[Callable[..., Any]]) 
                   activities=[a for a in activities if a.__name__ in api.MEDIA_ACTIVITIES])
 
 
-async def ask_gate(client: Any, inp: AdmissionInput, limit: int, *, breaker: BreakerPolicy | None = None) -> None:
-    """What `request_slot` does, from inside a fake activity. The time-skipping test server drops
-    signal-with-start's signal: start, then signal."""
+async def ask_gate(client: Any, inp: AdmissionInput, limit: int, *,
+                   breaker: BreakerPolicy | None = None) -> SlotGrant | None:
+    """What `request_slot` does, from inside a fake activity: with `at_once` the real `ask` (the slot
+    when the gate has one free); else start, then signal (the time-skipping test server drops
+    signal-with-start's signal)."""
     queue = activity.info().task_queue
+    gate_input = GateInput(provider=inp.provider, limit=limit, grant_signal=inp.grant_signal, breaker=breaker)
+    if inp.at_once:
+        return await admission.ask_gate(client, gate_input, api.gate_id(inp.provider, queue), queue, inp.request)
     gate = await client.start_workflow(
-        api.GATE_WORKFLOW_NAME, GateInput(provider=inp.provider, limit=limit, grant_signal=inp.grant_signal,
-                                          breaker=breaker),
-        id=api.gate_id(inp.provider, queue), task_queue=queue,
+        api.GATE_WORKFLOW_NAME, gate_input, id=api.gate_id(inp.provider, queue), task_queue=queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
     await gate.signal(api.SIGNAL_GATE_REQUEST, inp.request)
+    return None
 
 
 # -- driving a run from a test ---------------------------------------------------------------
