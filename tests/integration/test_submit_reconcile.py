@@ -111,11 +111,17 @@ def age_call(stack, task_id: str, seconds: float) -> None:
             call_ended_at=datetime.now(UTC) - timedelta(seconds=seconds)))
 
 
-def test_a_task_not_dispatching_is_never_sent(stack, one_task):
-    """The last line of defence behind the state machine: a dispatch it refused sends nothing."""
-    provider = ScriptedProvider(one_task.provider)
+def recording(task: Task) -> tuple[ScriptedProvider, list[str]]:
+    """A provider that only records the request keys it is sent."""
+    provider = ScriptedProvider(task.provider)
     sent: list[str] = []
     provider.submit = lambda request: sent.append(request.request_key)  # type: ignore[method-assign]
+    return provider, sent
+
+
+def test_a_task_not_dispatching_is_never_sent(stack, one_task):
+    """The last line of defence behind the state machine: a dispatch it refused sends nothing."""
+    provider, sent = recording(one_task)
     submit, _ = activities(stack, provider)
     with Database(stack.database_url).transaction() as session:
         session.get(Task, one_task.id).status = "QUEUED"
@@ -397,9 +403,7 @@ def test_submit_commits_the_dispatch_with_its_intent_and_the_acceptance_with_its
 
 
 def test_a_dispatch_the_table_refuses_is_recorded_and_nothing_is_sent(stack, one_task):
-    provider = ScriptedProvider(one_task.provider)
-    sent: list[str] = []
-    provider.submit = lambda request: sent.append(request.request_key)  # type: ignore[method-assign]
+    provider, sent = recording(one_task)
     submit, _ = activities(stack, provider)
     with Database(stack.database_url).transaction() as session:
         session.get(Task, one_task.id).status = S.CANCELED.value  # `reelqueue cancel` while it waited

@@ -198,35 +198,33 @@ async def test_a_failing_submit_pauses_grants_and_leaves_the_limit_to_the_breake
     assert (snapshot.effective, snapshot.throttles) == (4, 1) and snapshot.paused_until is not None
 
 
+async def limits_around_three_accepts(env, *, renewals: int = 1) -> tuple[int, int]:
+    """The effective limit after a refusal halved a limit of 8, and after three accepted submits then
+    (each told to the gate `renewals` times)."""
+    queue = f"gate-{uuid.uuid4().hex[:8]}"
+    async with worker(env, queue):
+        gate = await start_gate(env, queue, limit=8)
+        await hold(env, queue, gate, 1, hold_s=1, throttled=True, retry_after_s=2)
+        await env.sleep(5)
+        halved = (await snapshot_of(gate)).effective
+        handles = await hold(env, queue, gate, 3, hold_s=5, accepted=True, renewals=renewals)
+        [await h.result() for h in handles]
+        return halved, (await snapshot_of(gate)).effective
+
+
 async def test_each_accepted_submit_gives_a_slot_back(own_env):
     """After a refusal halved the limit (8 -> 4), three accepted submits raise it to 7 (before
     gate-aimd-v2 each added 1/limit: it stayed at 4 for eight accepts)."""
-    queue = f"gate-{uuid.uuid4().hex[:8]}"
-    async with worker(own_env, queue):
-        gate = await start_gate(own_env, queue, limit=8)
-        await hold(own_env, queue, gate, 1, hold_s=1, throttled=True, retry_after_s=2)
-        await own_env.sleep(5)
-        halved = (await snapshot_of(gate)).effective
-        handles = await hold(own_env, queue, gate, 3, hold_s=5, accepted=True)
-        [await h.result() for h in handles]
-        snapshot = await snapshot_of(gate)
-    assert (halved, snapshot.effective) == (4, 7)
+    halved, effective = await limits_around_three_accepts(own_env)
+    assert (halved, effective) == (4, 7)
 
 
 async def test_an_accepted_submit_told_twice_gives_one_slot_back(own_env):
     """The submit step tells the gate of an acceptance (renew-in-submit-v1) and tells it again when it
     runs again: after a refusal halved the limit (8 -> 4), three accepted submits told twice each raise
     it to 7, as told once (gate-renew-once-v1)."""
-    queue = f"gate-{uuid.uuid4().hex[:8]}"
-    async with worker(own_env, queue):
-        gate = await start_gate(own_env, queue, limit=8)
-        await hold(own_env, queue, gate, 1, hold_s=1, throttled=True, retry_after_s=2)
-        await own_env.sleep(5)
-        halved = (await snapshot_of(gate)).effective
-        handles = await hold(own_env, queue, gate, 3, hold_s=5, accepted=True, renewals=2)
-        [await h.result() for h in handles]
-        snapshot = await snapshot_of(gate)
-    assert (halved, snapshot.effective) == (4, 7)
+    halved, effective = await limits_around_three_accepts(own_env, renewals=2)
+    assert (halved, effective) == (4, 7)
 
 
 async def test_an_ask_gets_its_slot_at_once_while_one_is_free(own_env):
