@@ -229,8 +229,8 @@ class _Run:
         await asyncio.gather(*(self.spawn() for _ in range(self.options.workers)))
 
     async def spawn(self) -> None:
-        """A new worker process, started again (as a supervisor would) while it exits before serving:
-        `worker.py` ends at once when Temporal does not answer, as during its restart."""
+        """A new worker process, started again (as a supervisor would) while it exits before serving
+        (`worker.py` waits for Temporal up to REELQUEUE_WORKER_CONNECT_WAIT_S, then ends)."""
         from devstack.drill import DrillError, start_worker, wait_worker_ready
 
         deadline = time.monotonic() + SPAWN_TIMEOUT_S
