@@ -242,6 +242,8 @@ class _Run:
             try:
                 await wait_worker_ready(proc, self.folder, role)
             except DrillError:
+                if proc.poll() is None:  # still waiting for Temporal past READY_TIMEOUT_S: not a second one
+                    proc.kill()
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(2.0)
