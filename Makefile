@@ -12,11 +12,11 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
 	  echo "reelqueue needs Python 3.11 or newer; '$(PYTHON)' is $$($(PYTHON) --version 2>&1 || echo missing)." \
 	       "Run with one, e.g. make $(MAKECMDGOALS) PYTHON=python3.12" >&2; exit 2; }
-	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..."
-	$(PYTHON) -m venv $(VENV)
+	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..." >&2
+	@$(PYTHON) -m venv $(VENV)
 	@{ $(BIN)/pip install -r requirements.lock && $(BIN)/pip install --no-deps -e '.[embedded,test,bench]'; } \
-	  > $(VENV)/install.log 2>&1 || { tail -30 $(VENV)/install.log; exit 1; }
-	touch $@
+	  > $(VENV)/install.log 2>&1 || { tail -30 $(VENV)/install.log >&2; exit 1; }
+	@touch $@
 
 install: $(VENV)/.installed
 
@@ -75,6 +75,7 @@ bench-capacity: install
 	$(BIN)/python -m bench.capacity $(ARGS)
 
 # `make chaos ARGS="--tasks 200"`: tasks through worker SIGKILLs, restarts of Postgres, S3, Temporal and
-# the gateway, and provider faults at rates (docs/reliability.md, "Chaos run"); exit 1 on a violated invariant
+# the gateway, and provider faults at rates (docs/reliability.md, "Chaos run"); exit 1 on a violated invariant.
+# With ARGS="--json" stdout is the JSON report alone (the install's messages go to stderr).
 chaos: install
-	$(BIN)/python -m bench.chaos $(ARGS)
+	@$(BIN)/python -m bench.chaos $(ARGS)

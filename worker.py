@@ -149,7 +149,7 @@ async def serve(settings: Settings, queues: Sequence[str] = QUEUES) -> None:
     from metrics import sdk
 
     sdk.install()  # before the client: the SDK's metrics go to the same /metrics as ours
-    client = await connect(settings)
+    client = await connect(settings, wait_s=settings.worker_connect_wait_s)
     workers = build_worker(client, settings, queues=queues)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -3,7 +3,10 @@ pydantic converter and the connection the settings and the `temporalio.envconfig
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +20,7 @@ if TYPE_CHECKING:
 # Settings that, when set (environment, secret file or stack.json), win over the profile.
 _OVERRIDES = {"temporal_address": "target_host", "temporal_namespace": "namespace"}
 CLOUD_HOST_SUFFIXES = (".tmprl.cloud", ".api.temporal.io")
+log = logging.getLogger(__name__)
 
 
 class TemporalConfigError(ValueError):
@@ -56,11 +60,25 @@ def is_temporal_cloud(address: str) -> bool:
     return host.endswith(CLOUD_HOST_SUFFIXES)
 
 
-async def connect(settings: Settings) -> Client:
-    """With tracing on (telemetry/tracing.py), the client and the workers built on it carry its interceptor."""
+async def connect(settings: Settings, *, wait_s: float = 0.0) -> Client:
+    """With tracing on (telemetry/tracing.py), the client and the workers built on it carry its interceptor.
+
+    `wait_s`: keep trying that long while the server does not answer yet (a worker or a one-shot
+    job started together with Temporal, or while it restarts), each failure logged; then the
+    SDK's "Failed client connect" error."""
     from telemetry import core_logs
     from telemetry.tracing import client_interceptors
 
     core_logs.default_runtime()  # the core's warnings to stderr, not into a command's stdout
-    return await Client.connect(**connect_options(settings), data_converter=pydantic_data_converter,
-                                interceptors=client_interceptors())
+    deadline, pause = time.monotonic() + wait_s, 0.5
+    while True:
+        try:
+            return await Client.connect(**connect_options(settings), data_converter=pydantic_data_converter,
+                                        interceptors=client_interceptors())
+        except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
+            if "connect" not in str(exc).lower() or time.monotonic() + pause > deadline:
+                raise
+            log.warning("Temporal at %s does not answer yet (%s); trying again in %.1f s",
+                        settings.temporal_address, str(exc).splitlines()[0][:200], pause)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)

@@ -229,8 +229,8 @@ class _Run:
         await asyncio.gather(*(self.spawn() for _ in range(self.options.workers)))
 
     async def spawn(self) -> None:
-        """A new worker process, started again (as a supervisor would) while it exits before serving:
-        `worker.py` ends at once when Temporal does not answer, as during its restart."""
+        """A new worker process, started again (as a supervisor would) while it exits before serving
+        (`worker.py` waits for Temporal up to REELQUEUE_WORKER_CONNECT_WAIT_S, then ends)."""
         from devstack.drill import DrillError, start_worker, wait_worker_ready
 
         deadline = time.monotonic() + SPAWN_TIMEOUT_S
@@ -242,6 +242,8 @@ class _Run:
             try:
                 await wait_worker_ready(proc, self.folder, role)
             except DrillError:
+                if proc.poll() is None:  # still waiting for Temporal past READY_TIMEOUT_S: not a second one
+                    proc.kill()
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(2.0)

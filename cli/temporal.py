@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import typer
 
@@ -28,18 +27,11 @@ def setup(
     prints the commands that add them)."""
     from control.temporal_setup import TemporalSetupError, setup_temporal
 
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            report = asyncio.run(setup_temporal(get_settings(), create_namespace=create_namespace,
-                                                retention_days=retention_days))
-            break
-        except TemporalSetupError as exc:
-            fail(str(exc), as_json=as_json)
-        except RuntimeError as exc:  # the SDK's "Failed client connect": the server is not up yet
-            if "connect" not in str(exc).lower() or time.monotonic() >= deadline:
-                raise
-            time.sleep(1.0)
+    try:
+        report = asyncio.run(setup_temporal(get_settings(), create_namespace=create_namespace,
+                                            retention_days=retention_days, wait_s=wait))
+    except TemporalSetupError as exc:
+        fail(str(exc), as_json=as_json)
     if as_json:
         emit_json(report.model_dump(mode="json"))
     else:

@@ -158,6 +158,9 @@ class Settings(BaseSettings):
     worker_queues: str = "io,media"
     media_max_activities: int = Field(default=0, ge=0)
     worker_drain_s: float = Field(default=60.0, ge=0)
+    # A worker that starts while Temporal does not answer (started together, or during its restart)
+    # keeps trying this long before it exits.
+    worker_connect_wait_s: float = Field(default=120.0, ge=0)
 
     # Logs of the worker and the gateway (telemetry/logs.py): JSON lines, or text for a person.
     log_format: Literal["json", "text"] = "json"

@@ -47,8 +47,9 @@ class TemporalSetupReport(BaseModel):
 
 
 async def setup_temporal(settings: Settings, *, create_namespace: bool = False,
-                         retention_days: int = 30) -> TemporalSetupReport:
-    return await setup_namespace(await connect(settings), create_namespace=create_namespace,
+                         retention_days: int = 30, wait_s: float = 0.0) -> TemporalSetupReport:
+    """`wait_s`: how long to keep trying while the server does not answer yet."""
+    return await setup_namespace(await connect(settings, wait_s=wait_s), create_namespace=create_namespace,
                                  retention_days=retention_days)
 
 

