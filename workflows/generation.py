@@ -78,9 +78,7 @@ with workflow.unsafe.imports_passed_through():
         TransitionResult,
         run_suffix,
     )
-    from schema.state_machine import TERMINAL
-    from schema.state_machine import TaskEvent as E
-    from schema.state_machine import TaskStatus as S
+    from schema.state_machine import TERMINAL, TaskEvent, TaskStatus
     from workflows import api
     from workflows.observations import Inbox, PollCadence, needs_status_call, terminal
     from workflows.queues import fetch_priority, queue_of
@@ -163,11 +161,12 @@ STOP_GRACE = timedelta(minutes=10)  # after a cancel call, how long the job may 
 TOO_LATE = "TOO_LATE"
 
 # The stuck step a NEEDS_ATTENTION task resumes with on `resolve --retry`, and the event for it.
-RESUME_EVENT = {"poll": E.PROVIDER_RUNNING, "reconcile": E.SUBMIT_AMBIGUOUS, "cancel": E.CANCEL_REQUESTED}
+RESUME_EVENT = {"poll": TaskEvent.PROVIDER_RUNNING, "reconcile": TaskEvent.SUBMIT_AMBIGUOUS,
+                "cancel": TaskEvent.CANCEL_REQUESTED}
 # Endings of a task whose paid video waits in POST_PROCESSING for them.
-DELIVERED = frozenset({E.PLAYABLE_ASSET_READY, E.REVIEW_REQUIRED})
+DELIVERED = frozenset({TaskEvent.PLAYABLE_ASSET_READY, TaskEvent.REVIEW_REQUIRED})
 # Task statuses a workflow closes as Failed with (the task's reason), so the Web UI shows them.
-FAILED_CLOSE = frozenset({S.FAILED_FINAL, S.EXPIRED, S.INVALID})
+FAILED_CLOSE = frozenset({TaskStatus.FAILED_FINAL, TaskStatus.EXPIRED, TaskStatus.INVALID})
 
 
 def _retry(attempts: int | None, *, first_s: float = 1.0, max_s: float = 30.0) -> RetryPolicy:
@@ -219,7 +218,7 @@ class GenerationWorkflow:
         self._task_id = ""
         self._run_no = 1
         self._info: TaskInfo | None = None
-        self._status = S.CREATED
+        self._status = TaskStatus.CREATED
         self._seq = 0
         self._error: str | None = None
         self._cancel: CancelRequest | None = None
@@ -251,7 +250,7 @@ class GenerationWorkflow:
         self._booked: float | None = None  # cost settled when the task entered REVIEW
         self._paused_by: str | None = None  # import-pause-v1: who paused the task's import
         self._pause_told = False  # a pause/resume signal came: it outranks what validation read
-        self._details = LiveDetails(status=S.CREATED.value, step="starting", text="starting")
+        self._details = LiveDetails(status=TaskStatus.CREATED.value, step="starting", text="starting")
         self._implied: frozenset[str] = frozenset()  # patches the run's baseline stands for (BASELINES)
         self._carry = False  # transition-in-work-v2: the main line's moves ride on its steps
         self._shown: str | None = None  # coarse-status-v1: the TaskStatus search attribute's last upsert
@@ -299,12 +298,12 @@ class GenerationWorkflow:
         # Done once carried out: the task left NEEDS_ATTENTION, or waits there for a new decision
         # (a retried stray refused again, on the way to a failure that ends from NEEDS_ATTENTION).
         await workflow.wait_condition(lambda: self._resolution is None and (
-            self._status is not S.NEEDS_ATTENTION or self._stuck is not None))
+            self._status is not TaskStatus.NEEDS_ATTENTION or self._stuck is not None))
         return ResolveResult(status=self._status, message=f"{request.action.value} applied by {request.by}")
 
     @resolve.validator
     def _check_resolve(self, request: ResolveRequest) -> None:
-        if self._status is not S.NEEDS_ATTENTION or self._stuck is None or self._resolution is not None:
+        if self._status is not TaskStatus.NEEDS_ATTENTION or self._stuck is None or self._resolution is not None:
             raise ValueError(f"task is {self._status.value}, not waiting for a decision")
         if request.action is ResolveAction.ACCEPT_DUPLICATE_RISK and self._stuck not in ("reconcile", STRAY):
             raise ValueError(f"accept-duplicate-risk applies to an unknown submit or a duplicate job; this task "
@@ -320,7 +319,7 @@ class GenerationWorkflow:
 
     @review.validator
     def _check_review(self, request: ReviewRequest) -> None:
-        if not self._in_review or self._status is not S.REVIEW or self._decision is not None:
+        if not self._in_review or self._status is not TaskStatus.REVIEW or self._decision is not None:
             raise ValueError(f"task is {self._status.value}, not in REVIEW waiting for a decision")
         if request.action is ReviewAction.REJECT and not request.reason.strip():
             raise ValueError("rejecting a video needs a reason")
@@ -353,7 +352,7 @@ class GenerationWorkflow:
 
     def _close(self) -> GenerationOutcome:
         """How the workflow itself closes: Canceled / Failed (with the task's reason) / Completed."""
-        if self._status is S.CANCELED and self._cancelled_in_temporal:
+        if self._status is TaskStatus.CANCELED and self._cancelled_in_temporal:
             raise asyncio.CancelledError(self._error or "canceled")
         if self._status in FAILED_CLOSE:
             raise ApplicationError(f"{self._status.value}: {self._error}", type=self._status.value,
@@ -372,11 +371,11 @@ class GenerationWorkflow:
             await self._clean_up_after_takeover()
         except ActivityError as exc:  # a step ran out of its budget where no job can be live
             with contextlib.suppress(TaskEnded, TaskTakenOver):
-                await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class="activity_failed")
+                await self._end(TaskEvent.FINAL_FAILURE, error=_describe(exc), error_class="activity_failed")
 
     async def _validate_and_reserve(self) -> None:
         self._tell("validating", "checking the inputs and reserving credit")
-        await self._move(E.VALIDATION_STARTED)
+        await self._move(TaskEvent.VALIDATION_STARTED)
         checked = await self._run(TaskActivities.validate_task, TaskRef(task_id=self._task_id, run=self._run_no))
         self._info = checked.info
         if not self._pause_told:
@@ -385,24 +384,25 @@ class GenerationWorkflow:
         self._deadline = workflow.now() + timedelta(seconds=checked.info.deadline_s)
         self._task_deadline = workflow.now() + timedelta(seconds=checked.info.task_deadline_s)
         if not checked.ok:
-            await self._end(E.VALIDATION_FAILED, error=checked.reason, error_class="invalid_input")
+            await self._end(TaskEvent.VALIDATION_FAILED, error=checked.reason, error_class="invalid_input")
         in_work = self._patched(TRANSITIONS_IN_WORK)
         bounded = self._patched(ADMISSION_BOUNDED) if in_work else False
-        moves = [self._request(E.VALIDATION_PASSED),
-                 self._request(E.QUEUED, deadline_at=self._task_deadline if bounded else None)] if in_work else []
+        moves = [self._request(TaskEvent.VALIDATION_PASSED),
+                 self._request(TaskEvent.QUEUED, deadline_at=self._task_deadline if bounded else None)
+                 ] if in_work else []
         try:
             reserved = await self._run(LedgerActivities.reserve_credit,
                                        TaskRef(task_id=self._task_id, run=self._run_no, moves=moves))
         except ActivityError as exc:
             if _error_type(exc) != INSUFFICIENT_CREDIT:
                 raise
-            await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class="credit")
+            await self._end(TaskEvent.FINAL_FAILURE, error=_describe(exc), error_class="credit")
         if in_work:
             await self._carried(moves, reserved.moved)
             return
-        await self._move(E.VALIDATION_PASSED)
+        await self._move(TaskEvent.VALIDATION_PASSED)
         bounded = self._patched(ADMISSION_BOUNDED)
-        await self._move(E.QUEUED, deadline_at=self._task_deadline if bounded else None)
+        await self._move(TaskEvent.QUEUED, deadline_at=self._task_deadline if bounded else None)
 
     async def _generate(self) -> JobRef:
         """Submit attempts until a job succeeds, holding a slot of the task's tenant throughout
@@ -416,21 +416,23 @@ class GenerationWorkflow:
     async def _attempts(self) -> JobRef:
         while True:
             if self._cancel_pending():
-                await self._end(E.CANCEL_REQUESTED, payload=self._cancel_payload())
+                await self._end(TaskEvent.CANCEL_REQUESTED, payload=self._cancel_payload())
             if self._paid >= MAX_PAID_ATTEMPTS:
-                await self._end(E.FINAL_FAILURE, error=f"no success after {self._paid} paid attempts",
+                await self._end(TaskEvent.FINAL_FAILURE, error=f"no success after {self._paid} paid attempts",
                                 error_class="retry_budget")
             if workflow.now() >= self._task_deadline:
-                await self._end(E.DEADLINE_PASSED, error="the task's deadline passed before a job succeeded")
+                await self._end(TaskEvent.DEADLINE_PASSED, error="the task's deadline passed before a job succeeded")
             if not await self._admit():
                 continue
             self._attempt_no += 1
-            claim = self._request(E.DISPATCH_CLAIMED, payload={"slot": self._slot.token} if self._slot else None)
+            claim = self._request(TaskEvent.DISPATCH_CLAIMED,
+                                  payload={"slot": self._slot.token} if self._slot else None)
             if not self._carry:
                 await self._record(claim)
             job = await self._submit(AttemptRef(task_id=self._task_id, attempt_no=self._attempt_no,
                                                 moves=[claim] if self._carry else [],
-                                                accepted=self._offer(E.PROVIDER_ACCEPTED) if self._carry else None,
+                                                accepted=(self._offer(TaskEvent.PROVIDER_ACCEPTED)
+                                                          if self._carry else None),
                                                 **self._renewal_on_acceptance()))
             if job is None:
                 continue
@@ -439,7 +441,7 @@ class GenerationWorkflow:
                 self._output_expires = final.output_expires_at
                 return job
             if final.error_class in (ErrorClass.MODERATION, ErrorClass.NON_RETRYABLE):
-                await self._end(E.FINAL_FAILURE, error=final.error, error_class=final.error_class.value)
+                await self._end(TaskEvent.FINAL_FAILURE, error=final.error, error_class=final.error_class.value)
             await self._retry_wait(final.error or f"provider job {final.raw_status}", final.error_class)
 
     async def _submit(self, ref: AttemptRef) -> JobRef | None:
@@ -466,7 +468,7 @@ class GenerationWorkflow:
             else:
                 await self._renew_slot(accepted=True)
             if ref.accepted is None:
-                await self._move(E.PROVIDER_ACCEPTED, payload={"job_id": job_id})
+                await self._move(TaskEvent.PROVIDER_ACCEPTED, payload={"job_id": job_id})
             else:
                 await self._take(ref.accepted.with_facts(job_id=job_id), sent.moved[len(ref.moves):])
             return self._track(job_id)
@@ -474,7 +476,7 @@ class GenerationWorkflow:
             self._paid += 1
             self._unknown = ref
             await self._report_failure(failure)
-            await self._move(E.SUBMIT_AMBIGUOUS, error=error, error_class=ErrorClass.UNKNOWN_OUTCOME.value)
+            await self._move(TaskEvent.SUBMIT_AMBIGUOUS, error=error, error_class=ErrorClass.UNKNOWN_OUTCOME.value)
             return await self._reconcile(ref)
         if outcome is SubmitOutcome.REJECTED_RETRYABLE:  # backpressure, not a spent attempt
             self._refusals += 1
@@ -482,7 +484,8 @@ class GenerationWorkflow:
             await self._release_slot(throttled=True, retry_after_s=retry_after, failure=reported)
             await self._retry_wait(error or "provider refused the submit", error_class, retry_after)
             return None
-        await self._end(E.FINAL_FAILURE, error=error, error_class=(error_class or ErrorClass.NON_RETRYABLE).value)
+        await self._end(TaskEvent.FINAL_FAILURE, error=error,
+                        error_class=(error_class or ErrorClass.NON_RETRYABLE).value)
 
     async def _send(self, ref: AttemptRef) -> SubmitActivityResult:
         """The submit step, the dispatch move it carries taken in; a submit that failed has it recorded on
@@ -516,7 +519,7 @@ class GenerationWorkflow:
                 self._unknown = None
                 for early in found.early_updates:  # webhooks that came while nobody knew the job
                     self._inbox.offer(early)
-                await self._move(E.PROVIDER_JOB_FOUND, payload={"job_id": found.job_id,
+                await self._move(TaskEvent.PROVIDER_JOB_FOUND, payload={"job_id": found.job_id,
                                                                 "duplicates": found.duplicates})
                 self._account_strays(ref, found.duplicates)
                 return self._track(found.job_id)
@@ -525,7 +528,7 @@ class GenerationWorkflow:
                 self._paid -= 1  # nothing was created, nothing will bill
                 await self._release_slot()
                 delay = self._retry_delay(None)
-                await self._move(E.CONFIRMED_NOT_CREATED, payload={"evidence": found.evidence},
+                await self._move(TaskEvent.CONFIRMED_NOT_CREATED, payload={"evidence": found.evidence},
                                  next_retry_at=workflow.now() + timedelta(seconds=delay))
                 await self._wait_then_requeue(delay)
                 return None
@@ -545,8 +548,8 @@ class GenerationWorkflow:
         while True:
             if self._cancel_pending():
                 self._cancel_handled = True
-                await self._move(E.CANCEL_REQUESTED, payload=self._cancel_payload())
-                return await self._stop(job, E.CANCEL_CONFIRMED)
+                await self._move(TaskEvent.CANCEL_REQUESTED, payload=self._cancel_payload())
+                return await self._stop(job, TaskEvent.CANCEL_CONFIRMED)
             update = self._inbox.take(job.job_id)
             if update is not None and not needs_status_call(update):
                 await self._reduce(update.status)  # signed and not final: no status call needed
@@ -567,7 +570,8 @@ class GenerationWorkflow:
                     continue
                 next_call = self._jittered(cadence.next() if polled is not None else OUTAGE_PAUSE_S)
             if workflow.now() >= self._deadline:
-                return await self._stop(job, E.DEADLINE_PASSED, error="provider job did not finish before the deadline")
+                return await self._stop(job, TaskEvent.DEADLINE_PASSED,
+                                        error="provider job did not finish before the deadline")
             if self._inbox.holds(job.job_id) and self._patched(WEBHOOK_WAKE):
                 slept_out = False  # a webhook came while the last step ran: act on it now, not at the next call
                 continue
@@ -583,28 +587,28 @@ class GenerationWorkflow:
             if status in offers:
                 await self._take(offers[status], moved or [])
             return terminal(status)
-        if status is JobStatus.RUNNING and self._status is S.SUBMITTED:
-            await self._move(E.PROVIDER_RUNNING)
+        if status is JobStatus.RUNNING and self._status is TaskStatus.SUBMITTED:
+            await self._move(TaskEvent.PROVIDER_RUNNING)
         if status is JobStatus.SUCCEEDED:
-            await self._move(E.PROVIDER_SUCCEEDED)
+            await self._move(TaskEvent.PROVIDER_SUCCEEDED)
         return terminal(status)
 
     def _reductions(self) -> dict[JobStatus, TransitionInput]:
         """What `_reduce` would record for each status a status call may observe, offered to the call."""
-        offers = {JobStatus.SUCCEEDED: self._offer(E.PROVIDER_SUCCEEDED)}
-        if self._status is S.SUBMITTED:
-            offers[JobStatus.RUNNING] = self._offer(E.PROVIDER_RUNNING)
+        offers = {JobStatus.SUCCEEDED: self._offer(TaskEvent.PROVIDER_SUCCEEDED)}
+        if self._status is TaskStatus.SUBMITTED:
+            offers[JobStatus.RUNNING] = self._offer(TaskEvent.PROVIDER_RUNNING)
         return offers
 
-    async def _stop(self, job: JobRef, ending: E, error: str | None = None) -> PollResult:
+    async def _stop(self, job: JobRef, ending: TaskEvent, error: str | None = None) -> PollResult:
         """Cancel the job and end the task with `ending` once it is terminal; a job that succeeded
         meanwhile is returned instead (completion wins: the video is paid for)."""
         final = await self._stop_live(job)
         if final.status is JobStatus.SUCCEEDED:
-            if self._status is S.CANCEL_REQUESTED:
-                await self._move(E.COMPLETION_WON, cancel_outcome=TOO_LATE)
+            if self._status is TaskStatus.CANCEL_REQUESTED:
+                await self._move(TaskEvent.COMPLETION_WON, cancel_outcome=TOO_LATE)
             else:
-                await self._move(E.PROVIDER_SUCCEEDED)
+                await self._move(TaskEvent.PROVIDER_SUCCEEDED)
             return final
         await self._end(ending, error=error, payload={"provider_status": final.raw_status, "job_id": job.job_id})
 
@@ -651,12 +655,12 @@ class GenerationWorkflow:
         renditions = self._patched(RENDITIONS)
         try:
             self._tell("fetching", f"copying job {job.job_id}'s video into our storage")
-            persist = [self._offer(E.OUTPUT_PERSISTED)] if self._carry else []
+            persist = [self._offer(TaskEvent.OUTPUT_PERSISTED)] if self._carry else []
             raw = await self._run(FetchActivities.fetch_output, job.model_copy(update={"moves": persist}))
             if persist:
                 await self._take(persist[0].with_facts(raw_key=raw.key, sha256=raw.sha256), raw.moved)
             else:
-                await self._move(E.OUTPUT_PERSISTED, payload={"raw_key": raw.key, "sha256": raw.sha256})
+                await self._move(TaskEvent.OUTPUT_PERSISTED, payload={"raw_key": raw.key, "sha256": raw.sha256})
             media = TranscodeInput(task_id=self._task_id, raw_asset_id=raw.asset_id)
             self._tell("transcoding", "transcoding the proxy MP4")
             if renditions:
@@ -664,13 +668,14 @@ class GenerationWorkflow:
             else:
                 proxy = (await self._run(MediaActivities.transcode, media)).proxy
         except ActivityError as exc:
-            await self._end(E.FINAL_FAILURE, error=_describe(exc), error_class=_error_type(exc) or "activity_failed")
+            await self._end(TaskEvent.FINAL_FAILURE, error=_describe(exc),
+                            error_class=_error_type(exc) or "activity_failed")
         ready = {"proxy": proxy.key}
         if renditions:
             ready["renditions"] = await self._renditions(media)
         await self._review(proxy)
         late = self._cancel is not None
-        await self._end(E.PLAYABLE_ASSET_READY, payload=ready, cancel_outcome=TOO_LATE if late else None)
+        await self._end(TaskEvent.PLAYABLE_ASSET_READY, payload=ready, cancel_outcome=TOO_LATE if late else None)
 
     async def _renditions(self, media: TranscodeInput) -> dict[str, str]:
         """HLS and thumbnail with their own retries. A failure never costs the task its proxy: it
@@ -695,9 +700,9 @@ class GenerationWorkflow:
             aspect_ratio=self._info.aspect_ratio, duration_s=self._info.duration_s, policy=policy))
         if not policy.required and checks.passed:
             return
-        await self._close_ledger(E.REVIEW_REQUIRED)
+        await self._close_ledger(TaskEvent.REVIEW_REQUIRED)
         self._booked = self._cost()
-        await self._move(E.REVIEW_REQUIRED, payload={
+        await self._move(TaskEvent.REVIEW_REQUIRED, payload={
             "proxy": proxy.key, "checks_passed": checks.passed,
             "failed_checks": [c.name for c in checks.checks if not c.passed]})
         self._in_review = True
@@ -713,14 +718,14 @@ class GenerationWorkflow:
             if self._decision is None or not self._patched(DECISION_WINS):
                 self._in_review = False
                 if policy.on_deadline == "approve":
-                    await self._end(E.REVIEW_APPROVED, payload={"decision": "approve", "by": REVIEW_DEADLINE_BY,
+                    await self._end(TaskEvent.REVIEW_APPROVED, payload={"decision": "approve", "by": REVIEW_DEADLINE_BY,
                                                                 "reason": "review deadline passed"})
-                await self._end(E.DEADLINE_PASSED, error="no review decision before the review deadline",
+                await self._end(TaskEvent.DEADLINE_PASSED, error="no review decision before the review deadline",
                                 error_class="review_deadline")
         self._in_review = False
         if self._decision is None:  # a cancel: the video exists and is paid for, nothing to stop
-            await self._move(E.CANCEL_REQUESTED, payload=self._cancel_payload())
-            await self._end(E.CANCEL_CONFIRMED)
+            await self._move(TaskEvent.CANCEL_REQUESTED, payload=self._cancel_payload())
+            await self._end(TaskEvent.CANCEL_CONFIRMED)
         await self._decide(self._decision)
         # A new production window: the review wait does not count against the new attempt's deadlines
         # (`_track` restarts the job's deadline at its submit; older runs restart it here).
@@ -734,11 +739,11 @@ class GenerationWorkflow:
         payload = {"decision": decision.action.value, "by": decision.by, "reason": decision.reason}
         try:
             if decision.action is ReviewAction.APPROVE:
-                await self._end(E.REVIEW_APPROVED, payload=payload)
+                await self._end(TaskEvent.REVIEW_APPROVED, payload=payload)
             if decision.action is ReviewAction.REJECT:
-                await self._end(E.REVIEW_REJECTED, error=f"rejected by {decision.by}: {decision.reason}",
+                await self._end(TaskEvent.REVIEW_REJECTED, error=f"rejected by {decision.by}: {decision.reason}",
                                 error_class="review", payload=payload)
-            await self._move(E.REVIEW_REGENERATE, payload={**payload, "prompt": decision.prompt},
+            await self._move(TaskEvent.REVIEW_REGENERATE, payload={**payload, "prompt": decision.prompt},
                              prompt_override=decision.prompt)
         finally:
             self._decision = None
@@ -748,7 +753,8 @@ class GenerationWorkflow:
     async def _retry_wait(self, error: str, error_class: ErrorClass | None, hint_s: float | None = None) -> None:
         delay = self._retry_delay(hint_s)
         self._tell("retry_wait", f"next attempt in {delay:.0f} s after: {error}")
-        await self._move(E.RETRYABLE_FAILURE, error=error, error_class=(error_class or ErrorClass.RETRYABLE).value,
+        await self._move(TaskEvent.RETRYABLE_FAILURE, error=error,
+                         error_class=(error_class or ErrorClass.RETRYABLE).value,
                          next_retry_at=workflow.now() + timedelta(seconds=delay))
         await self._wait_then_requeue(delay)
 
@@ -764,8 +770,8 @@ class GenerationWorkflow:
         """RETRY_WAIT: no job is live, so a cancel ends the task at once."""
         await self._pause(delay_s)
         if self._cancel_pending():
-            await self._end(E.CANCEL_REQUESTED, payload=self._cancel_payload())
-        await self._move(E.RETRY_DUE)
+            await self._end(TaskEvent.CANCEL_REQUESTED, payload=self._cancel_payload())
+        await self._move(TaskEvent.RETRY_DUE)
 
     async def _pause(self, seconds: float, *, wake_on_update: bool = False, wake_on_cancel: bool = True) -> None:
         """Sleep `seconds` (jittered), ended early by a new cancel request (or a webhook)."""
@@ -795,7 +801,7 @@ class GenerationWorkflow:
         self._stuck = stuck
         self._tell("waiting_for_person", f"needs attention (stuck at {stuck}): {evidence}; decide with "
                                          f"`reelqueue resolve {self._task_id}`", waiting_for=evidence or stuck)
-        await self._move(E.NEEDS_ATTENTION, error=evidence, error_class="needs_attention",
+        await self._move(TaskEvent.NEEDS_ATTENTION, error=evidence, error_class="needs_attention",
                          payload={"stuck": stuck, "evidence": evidence,
                                   "job_id": self._live.job_id if self._live else None,
                                   "unknown_attempt": self._unknown.attempt_no if self._unknown else None, **more})
@@ -808,11 +814,11 @@ class GenerationWorkflow:
         try:
             if decision.action is ResolveAction.FAIL:
                 await self._abandon_open_attempts()
-                await self._end(E.FINAL_FAILURE, error=f"failed by {decision.by}: {decision.reason}",
+                await self._end(TaskEvent.FINAL_FAILURE, error=f"failed by {decision.by}: {decision.reason}",
                                 error_class="operator", payload=decided)
             if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK:
                 await self._abandon_open_attempts()
-                await self._move(E.ATTENTION_RESOLVED, payload=decided)
+                await self._move(TaskEvent.ATTENTION_RESOLVED, payload=decided)
             else:
                 await self._move(RESUME_EVENT[stuck], payload=decided)
         finally:
@@ -849,7 +855,7 @@ class GenerationWorkflow:
 
     # -- endings ----------------------------------------------------------------------------
 
-    async def _end(self, event: E, *, error: str | None = None, error_class: str | None = None,
+    async def _end(self, event: TaskEvent, *, error: str | None = None, error_class: str | None = None,
                    payload: dict | None = None, cancel_outcome: str | None = None) -> NoReturn:
         """The one way a task ends: stop any live job, close the ledger, record the final move."""
         if self._live is not None:
@@ -871,9 +877,9 @@ class GenerationWorkflow:
             state = await self._run(PollActivities.cancel_job, self._live)
             await self._observe(self._live, state)
         await self._release_slot()
-        await self._close_ledger(E.CANCEL_CONFIRMED)
+        await self._close_ledger(TaskEvent.CANCEL_CONFIRMED)
 
-    async def _close_ledger(self, event: E, ending: dict[str, Any] | None = None) -> E:
+    async def _close_ledger(self, event: TaskEvent, ending: dict[str, Any] | None = None) -> TaskEvent:
         """Settle what providers charged (possibly nothing) and release the rest of the hold;
         duplicate jobs are accounted first, as ADJUSTMENTs of their own. Returns the event that
         ends the task (a person's decision on strays may change it); with `ending` (the final move's
@@ -895,7 +901,7 @@ class GenerationWorkflow:
             await self._take(final[0], settled.moved)
         return event
 
-    async def _settle_strays(self, ending: E) -> E:
+    async def _settle_strays(self, ending: TaskEvent) -> TaskEvent:
         """Every duplicate job of the task accounted before its ledger closes: the ones this run
         found, then any other the database holds unaccounted (a late submit answer, a reconcile
         whose answer was lost). Jobs the provider refuses to answer for wait for a person: retry,
@@ -908,7 +914,7 @@ class GenerationWorkflow:
             if not refused:
                 return ending
             evidence = "; ".join(why for _, why in refused)
-            if before in TERMINAL or before is S.REVIEW:  # nothing held to wait with: book the estimate
+            if before in TERMINAL or before is TaskStatus.REVIEW:  # nothing held to wait with: book the estimate
                 why = "task ended outside this workflow" if before in TERMINAL else "found after review"
                 await self._accept_strays(refused, ResolveRequest(
                     action=ResolveAction.ACCEPT_DUPLICATE_RISK, by="workflow", reason=f"{why}; {evidence}"))
@@ -917,7 +923,7 @@ class GenerationWorkflow:
             if decision.action is not ResolveAction.RETRY:
                 await self._accept_strays(refused, decision)
             if decision.action is ResolveAction.FAIL:
-                await self._end(E.FINAL_FAILURE, error=f"failed by {decision.by}: {decision.reason}",
+                await self._end(TaskEvent.FINAL_FAILURE, error=f"failed by {decision.by}: {decision.reason}",
                                 error_class="operator", payload=_decided(decision))
             ending = await self._return_to(ending, decision)
 
@@ -950,18 +956,18 @@ class GenerationWorkflow:
             await self._run(PollActivities.accept_stray_cost,
                             StrayCostAcceptance(stray=stray, by=decision.by, reason=decision.reason))
 
-    async def _return_to(self, ending: E, decision: ResolveRequest) -> E:
+    async def _return_to(self, ending: TaskEvent, decision: ResolveRequest) -> TaskEvent:
         """Out of NEEDS_ATTENTION after a decision on strays, to where `ending` applies: a paid video
         back to POST_PROCESSING (and on, maybe into REVIEW), a cancel back through
         CANCEL_REQUESTED; any other ending is a failure, which ends from NEEDS_ATTENTION itself."""
         decided = _decided(decision)
         if ending in DELIVERED:
-            await self._move(E.STRAYS_DECIDED, payload=decided)
+            await self._move(TaskEvent.STRAYS_DECIDED, payload=decided)
             return ending
-        if ending in (E.CANCEL_REQUESTED, E.CANCEL_CONFIRMED):
-            await self._move(E.CANCEL_REQUESTED, payload=decided)
-            return E.CANCEL_CONFIRMED
-        return ending if ending in (E.FINAL_FAILURE, E.DEADLINE_PASSED) else E.FINAL_FAILURE
+        if ending in (TaskEvent.CANCEL_REQUESTED, TaskEvent.CANCEL_CONFIRMED):
+            await self._move(TaskEvent.CANCEL_REQUESTED, payload=decided)
+            return TaskEvent.CANCEL_CONFIRMED
+        return ending if ending in (TaskEvent.FINAL_FAILURE, TaskEvent.DEADLINE_PASSED) else TaskEvent.FINAL_FAILURE
 
     async def _abandon_open_attempts(self) -> None:
         for ref in (self._unknown, self._live):
@@ -981,7 +987,7 @@ class GenerationWorkflow:
         bounded = self._patched(ADMISSION_BOUNDED)
         granted = await self._await_slot(self._task_deadline if bounded else None, reask=bounded)
         if granted is None and not self._cancel_pending():
-            await self._end(E.DEADLINE_PASSED, error="the task's deadline passed while it waited for a slot")
+            await self._end(TaskEvent.DEADLINE_PASSED, error="the task's deadline passed while it waited for a slot")
         return granted is not None
 
     async def _await_slot(self, until: datetime | None, *, reask: bool) -> SlotGrant | None:
@@ -1069,8 +1075,9 @@ class GenerationWorkflow:
             await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id),
                                     provider=api.tenant_gate(self._info.tenant_id))
             if self._cancel_pending():
-                await self._end(E.CANCEL_REQUESTED, payload=self._cancel_payload())
-            await self._end(E.DEADLINE_PASSED, error="the task's deadline passed while it waited for its tenant's slot")
+                await self._end(TaskEvent.CANCEL_REQUESTED, payload=self._cancel_payload())
+            await self._end(TaskEvent.DEADLINE_PASSED,
+                            error="the task's deadline passed while it waited for its tenant's slot")
         self._tenant_slot = self._tenant_granted
 
     async def _give_tenant_slot(self) -> None:
@@ -1170,7 +1177,7 @@ class GenerationWorkflow:
         self._cancel_handled = True
         return {"reason": self._cancel.reason, "by": self._cancel.requested_by}
 
-    async def _move(self, event: E, *, error: str | None = None, error_class: str | None = None,
+    async def _move(self, event: TaskEvent, *, error: str | None = None, error_class: str | None = None,
                     payload: dict | None = None, cancel_outcome: str | None = None,
                     next_retry_at: datetime | None = None, prompt_override: str | None = None,
                     deadline_at: datetime | None = None) -> TransitionResult:
@@ -1178,7 +1185,7 @@ class GenerationWorkflow:
             event, error=error, error_class=error_class, payload=payload, cancel_outcome=cancel_outcome,
             next_retry_at=next_retry_at, prompt_override=prompt_override, deadline_at=deadline_at))
 
-    def _request(self, event: E, *, payload: dict | None = None, **fields: Any) -> TransitionInput:
+    def _request(self, event: TaskEvent, *, payload: dict | None = None, **fields: Any) -> TransitionInput:
         """The next move this run decides, with its source id (its place in the run's sequence)."""
         self._seq += 1
         return TransitionInput(
@@ -1204,7 +1211,7 @@ class GenerationWorkflow:
             taken.append(await self._record(req))
         return taken
 
-    def _offer(self, event: E, *, payload: dict | None = None, **fields: Any) -> TransitionInput:
+    def _offer(self, event: TaskEvent, *, payload: dict | None = None, **fields: Any) -> TransitionInput:
         """A move a step commits only for one of its outcomes (transition-in-work-v2), numbered as the
         next of the run's sequence; only `_take` uses the number up (offers for exclusive outcomes share it)."""
         req = self._request(event, payload=payload, **fields)
@@ -1217,7 +1224,7 @@ class GenerationWorkflow:
         self._seq += 1
         return self._moved(req.event, results[0]) if results else await self._record(req)
 
-    def _moved(self, event: E, result: TransitionResult) -> TransitionResult:
+    def _moved(self, event: TaskEvent, result: TransitionResult) -> TransitionResult:
         """What a recorded move changes here: the status, its search attribute, and a takeover."""
         if result.status is not self._status:
             self._status = result.status
@@ -1234,7 +1241,7 @@ class GenerationWorkflow:
         """`workflow.patched`, answered without a marker for the patches the run's baseline stands for."""
         return patch in self._implied or workflow.patched(patch)
 
-    def _show_status(self, status: S) -> None:
+    def _show_status(self, status: TaskStatus) -> None:
         """Mirror the status into the TaskStatus search attribute, only when the value users filter on
         changes (coarse-status-v1); before it, the exact status at every change (called on a change)."""
         shown = shown_status(status) if self._patched(COARSE_STATUS) else status.value
