@@ -85,7 +85,7 @@ def import_tasks(settings, home: Path, count: int, name: str) -> tuple[str, list
 async def arrive(client, tasks: list, import_id: str, queue: str, rate: float) -> list[float]:  # noqa: ANN001
     """Start one workflow every 1/rate seconds (starts run concurrently, so a slow one never
     delays the next arrival); returns each arrival's time."""
-    from cli.starting import start_workflows
+    from control.starting import start_workflows
 
     t0, starts, arrivals = time.time(), [], []
     for i, task in enumerate(tasks):

@@ -130,7 +130,7 @@ async def run_chaos(settings: Settings, options: ChaosOptions, folder: Path,
                     say: Callable[[str], None] = lambda _: None) -> ChaosReport:
     """Import, start, break things while it runs, wait for every task to end, check, report."""
     from adapters.temporal_client import connect
-    from cli.starting import start_workflows
+    from control.starting import start_workflows
 
     settings = settings.model_copy(update={
         "webhooks_enabled": True,

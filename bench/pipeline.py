@@ -186,7 +186,7 @@ def _spread(values: list[float]) -> dict:
 
 async def pipeline(settings, import_id: str) -> dict:  # noqa: ANN001
     from adapters.temporal_client import connect
-    from cli.starting import start_workflows
+    from control.starting import start_workflows
     from schema import queries
     from schema.db import Database
 

@@ -142,7 +142,7 @@ async def park_workflows(settings, import_id: str, tasks: int, jobs: int) -> lis
 
     from activities.submit import request_key
     from adapters.temporal_client import connect
-    from cli.starting import start_workflows
+    from control.starting import start_workflows
     from schema import queries
     from schema.db import Database
     from schema.models import Attempt, Task

@@ -3,7 +3,7 @@
 The gateway starts a task's workflow right after the create commits and marks its row; a gateway
 that died (or lost Temporal) between the two leaves the row pending, and the worker's sweeper
 (`run_sweeper`, started by worker.py) starts it. Starting twice is harmless: the workflow id is the
-task's and the start path (cli.starting) uses REJECT_DUPLICATE, so a second start is "already
+task's and the start path (control.starting) uses REJECT_DUPLICATE, so a second start is "already
 started" and the row is marked all the same.
 """
 
@@ -19,7 +19,7 @@ from itertools import groupby
 from sqlalchemy import select, update
 from temporalio.client import Client
 
-from cli.starting import start_workflows
+from control.starting import start_workflows
 from schema.db import Database
 from schema.models import Task, TaskOutbox
 from schema.queries import START_COLUMNS

@@ -12,8 +12,8 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from adapters.temporal_client import connect
-from cli.starting import start_workflows
 from config.settings import Settings
+from control.starting import start_workflows
 from schema import queries, task_store
 from schema.db import Database
 from schema.models import Task

@@ -238,7 +238,7 @@ class _Drill:
         return r
 
     async def _run(self, r: DrillResult) -> None:
-        from cli.starting import start_workflows
+        from control.starting import start_workflows
 
         task, import_id = await asyncio.to_thread(self._import)
         self.import_id = import_id

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from catalog.plan import load_plan
 from catalog.service import run_import
-from cli.starting import start_workflows
+from control.starting import start_workflows
 from schema import queries
 from schema.db import Database
 from schema.models import CreditEntry, Task

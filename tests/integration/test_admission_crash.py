@@ -15,7 +15,7 @@ from sqlalchemy import select
 from stack_helpers import import_small, run_all
 
 import devstack
-from cli.starting import start_workflows
+from control.starting import start_workflows
 from schema import queries
 from schema.admission import GateSnapshot
 from schema.db import Database

@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import resolve_and_finish, run_cli_async
 from stack_helpers import import_small, wait_for_status
 
-from cli.starting import start_workflows
+from control.starting import start_workflows
 from schema import queries
 from schema.db import Database
 

@@ -10,7 +10,7 @@ import pytest
 from stack_helpers import assert_ledger_balanced, import_small, run_all, stop_gates_of
 
 import devstack
-from cli.starting import start_workflows
+from control.starting import start_workflows
 from schema import queries
 from schema.db import Database
 

@@ -28,8 +28,8 @@ from test_api_generations import _image, _tenant, gateway
 import devstack
 from adapters.storage import ObjectStorage
 from cli.output import EXIT_UNAVAILABLE
-from cli.starting import start_workflows
 from config.settings import Settings
+from control.starting import start_workflows
 from devstack.probes import psycopg_conninfo
 from reelqueue_client import GenerationRequest
 from schema import queries

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from stack_helpers import assert_ledger_balanced, import_small
 from test_review_gallery import BROWSER_ARGS, CHROMIUM, _browser_or_skip
 
-from cli.starting import start_workflows
+from control.starting import start_workflows
 from schema import queries
 from schema.db import Database
 from schema.import_scope import in_import

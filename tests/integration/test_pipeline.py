@@ -13,7 +13,7 @@ from temporalio.worker import Replayer
 
 from adapters.media.transcode import probe
 from adapters.storage import ObjectStorage
-from cli.starting import start_workflows
+from control.starting import start_workflows
 from schema import queries
 from schema.db import Database
 from workflows.generation import GenerationWorkflow

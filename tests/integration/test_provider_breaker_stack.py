@@ -16,7 +16,7 @@ from cli_helpers import run_cli_async
 from sqlalchemy import select
 from stack_helpers import assert_ledger_balanced, import_small, serving, wait_for_status
 
-from cli.starting import start_workflows
+from control.starting import start_workflows
 from schema import queries
 from schema.admission import BreakerMode, BreakerPolicy, GateSnapshot, ProviderLimits
 from schema.db import Database

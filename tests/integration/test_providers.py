@@ -25,8 +25,8 @@ from stack_helpers import assert_ledger_balanced, make_catalog, serving, wait_fo
 from adapters.storage import ObjectStorage
 from catalog.plan import load_plan
 from catalog.service import run_import
-from cli.starting import start_workflows
 from control.resolve import resolve_task
+from control.starting import start_workflows
 from schema import queries
 from schema.contracts import CancelRequest, ResolveAction, ResolveRequest
 from schema.db import Database

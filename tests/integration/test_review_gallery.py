@@ -135,7 +135,7 @@ async def test_review_gallery_end_to_end(stack, client, task_queue, tmp_path, em
         with Database(stack.database_url).transaction() as session:
             tasks = queries.list_tasks(session, summary.import_id)
         assert len(tasks) == 8
-        from cli.starting import start_workflows
+        from control.starting import start_workflows
 
         jobs_before = len(emulator_jobs())
         await start_workflows(client, tasks, summary.import_id, task_queue)

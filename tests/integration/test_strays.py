@@ -14,7 +14,7 @@ from stack_helpers import import_small, wait_for_status
 from activities.submit import request_key
 from adapters.providers.base import GenerationRequest
 from adapters.providers.emulator import EmulatorProvider
-from cli.starting import start_workflows
+from control.starting import start_workflows
 from schema import queries
 from schema.db import Database
 from schema.models import CreditEntry

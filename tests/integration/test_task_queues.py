@@ -18,7 +18,7 @@ from sqlalchemy import select
 from stack_helpers import assert_ledger_balanced, import_small, run_all, stop_gates_of
 
 from activities.failpoints import ENV as FAILPOINTS_ENV
-from cli.starting import start_workflows
+from control.starting import start_workflows
 from devstack.drill import ledger_violations, start_worker, stop_worker, wait_exit, wait_worker_ready
 from devstack.ports import pick_ports
 from schema import queries
