@@ -179,7 +179,7 @@ async def park_workflows(settings, import_id: str, tasks: int, jobs: int) -> lis
 
 def _body(job: Job, status: str, progress: float, updated: datetime) -> bytes:
     """The job JSON as the emulator's `view` gives it (outputs and usage once succeeded)."""
-    from emulator.wire import JobOut, OutputOut, UsageOut
+    from adapters.providers.emulator_api import JobOut, OutputOut, UsageOut
 
     created = updated - timedelta(seconds=30)
     out = JobOut(id=job.job_id, request_key=job.request_key, model=job.model, aspect_ratio=job.aspect_ratio,

@@ -13,6 +13,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 
+from adapters.providers.emulator_api import JobList, JobOut, SubmitIn
 from emulator.clock import JobClock
 from emulator.config import EmulatorConfig
 from emulator.dialects import DIALECTS, DialectError, dialect_for
@@ -23,7 +24,7 @@ from emulator.signing import check_file_token
 from emulator.stats import StatsBoard
 from emulator.store import JobStore
 from emulator.webhooks import WebhookSender
-from emulator.wire import Faults, JobList, JobOut, SimJobList, SimStats, SubmitIn
+from emulator.wire import Faults, SimJobList, SimStats
 from emulator.worker import RenderPool
 
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from adapters.providers.emulator_api import JobOut, SubmitIn
 from emulator.clock import JobClock
 from emulator.config import EmulatorConfig
 from emulator.faults import DEFECTS, FaultBoard
 from emulator.service import JobService
 from emulator.stats import StatsBoard
 from emulator.store import JobRecord, JobStore
-from emulator.wire import ALIVE, WAITING, JobOut, SubmitIn
+from emulator.wire import ALIVE, WAITING
 
 RETRY_AFTER_S = 1.0  # the hint sent with an injected 429/5xx, a full queue and an outage
 

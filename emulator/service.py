@@ -10,12 +10,13 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from adapters.providers.emulator_api import ErrorOut, JobOut, OutputOut, SubmitIn, UsageOut
 from emulator.config import EmulatorConfig
 from emulator.signing import file_token
 from emulator.store import JobRecord, JobStore
 from emulator.timing import PROGRESS_CAP, running_progress
 from emulator.webhooks import WebhookSender
-from emulator.wire import ALIVE, ErrorOut, JobOut, OutputOut, SimJobOut, SubmitIn, UsageOut
+from emulator.wire import ALIVE, SimJobOut
 
 
 def _ts(epoch: float) -> datetime:

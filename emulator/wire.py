@@ -1,83 +1,18 @@
-"""The emulator's wire format (JSON bodies), shared by the server and the EmulatorProvider."""
+"""The emulator's wire format: the provider contract it serves (adapters/providers/emulator_api.py,
+where the EmulatorProvider reads it) and its own test hooks (`/_sim/...`)."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+from pydantic import BaseModel, Field, model_validator
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from adapters.providers.emulator_api import ErrorOut, JobOut
 
-from adapters.media.transcode import PROXY_FRAME
-
-MIN_DURATION_S = 1.0
-MAX_DURATION_S = 10.0
-ASPECT_RATIOS = list(PROXY_FRAME)
 # The content filter: a job whose prompt holds this word fails moderation (SAFETY.INPUT.TEXT).
 MODERATED_WORD = "forbidden-content"
 
-JobStatusName = Literal["queued", "throttled", "running", "succeeded", "failed", "canceled"]
 WAITING: tuple[str, ...] = ("queued", "throttled")  # jobs that count towards max_queued
 ALIVE: tuple[str, ...] = (*WAITING, "running")
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "canceled"})
-
-
-class SubmitIn(BaseModel):
-    request_key: str = Field(min_length=1, max_length=255)
-    model: str = Field(min_length=1, max_length=100)
-    prompt: str = Field(default="", max_length=2000)
-    image_url: str | None = None
-    aspect_ratio: str
-    duration_s: float = Field(ge=MIN_DURATION_S, le=MAX_DURATION_S)
-    overlay_lines: list[str] = Field(default_factory=list, max_length=8)
-    webhook_url: str | None = None
-
-    @field_validator("aspect_ratio")
-    @classmethod
-    def _known_ratio(cls, value: str) -> str:
-        if value not in PROXY_FRAME:
-            raise ValueError(f"aspect_ratio must be one of {ASPECT_RATIOS}")
-        return value
-
-    @field_validator("image_url", "webhook_url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http(s) URL")
-        return value
-
-
-class OutputOut(BaseModel):
-    url: str
-    expires_at: datetime
-
-
-class UsageOut(BaseModel):
-    seconds: float
-    cost: float
-
-
-class ErrorOut(BaseModel):
-    code: str
-    message: str
-
-
-class JobOut(BaseModel):
-    id: str
-    request_key: str
-    model: str
-    aspect_ratio: str
-    duration_s: float
-    status: JobStatusName
-    progress: float = Field(ge=0, le=1)
-    created_at: datetime
-    updated_at: datetime
-    output: list[OutputOut] | None = None
-    usage: UsageOut | None = None
-    error: ErrorOut | None = None
-
-
-class JobList(BaseModel):
-    data: list[JobOut]
 
 
 class SimJobOut(JobOut):

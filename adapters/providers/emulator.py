@@ -28,10 +28,10 @@ from adapters.providers.base import (
     WebhookEvent,
     WebhookRejected,
 )
+from adapters.providers.emulator_api import ASPECT_RATIOS, MAX_DURATION_S, MIN_DURATION_S, ErrorOut, JobList, JobOut
 from adapters.providers.http import json_body as _body
 from adapters.providers.http import retry_after, retryable_status
 from adapters.webhooks import StandardWebhookVerifier, verified
-from emulator.wire import ASPECT_RATIOS, MAX_DURATION_S, MIN_DURATION_S, ErrorOut, JobList, JobOut
 
 _STATUS = {
     "queued": JobStatus.QUEUED,

@@ -11,7 +11,7 @@ from types import ModuleType
 
 from fastapi.responses import JSONResponse
 
-from emulator.wire import ASPECT_RATIOS
+from adapters.providers.emulator_api import ASPECT_RATIOS
 
 
 class DialectError(Exception):

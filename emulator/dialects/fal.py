@@ -18,9 +18,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from adapters.providers.emulator_api import JobOut, SubmitIn
 from emulator.dialects import DialectError
 from emulator.engine import Engine, EngineRefusal
-from emulator.wire import WAITING, JobOut, SubmitIn
+from emulator.wire import WAITING
 
 PREFIX = "fal"
 APPS = ("fal-ai/kling-video",)

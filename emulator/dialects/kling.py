@@ -21,10 +21,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from adapters.providers.emulator_api import JobOut, SubmitIn
 from adapters.providers.http import EMULATED_API_KEY
 from emulator.dialects import DialectError
 from emulator.engine import Engine, EngineRefusal
-from emulator.wire import JobOut, SubmitIn
 
 PREFIX = "kling"
 _STATUS = {"queued": "submitted", "throttled": "submitted", "running": "processing", "succeeded": "succeed",

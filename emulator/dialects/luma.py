@@ -18,10 +18,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from adapters.providers.emulator_api import JobOut, SubmitIn
 from emulator.dialects import DialectError
 from emulator.engine import Engine, EngineRefusal
 from emulator.store import JobRecord
-from emulator.wire import JobOut, SubmitIn
 
 PREFIX = "luma"
 _STATE = {"queued": "queued", "throttled": "queued", "running": "dreaming", "succeeded": "completed",

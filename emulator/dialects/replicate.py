@@ -21,10 +21,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from adapters.providers.emulator_api import JobOut, SubmitIn
 from emulator.dialects import DialectError, retry_headers
 from emulator.engine import Engine, EngineRefusal
 from emulator.store import JobRecord
-from emulator.wire import JobOut, SubmitIn
 
 PREFIX = "replicate"
 MODELS = ("kwaivgi/kling-v2.1", "kwaivgi/kling-v2.1-master")

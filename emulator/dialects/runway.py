@@ -19,9 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from adapters.providers.emulator_api import JobOut, SubmitIn
 from emulator.dialects import DialectError, engine_ratio, retry_headers
 from emulator.engine import Engine, EngineRefusal
-from emulator.wire import JobOut, SubmitIn
 
 PREFIX = "runway"
 VERSION = "2024-11-06"

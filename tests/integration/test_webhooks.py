@@ -27,11 +27,11 @@ from temporalio.testing import ActivityEnvironment
 from activities.submit import SubmitActivities, request_key
 from adapters.providers import build_providers
 from adapters.providers.base import GenerationRequest
+from adapters.providers.emulator_api import JobOut
 from adapters.storage import ObjectStorage
 from config.settings import Settings
 from emulator.config import new_webhook_secret
 from emulator.signing import webhook_headers
-from emulator.wire import JobOut
 from schema import queries
 from schema.contracts import AttemptRef, GenerationInput, ProviderUpdate, SubmitActivityResult
 from schema.db import Database

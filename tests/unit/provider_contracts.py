@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
+from adapters.providers.emulator_api import ErrorOut, JobOut, OutputOut, UsageOut
 from adapters.providers.http import HttpProvider, ProviderConfig
 from emulator.app import create_app
-from emulator.wire import ErrorOut, JobOut, OutputOut, UsageOut
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.providers.emulator_api import SubmitIn
 from emulator.clock import JobClock
 from emulator.config import EmulatorConfig
 from emulator.faults import FaultBoard
@@ -15,7 +16,7 @@ from emulator.service import JobService
 from emulator.stats import StatsBoard
 from emulator.store import JobStore
 from emulator.webhooks import WebhookSender
-from emulator.wire import Faults, SubmitIn
+from emulator.wire import Faults
 
 
 class Rig:

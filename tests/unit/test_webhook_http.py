@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adapters.providers.emulator import EmulatorProvider
+from adapters.providers.emulator_api import JobOut
 from emulator.config import new_webhook_secret
 from emulator.signing import webhook_headers
-from emulator.wire import JobOut
 from gateway.app import create_app
 from gateway.deps import GatewayDeps
 from gateway.signals import TemporalSignaler, signal_request_id

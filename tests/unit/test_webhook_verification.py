@@ -14,9 +14,9 @@ from standardwebhooks import Webhook
 
 from adapters.providers.base import JobStatus, WebhookRejected
 from adapters.providers.emulator import EmulatorProvider
+from adapters.providers.emulator_api import JobOut
 from emulator.config import new_webhook_secret
 from emulator.signing import webhook_headers
-from emulator.wire import JobOut
 
 SECRET = new_webhook_secret()
 
