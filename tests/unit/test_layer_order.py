@@ -1,0 +1,60 @@
+"""The layers import only downwards (docs/architecture.md, "Where things are"): a module may import
+its own part and the parts of lower rank, never a higher one. Entry points (cli, gateway, devstack,
+bench, the emulator) share the top rank. The imports that still break the order are listed in
+KNOWN, each a debt: a new one fails this test, and so does an entry that no longer holds (remove it
+once the import is moved)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RANK = {
+    "config": 0, "reelqueue_client": 0, "telemetry": 1, "schema": 2, "adapters": 3, "catalog": 4, "metrics": 4,
+    "activities": 5, "workflows": 6, "control": 7, "delivery": 7,
+    "cli": 8, "gateway": 8, "devstack": 8, "bench": 8, "emulator": 8, "examples": 8,
+}
+KNOWN = {
+    ("config/settings.py", "schema.admission"),
+    ("config/settings.py", "workflows.api"),
+    ("schema/contracts.py", "adapters.providers.base"),
+    ("schema/admission.py", "adapters.providers.base"),
+    ("schema/webhook_inbox.py", "adapters.providers.base"),
+    ("catalog/importer.py", "workflows.api"),
+    ("metrics/__init__.py", "workflows.api"),
+    ("activities/admission.py", "workflows"),
+    ("control/imports.py", "cli.starting"),
+}
+
+
+def imports_of(path: Path) -> Iterator[str]:
+    """Every absolute import in the module, at any depth (imports inside functions count too)."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+
+
+def upward_imports() -> set[tuple[str, str]]:
+    found = set()
+    for part, rank in RANK.items():
+        for path in sorted((ROOT / part).rglob("*.py")):
+            for module in imports_of(path):
+                target = module.split(".")[0]
+                if target != part and RANK.get(target, -1) > rank:
+                    found.add((path.relative_to(ROOT).as_posix(), module))
+    return found
+
+
+def test_every_part_has_a_rank():
+    parts = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert parts <= set(RANK), f"give these a rank: {sorted(parts - set(RANK))}"
+
+
+def test_no_import_runs_up_the_layers():
+    found = upward_imports()
+    assert not found - KNOWN, f"imports of a higher layer: {sorted(found - KNOWN)}"
+    assert not KNOWN - found, f"no longer imported, remove from KNOWN: {sorted(KNOWN - found)}"
