@@ -112,7 +112,7 @@ def run(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Start one durable workflow per task of an import (already started tasks are left alone)."""
-    from control.imports import start_import_tasks
+    from cli.starting import start_import_tasks
 
     settings = get_settings()
     db = _db(settings)

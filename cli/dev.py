@@ -94,7 +94,7 @@ def demo(
     from catalog.plan import load_plan
     from catalog.service import run_import
     from cli.commands import wait_for_import
-    from control.imports import start_import_tasks
+    from cli.starting import start_import_tasks
     from control.ledger_audit import audit_ledger
     from schema import queries
     from schema.db import Database

@@ -1,14 +1,15 @@
-"""Progress for the CLI: starting an import's workflows (control/starting.py) and waiting on them."""
+"""Progress for the CLI: starting an import's workflows (control/imports.py) and waiting on them."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from temporalio.client import Client
 
-from control.starting import TaskToStart, start_workflows
+from config.settings import Settings
+from schema.db import Database
 from schema.state_machine import TERMINAL, TaskStatus
 
 # Where `run --wait` stops waiting for a task: it ended, or nothing moves it until a person acts.
@@ -16,13 +17,20 @@ SETTLED_FOR_NOW: frozenset[TaskStatus] = TERMINAL | {TaskStatus.INVALID, TaskSta
                                                       TaskStatus.REVIEW}
 
 
-async def start_with_progress(client: Client, tasks: Iterable[TaskToStart], total: int, import_id: str,
-                              task_queue: str, *, show: bool) -> dict[str, int]:
-    """start_workflows with a progress bar (hidden for --json)."""
-    with progress_bars(show) as progress:
-        bar = progress.add_task("starting", total=total)
-        return await start_workflows(client, tasks, import_id, task_queue,
-                                     on_start=lambda: progress.advance(bar))
+def start_import_tasks(settings: Settings, db: Database, import_id: str, total: int, *, show: bool) -> dict[str, int]:
+    """`reelqueue run` (and `dev demo`): every task's workflow started, with a progress bar (hidden
+    for --json) and a client of its own."""
+    from adapters.temporal_client import connect
+    from control.imports import start_import_workflows
+
+    async def start() -> dict[str, int]:
+        client = await connect(settings)
+        with progress_bars(show) as progress:
+            bar = progress.add_task("starting", total=total)
+            return await start_import_workflows(client, db, import_id, settings.task_queue,
+                                                on_start=lambda: progress.advance(bar))
+
+    return asyncio.run(start())
 
 
 def progress_bars(show: bool, *, transient: bool = False) -> Progress:

@@ -109,24 +109,14 @@ def owned_import_total(db: Database, tenant_id: str, import_id: str) -> int | No
         return queries.count_tasks(session, import_id)
 
 
-async def start_import_workflows(client: Client, db: Database, import_id: str, total: int, task_queue: str, *,
-                                 show: bool = False) -> dict[str, int]:
-    """Start every task's workflow, reading the tasks page by page (bounded memory at any size)."""
-    from cli.starting import start_with_progress
+async def start_import_workflows(client: Client, db: Database, import_id: str, task_queue: str, *,
+                                 on_start: Callable[[], None] | None = None) -> dict[str, int]:
+    """Start every task's workflow, reading the tasks page by page (bounded memory at any size);
+    `on_start` is told after each task (the CLI's progress bar)."""
+    from control.starting import start_workflows
 
-    return await start_with_progress(client, queries.iter_tasks_to_start(db, import_id), total, import_id,
-                                     task_queue, show=show)
-
-
-def start_import_tasks(settings: Settings, db: Database, import_id: str, total: int, *, show: bool) -> dict[str, int]:
-    """`reelqueue run`: start_import_workflows with a client of its own."""
-    from adapters.temporal_client import connect
-
-    async def start() -> dict[str, int]:
-        client = await connect(settings)
-        return await start_import_workflows(client, db, import_id, total, settings.task_queue, show=show)
-
-    return asyncio.run(start())
+    return await start_workflows(client, queries.iter_tasks_to_start(db, import_id), import_id, task_queue,
+                                 on_start=on_start)
 
 
 async def cancel_import_tasks(client: Client, db: Database, import_id: str, reason: str, *, by: str,

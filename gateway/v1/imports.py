@@ -86,7 +86,7 @@ async def run_import_tasks(import_id: ImportId, principal: Tenant, deps: Deps) -
     total = await run_in_threadpool(owned_import_total, deps.db, principal.tenant_id, import_id)
     if total is None:
         raise _not_found()
-    started = await start_import_workflows(await _temporal(deps), deps.db, import_id, total, deps.task_queue)
+    started = await start_import_workflows(await _temporal(deps), deps.db, import_id, deps.task_queue)
     return {"import_id": import_id, "tasks": total, **started}
 
 

@@ -25,7 +25,6 @@ KNOWN = {
     ("catalog/importer.py", "workflows.api"),
     ("metrics/__init__.py", "workflows.api"),
     ("activities/admission.py", "workflows"),
-    ("control/imports.py", "cli.starting"),
 }
 
 
