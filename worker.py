@@ -29,9 +29,9 @@ from temporalio.worker import Worker
 from activities import build_activities
 from adapters.temporal_client import connect
 from config.settings import Settings, get_settings
+from contracts import workflow_api as api
 from metrics.activities import ActivityMetrics
 from metrics.server import serve_metrics
-from workflows import api
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
 from workflows.renditions import RenditionsWorkflow

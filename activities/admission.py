@@ -16,6 +16,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from activities.errors import classified_async
+from contracts import workflow_api as api
 from schema.admission import (
     AdmissionInput,
     BreakerPolicy,
@@ -26,7 +27,6 @@ from schema.admission import (
     SlotRequest,
     effective_limits,
 )
-from workflows import api
 
 NOTICE_TIMEOUT_S = 10.0
 log = logging.getLogger(__name__)

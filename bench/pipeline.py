@@ -136,9 +136,9 @@ async def queue_latency(settings, import_id: str) -> dict:  # noqa: ANN001
     """Schedule-to-start (seconds) of first attempts on the io and media queues, and of workflow tasks,
     from each task's workflow history: p50, p95, max and how many; and the histories' mean length."""
     from adapters.temporal_client import connect
+    from contracts import workflow_api as api
     from schema import queries
     from schema.db import Database
-    from workflows import api
 
     with Database(settings.database_url).transaction() as session:
         ids = [t.workflow_id for t in queries.list_tasks(session, import_id)]

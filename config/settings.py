@@ -19,8 +19,8 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from config.secrets import SecretFilesSource
+from contracts.workflow_api import DEFAULT_TASK_QUEUE
 from schema.admission import BreakerPolicy, ProviderLimits
-from workflows.api import DEFAULT_TASK_QUEUE
 
 STACK_FILE = "stack.json"
 

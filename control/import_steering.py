@@ -10,6 +10,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from contracts import workflow_api as api
 from control.imports import CANCEL_CONCURRENCY, for_each, open_tasks
 from schema import queries
 from schema.contracts import PauseRequest
@@ -17,7 +18,6 @@ from schema.db import Database
 from schema.import_scope import import_task_ids
 from schema.models import CatalogImport, CreditEntry, Plan, StateEvent, Task
 from schema.state_machine import TERMINAL
-from workflows import api
 
 
 class ImportRow(BaseModel):

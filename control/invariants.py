@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from adapters.storage import ListedObject, ObjectStorage
 from adapters.temporal_client import connect
 from config.settings import Settings
+from contracts import workflow_api as api
 from control.ledger_audit import audit_ledger
 from control.storage_gc import STAGING_PART, pages, referenced_keys, task_of
 from schema import invariants as inv
@@ -34,7 +35,6 @@ from schema.db import Database
 from schema.invariants import AssetRow, Invariant, InvariantReport, RuleResult
 from schema.ledger_check import LEDGER_FINAL
 from schema.models import Task
-from workflows import api
 
 # An object written a moment before its row (a put, then the asset's insert) is not an orphan yet:
 # only one older than this is. A run that has ended (no writer left) may pass 0.

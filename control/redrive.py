@@ -13,12 +13,12 @@ from sqlalchemy import select
 
 from adapters.temporal_client import connect
 from config.settings import Settings
+from contracts import workflow_api as api
 from control.starting import start_workflows
 from schema import queries, task_store
 from schema.db import Database
 from schema.models import Task
 from schema.state_machine import REDRIVABLE, TaskEvent, TaskStatus
-from workflows import api
 
 
 class RedriveRefused(ValueError):

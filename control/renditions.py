@@ -16,11 +16,11 @@ from temporalio.service import RPCError
 
 from adapters.temporal_client import connect
 from config.settings import Settings
+from contracts import workflow_api as api
 from schema.contracts import RenditionsResult, TranscodeInput
 from schema.db import Database
 from schema.models import Task
 from schema.renditions import task_renditions
-from workflows import api
 
 RETRY_TIMEOUT = timedelta(minutes=30)
 

@@ -13,9 +13,9 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from contracts import workflow_api as api
 from schema.contracts import GenerationInput
 from schema.state_machine import TERMINAL
-from workflows import api
 from workflows import search_attributes as sa
 from workflows.generation import GenerationWorkflow
 

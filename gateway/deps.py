@@ -15,10 +15,10 @@ from fastapi import Request
 
 from adapters.providers.base import VideoProvider
 from config.settings import Settings
+from contracts.workflow_api import DEFAULT_TASK_QUEUE
 from schema.admission import ProviderLimits
 from schema.contracts import ProviderUpdate
 from schema.db import Database
-from workflows.api import DEFAULT_TASK_QUEUE
 
 if TYPE_CHECKING:
     from temporalio.client import Client

@@ -24,7 +24,7 @@ from telemetry.redaction import add_secrets, redact, secrets_of
 LogFormat = Literal["json", "text"]
 FORMATS: tuple[str, ...] = ("json", "text")
 _bound: ContextVar[dict[str, Any] | None] = ContextVar("log_fields", default=None)
-# workflows/api.py: workflow_id (gen-{task}[-run{n}]) and renditions_id (renditions-{task})
+# contracts/workflow_api.py: workflow_id (gen-{task}[-run{n}]) and renditions_id (renditions-{task})
 _TASK_OF_WORKFLOW = re.compile(r"^(?:gen-(?P<task>.+?)(?:-run\d+)?|renditions-(?P<again>.+))$")
 _QUIET = {"httpx": logging.WARNING, "httpcore": logging.WARNING}  # a line per HTTP request
 _ORDER = ("time", "level", "service", "logger", "message", "task_id", "workflow_id", "run_id", "attempt",

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.review import ReviewActivities
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
+    from contracts import workflow_api as api
     from schema.admission import AdmissionInput, PlanLimits, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
     from schema.contracts import (
         AssetRef,
@@ -79,7 +80,6 @@ with workflow.unsafe.imports_passed_through():
         run_suffix,
     )
     from schema.state_machine import TERMINAL, TaskEvent, TaskStatus
-    from workflows import api
     from workflows.observations import Inbox, PollCadence, needs_status_call, terminal
     from workflows.queues import fetch_priority, queue_of
     from workflows.search_attributes import TASK_STATUS, shown_status

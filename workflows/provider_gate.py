@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from contracts import workflow_api as api
     from schema.admission import (
         BreakerMode,
         BreakerPolicy,
@@ -47,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
         SlotRenewal,
         SlotRequest,
     )
-    from workflows import api, breaker
+    from workflows import breaker
 
 LEASE = timedelta(minutes=15)  # the default; GateInput.lease_s sets it
 LEASE_PROBE = "lease-probe-v1"  # expired leases are checked with the holder before they are taken back

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 from temporalio.common import Priority
 
-from workflows import api
+from contracts import workflow_api as api
 
 
 def queue_of(activity_name: str, patch: str, patched: Callable[[str], bool] = workflow.patched) -> str | None:

@@ -15,12 +15,12 @@ from sqlalchemy import select
 from stack_helpers import import_small, run_all
 
 import devstack
+from contracts import workflow_api as api
 from control.starting import start_workflows
 from schema import queries
 from schema.admission import GateSnapshot
 from schema.db import Database
 from schema.models import StateEvent
-from workflows import api
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,11 @@ from cli_helpers import run_cli, run_cli_async
 from sqlalchemy import update
 from stack_helpers import import_small, run_all, start_one_at_provider
 
+from contracts import workflow_api as api
 from schema import queries
 from schema.contracts import CancelRequest
 from schema.db import Database
 from schema.models import Attempt, CreditEntry, StateEvent, Task
-from workflows import api
 
 pytestmark = pytest.mark.integration
 

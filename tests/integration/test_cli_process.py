@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from stack_helpers import import_small
 
+from contracts import workflow_api as api
 from schema.admission import GateInput, GateSnapshot
-from workflows import api
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from activities.failpoints import POINTS
+from contracts import workflow_api as api
 from devstack.drill import DrillResult, run_drills
-from workflows import api
 
 pytestmark = pytest.mark.integration
 

@@ -16,12 +16,12 @@ from cli_helpers import run_cli_async
 from sqlalchemy import select
 from stack_helpers import assert_ledger_balanced, import_small, serving, wait_for_status
 
+from contracts import workflow_api as api
 from control.starting import start_workflows
 from schema import queries
 from schema.admission import BreakerMode, BreakerPolicy, GateSnapshot, ProviderLimits
 from schema.db import Database
 from schema.models import Attempt
-from workflows import api
 
 pytestmark = pytest.mark.integration
 POLICY = BreakerPolicy(failures=3, failure_ratio=0.5, window_s=60, cooldown_s=30)

@@ -11,11 +11,11 @@ from cli_helpers import run_cli_async
 from sqlalchemy import select
 from stack_helpers import import_small, run_all
 
+from contracts import workflow_api as api
 from schema import queries
 from schema.assets import record_asset
 from schema.db import Database
 from schema.models import CreditEntry, Task
-from workflows import api
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from sqlalchemy.engine import make_url
 from cli.secrets import COMPOSE_SECRETS, init_env_file, read_env_file
 from config.secrets import PLACEHOLDERS
 from config.settings import Settings
+from contracts import workflow_api as api
 from devstack import SEARCH_ATTRIBUTES
-from workflows import api
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {"postgres", "temporal-postgres", "temporal", "temporal-ui", "minio", "emulator", "gateway", "worker-io",

@@ -10,8 +10,8 @@ import threading
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.admission import GateNotices
+from contracts import workflow_api as api
 from schema.admission import SlotRenewal
-from workflows import api
 
 RENEWAL = SlotRenewal(workflow_id="gen-t1", token=7, accepted=True)
 

@@ -12,19 +12,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RANK = {
-    "config": 0, "reelqueue_client": 0, "telemetry": 1, "schema": 2, "adapters": 3, "catalog": 4, "metrics": 4,
+    "config": 0, "contracts": 0, "reelqueue_client": 0, "telemetry": 1, "schema": 2, "adapters": 3,
+    "catalog": 4, "metrics": 4,
     "activities": 5, "workflows": 6, "control": 7, "delivery": 7,
     "cli": 8, "gateway": 8, "devstack": 8, "bench": 8, "emulator": 8, "examples": 8,
 }
 KNOWN = {
     ("config/settings.py", "schema.admission"),
-    ("config/settings.py", "workflows.api"),
     ("schema/contracts.py", "adapters.providers.base"),
     ("schema/admission.py", "adapters.providers.base"),
     ("schema/webhook_inbox.py", "adapters.providers.base"),
-    ("catalog/importer.py", "workflows.api"),
-    ("metrics/__init__.py", "workflows.api"),
-    ("activities/admission.py", "workflows"),
 }
 
 

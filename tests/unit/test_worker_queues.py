@@ -7,7 +7,7 @@ import pytest
 import worker
 from activities import build_activities
 from config.settings import Settings
-from workflows import api
+from contracts import workflow_api as api
 
 
 def test_queues_option() -> None:

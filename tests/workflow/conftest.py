@@ -25,7 +25,7 @@ from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from workflow_fakes import HISTORIES, RECORD, TASK_ID, World, media_worker
 
-from workflows import api
+from contracts import workflow_api as api
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
 

@@ -25,6 +25,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from workflow_fakes import ask_gate, media_worker
 
+from contracts import workflow_api as api
 from schema import state_machine as sm
 from schema.admission import AdmissionInput, BreakerPolicy, SlotGrant
 from schema.contracts import (
@@ -50,7 +51,6 @@ from schema.contracts import (
     TransitionResult,
     ValidationResult,
 )
-from workflows import api
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
 

@@ -19,11 +19,11 @@ from temporalio.client import WorkflowHandle
 from test_generation_paths import FOUND, NOT_ASKABLE
 from workflow_fakes import HISTORIES, RECORD, SUCCEEDED, outage, resolve, unknown, until
 
+from contracts import workflow_api as api
 from schema.admission import GateInput, GateSnapshot
 from schema.contracts import ResolveAction
 from schema.state_machine import TERMINAL
 from schema.state_machine import TaskStatus as S
-from workflows import api
 from workflows.generation import ADMISSION_BOUNDED
 from workflows.provider_gate import ProviderGateWorkflow
 

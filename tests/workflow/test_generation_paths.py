@@ -32,6 +32,7 @@ from workflow_fakes import (
     until,
 )
 
+from contracts import workflow_api as api
 from schema.admission import PlanLimits
 from schema.contracts import (
     ErrorClass,
@@ -42,7 +43,6 @@ from schema.contracts import (
     ResolveAction,
 )
 from schema.state_machine import TaskStatus as S
-from workflows import api
 
 FOUND = ReconcileResult(outcome=ReconcileOutcome.FOUND, job_id="job-1")
 ABSENT = ReconcileResult(outcome=ReconcileOutcome.ABSENT, evidence="no job for t1-a1")

@@ -13,9 +13,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from workflow_fakes import SUCCEEDED, ending, job, until
 
+from contracts import workflow_api as api
 from schema.contracts import JobStatus, LiveDetails, PauseRequest
 from schema.state_machine import TaskStatus as S
-from workflows import api
 from workflows.generation import IMPORT_PAUSE
 
 

@@ -21,11 +21,11 @@ from test_admission_bounds import finish, snapshot
 from test_live_details import current_details
 from workflow_fakes import HISTORIES, RECORD, until
 
+from contracts import workflow_api as api
 from metrics.sdk import SdkMetrics
 from schema.admission import BreakerMode, BreakerPolicy, GateSnapshot
 from schema.contracts import CancelRequest
 from schema.state_machine import TaskStatus as S
-from workflows import api
 from workflows.generation import BREAKER
 from workflows.provider_gate import BREAKER as GATE_BREAKER
 

@@ -21,8 +21,8 @@ from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from contracts import workflow_api as api
 from schema.admission import GateInput, GateSnapshot, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
-from workflows import api
 from workflows.provider_gate import LEASE, ProviderGateWorkflow
 
 

@@ -17,8 +17,8 @@ from temporalio.worker import Worker
 from workflow_fakes import HISTORIES, RECORD, ending, media_worker, outage
 
 from activities.errors import OUTPUT_INVALID
+from contracts import workflow_api as api
 from schema.contracts import RenditionOut, RenditionProfile, RenditionsResult, RenditionStatus, TranscodeInput
-from workflows import api
 from workflows.renditions import RenditionsWorkflow
 
 UNREADABLE = ApplicationError("unreadable", type=OUTPUT_INVALID, non_retryable=True)

@@ -26,9 +26,9 @@ from workflow_fakes import (
     until,
 )
 
+from contracts import workflow_api as api
 from schema.contracts import ReviewAction, ReviewRequest, ReviewResult
 from schema.state_machine import TaskStatus as S
-from workflows import api
 
 HISTORY_FOLDER = "review-v1"
 TO_REVIEW = ["VALIDATING", "QUOTA_RESERVED", "QUEUED", "DISPATCHING", "SUBMITTED", "RUNNING", "OUTPUT_FETCHING",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from workflow_fakes import TASK_ID, World, ending, refusal, resolve, review_policy, unknown, until
 
+from contracts import workflow_api as api
 from schema.contracts import (
     JobStatus,
     ReconcileOutcome,
@@ -21,7 +22,6 @@ from schema.contracts import (
     StrayJobResult,
 )
 from schema.state_machine import TaskStatus as S
-from workflows import api
 
 HISTORY_FOLDER = "strays-v1"
 STRAY_COST = StrayJobResult(status=JobStatus.CANCELED, cost=1.0)

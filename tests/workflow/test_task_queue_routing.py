@@ -12,8 +12,8 @@ from temporalio import activity
 from temporalio.worker import Worker
 from workflow_fakes import HISTORIES, RECORD, ending, media_worker, review_policy
 
+from contracts import workflow_api as api
 from schema.contracts import RenditionOut, RenditionProfile, RenditionsResult, RenditionStatus, TranscodeInput
-from workflows import api
 from workflows.renditions import RenditionsWorkflow
 
 HISTORY_FOLDER = "task-queues-v1"

@@ -14,9 +14,9 @@ from fleet_fakes import Fleet, running_fleet
 from test_admission_bounds import finish, snapshot
 from workflow_fakes import HISTORIES, RECORD, until
 
+from contracts import workflow_api as api
 from schema.contracts import CancelRequest
 from schema.state_machine import TaskStatus as S
-from workflows import api
 from workflows.generation import TENANT_ADMISSION
 
 FOLDER = HISTORIES.parent / TENANT_ADMISSION

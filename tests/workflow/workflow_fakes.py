@@ -26,6 +26,7 @@ from temporalio.worker import Worker
 
 from activities import admission
 from activities.errors import DEPENDENCY_UNAVAILABLE, DISPATCH_NOT_CLAIMED, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
+from contracts import workflow_api as api
 from schema import state_machine as sm
 from schema.admission import AdmissionInput, BreakerPolicy, GateInput, PlanLimits, SlotGrant, SlotRenewal
 from schema.contracts import (
@@ -64,7 +65,6 @@ from schema.contracts import (
     TransitionResult,
     ValidationResult,
 )
-from workflows import api
 
 # Recorded histories of this workflow version (earlier versions' folders stay, and keep replaying).
 HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "renditions-v1"
