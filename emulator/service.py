@@ -133,6 +133,7 @@ class JobService:
         return SimJobOut(
             **self.view(job).model_dump(),
             renders=job.renders,
+            render_state=job.render_state,
             fail_injected=job.fail_injected,
             defect=job.defect,
             webhook_url=job.webhook_url,

@@ -17,9 +17,11 @@ TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "canceled"})
 
 class SimJobOut(JobOut):
     """A job as the test hooks see it: plus how often its video was produced (rendered or taken
-    from the render cache) and whether it was doomed."""
+    from the render cache), how far that is (`render_state`: None, "rendering", "done": its input
+    image was fetched by then) and whether it was doomed."""
 
     renders: int
+    render_state: str | None = None
     fail_injected: bool
     defect: str | None = None  # "black" / "frozen": injected by /_sim/faults
     webhook_url: str | None = None

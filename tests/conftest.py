@@ -34,19 +34,32 @@ def pytest_timeout_set_timer(item: pytest.Item, settings):
     def name_then_fail(signum, frame):
         __tracebackhide__ = True
         capture = item.config.pluginmanager.getplugin("capturemanager")
+        where: list[str] = []
+        loop = asyncio._get_running_loop()
+        for task in asyncio.all_tasks(loop) if loop else ():
+            code = getattr(task.get_coro(), "cr_code", None)
+            if code is not None and code.co_filename == str(item.path):
+                where += [f"    waiting at {f.f_code.co_filename}:{f.f_lineno}" for f in _awaiting(task.get_coro())]
         with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
             terminal = item.config.get_terminal_writer()
             terminal.line(f"\n+++ {item.nodeid} ran past its {settings.timeout:g}-s timeout +++", red=True)
-            loop = asyncio._get_running_loop()
-            for task in asyncio.all_tasks(loop) if loop else ():
-                code = getattr(task.get_coro(), "cr_code", None)
-                if code is not None and code.co_filename == str(item.path):
-                    for frame_ in task.get_stack():
-                        terminal.line(f"    waiting at {frame_.f_code.co_filename}:{frame_.f_lineno}")
+            for line in where:
+                terminal.line(line)
             terminal.flush()
+        if where:  # in the failure too: a pytest-xdist worker's terminal is nobody's
+            pytest.fail("\n".join([f"Timeout (>{settings.timeout:g}s) from pytest-timeout", *where]))
         fail_the_test(signum, frame)
 
     signal.signal(signal.SIGALRM, name_then_fail)
+
+
+def _awaiting(coro) -> list:  # noqa: ANN001
+    """The frames of a coroutine and of the coroutines it awaits, outermost first."""
+    frames = []
+    while coro is not None and getattr(coro, "cr_frame", None) is not None:
+        frames.append(coro.cr_frame)
+        coro = coro.cr_await
+    return frames
 
 
 def _png_bomb(width: int = 20_000, height: int = 20_000) -> bytes:

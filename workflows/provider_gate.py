@@ -137,11 +137,11 @@ class ProviderGateWorkflow:
         self._state.throttles += 1
         pause = workflow.now() + timedelta(seconds=max(rel.retry_after_s or 1.0, 1.0))
         self._state.paused_until = max(self._state.paused_until or pause, pause)
-        if not workflow.patched(AIMD_ROUNDS):
-            self._state.effective = max(1.0, self._state.effective / 2)
-        elif rel.failure is None and (rel.token or 0) >= self._state.round_from_token:
-            self._state.effective = max(1.0, self._state.effective / 2)
-            self._state.round_from_token = self._state.next_token
+        rounds = workflow.patched(AIMD_ROUNDS)
+        if rounds and (rel.failure is not None or (rel.token or 0) < self._state.round_from_token):
+            return
+        self._state.effective = max(1.0, self._state.effective / 2)
+        self._state.round_from_token = self._state.next_token
 
     @workflow.signal(name=api.SIGNAL_GATE_RENEW)
     def renew(self, ren: SlotRenewal) -> None:

@@ -209,6 +209,11 @@ async def test_object_storage_down_holds_the_task_in_output_fetching_until_it_re
         stack: Settings, client, task_queue: str, tmp_path: Path, emulator_jobs) -> None:
     db = Database(stack.database_url)
     task = await start_one_at_provider(stack, client, task_queue, tmp_path / "s3", ("s3d-run", "Lamp", "c"))
+    # The provider reads the task's input image from object storage: stop it only once that is done.
+    deadline = time.monotonic() + 60
+    while not any(j.get("render_state") == "done" for j in jobs_of(emulator_jobs, task.id)):
+        assert time.monotonic() < deadline, jobs_of(emulator_jobs, task.id)
+        await asyncio.sleep(0.1)
     with stopped(stack, "s3", signal.SIGKILL):
         deadline = time.monotonic() + 60
         while await status_of(db, task.id) != "OUTPUT_FETCHING":

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from server_clock import SharedServer, clock_skips, terminate_between_tasks, time_skipping_server
@@ -126,11 +129,33 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
         for ended in await asyncio.gather(*running, return_exceptions=True):
             if isinstance(ended, BaseException):
                 raise ended
+    call = getattr(request.node, "rep_call", None)
+    if call is not None and call.failed:
+        await keep_failed_histories(request.node.name, handles)
     if RECORD and handles:
         history = await handles[0].fetch_history()
         folder = HISTORIES.parent / history_folder(request)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{request.node.name}.json").write_text(history.to_json())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Each phase's report on the test item (`rep_call`), for fixtures that act on a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+async def keep_failed_histories(name: str, handles: list[WorkflowHandle]) -> None:
+    """A failed test's workflow histories, kept under $TMPDIR/failed-histories/ to be read."""
+    folder = Path(tempfile.gettempdir()) / "failed-histories"
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, handle in enumerate(handles):
+        with contextlib.suppress(Exception):
+            history = await asyncio.wait_for(handle.fetch_history(), timeout=10)
+            (folder / f"{name}-{n}.json").write_text(history.to_json())
+            sys.stderr.write(f"history of {handle.id} kept in {folder / f'{name}-{n}.json'}\n")
 
 
 def history_folder(request: pytest.FixtureRequest) -> str:
