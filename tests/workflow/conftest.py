@@ -20,13 +20,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from histories import DEFAULT_PATCH, record
 from server_clock import SharedServer, clock_skips, terminate_between_tasks, time_skipping_server
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from workflow_fakes import HISTORIES, RECORD, TASK_ID, World, media_worker
+from workflow_fakes import TASK_ID, World, media_worker
 
 from contracts import workflow_api as api
 from workflows.generation import GenerationWorkflow
@@ -132,11 +133,8 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
     call = getattr(request.node, "rep_call", None)
     if call is not None and call.failed:
         await keep_failed_histories(request.node.name, handles)
-    if RECORD and handles:
-        history = await handles[0].fetch_history()
-        folder = HISTORIES.parent / history_folder(request)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{request.node.name}.json").write_text(history.to_json())
+    if handles:
+        await record(handles[0], history_folder(request), request.node.name)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -159,7 +157,7 @@ async def keep_failed_histories(name: str, handles: list[WorkflowHandle]) -> Non
 
 
 def history_folder(request: pytest.FixtureRequest) -> str:
-    """Where a test's history is recorded: its `histories` marker (the patch its path exercises),
-    else its module's HISTORY_FOLDER, else the current version's folder."""
+    """The patch folder a test's history is recorded in: its `histories` marker (the patch its path
+    exercises), else its module's HISTORY_FOLDER, else DEFAULT_PATCH."""
     marker = request.node.get_closest_marker("histories")
-    return marker.args[0] if marker else getattr(request.module, "HISTORY_FOLDER", HISTORIES.name)
+    return marker.args[0] if marker else getattr(request.module, "HISTORY_FOLDER", DEFAULT_PATCH)

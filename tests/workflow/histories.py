@@ -18,11 +18,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import WorkflowHistory
+from temporalio.client import WorkflowHandle, WorkflowHistory
 
 HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories"
 RECORD = os.environ.get("REELQUEUE_RECORD_HISTORIES") == "1"
 SUFFIX = ".json.gz"
+# The patch folder of a test that names none (its module's HISTORY_FOLDER, or a `histories` marker).
+DEFAULT_PATCH = "renditions-v1"
 
 Event = dict[str, Any]
 
@@ -135,3 +137,8 @@ def keep_history(history: WorkflowHistory, patch: str, name: str) -> Path | None
     write_history(events, path)
     sys.stderr.write(f"history of {name} recorded as {path.relative_to(HISTORIES)}\n")
     return path
+
+
+async def record(handle: WorkflowHandle, patch: str, name: str) -> Path | None:
+    """With `REELQUEUE_RECORD_HISTORIES=1`, keep the history of `handle`'s run (`keep_history`)."""
+    return keep_history(await handle.fetch_history(), patch, name) if RECORD else None

@@ -14,10 +14,11 @@ from datetime import timedelta
 
 import pytest
 from fleet_fakes import Fleet, FleetRun, running_fleet
+from histories import record
 from server_clock import terminate_between_tasks
 from temporalio.client import WorkflowHandle
 from test_generation_paths import FOUND, NOT_ASKABLE
-from workflow_fakes import HISTORIES, RECORD, SUCCEEDED, outage, resolve, unknown, until
+from workflow_fakes import SUCCEEDED, outage, resolve, unknown, until
 
 from contracts import workflow_api as api
 from schema.admission import GateInput, GateSnapshot
@@ -28,13 +29,6 @@ from workflows.generation import ADMISSION_BOUNDED
 from workflows.provider_gate import ProviderGateWorkflow
 
 HISTORY_FOLDER = ADMISSION_BOUNDED  # run_world records this module's single-task paths here
-FOLDER = HISTORIES.parent / ADMISSION_BOUNDED
-
-
-async def record(handle: WorkflowHandle, name: str) -> None:
-    if RECORD:
-        FOLDER.mkdir(parents=True, exist_ok=True)
-        (FOLDER / f"{name}.json").write_text((await handle.fetch_history()).to_json())
 
 
 async def snapshot(gate: WorkflowHandle) -> GateSnapshot:
@@ -56,7 +50,8 @@ async def test_200_tasks_behind_a_limit_of_5_all_succeed_within_their_deadlines(
         await asyncio.gather(*(run.start(task_id) for task_id in tasks))
         await finish(own_env, fleet, run, step_s=300)
         last = await snapshot(run.gate)
-        await record(next(h for h in run.handles if h.id.startswith("gen-t199-")), "two_hundred_tasks_last_in_line")
+        last_in_line = next(h for h in run.handles if h.id.startswith("gen-t199-"))
+        await record(last_in_line, ADMISSION_BOUNDED, "two_hundred_tasks_last_in_line")
     assert {fleet.status[t] for t in tasks} == {S.SUCCEEDED}
     assert fleet.cancelled() == [] and {fleet.jobs_of(t) for t in tasks} == {1}
     assert all(fleet.balanced(t) for t in tasks)
@@ -76,7 +71,7 @@ async def test_a_task_whose_deadline_passes_while_queued_expires_and_leaves_the_
         await until(own_env, lambda: fleet.status["third"] in (S.EXPIRED, S.DISPATCHING, S.SUBMITTED))
         gate = await snapshot(run.gate)
         await finish(own_env, fleet, run)
-        await record(run.handles[-1], "deadline_passes_while_queued")
+        await record(run.handles[-1], ADMISSION_BOUNDED, "deadline_passes_while_queued")
     assert fleet.status["third"] is S.EXPIRED and fleet.jobs_of("third") == 0
     assert fleet.ledger["third"] == {"RESERVE": 4, "SETTLE": 0, "RELEASE": 4}
     assert gate.waiting == 0 and gate.in_use == 1  # it left the queue; "second" holds the slot
@@ -101,7 +96,8 @@ async def test_tasks_waiting_on_a_gate_that_is_terminated_still_get_their_slots(
                                                 id=run.gate.id, task_queue=run.queue)
         await finish(own_env, fleet, run)
         after = await snapshot(run.gate)
-        await record(run.handles[-1], f"gate_{'restarted' if restarted else 'terminated'}_while_waiting")
+        name = f"gate_{'restarted' if restarted else 'terminated'}_while_waiting"
+        await record(run.handles[-1], ADMISSION_BOUNDED, name)
     assert {fleet.status[t] for t in tasks} == {S.SUCCEEDED}
     assert {fleet.jobs_of(t) for t in tasks} == {1} and fleet.cancelled() == []
     assert max(fleet.requests.values()) >= (1 if restarted else 2)  # terminated: asked again by activity

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from fleet_fakes import PROVIDER, Fleet, FleetRun, running_fleet
+from histories import record
 from prometheus_client import CollectorRegistry, generate_latest
 from server_clock import time_skipping_server
-from temporalio.client import WorkflowHandle
 from temporalio.runtime import MetricBuffer, MetricBufferDurationFormat, Runtime, TelemetryConfig
 from test_admission_bounds import finish, snapshot
 from test_live_details import current_details
-from workflow_fakes import HISTORIES, RECORD, until
+from workflow_fakes import until
 
 from contracts import workflow_api as api
 from metrics.sdk import SdkMetrics
@@ -31,12 +31,6 @@ from workflows.provider_gate import BREAKER as GATE_BREAKER
 
 POLICY = BreakerPolicy(failures=3, failure_ratio=0.5, window_s=60, cooldown_s=300)
 TASKS = [f"t{i}" for i in range(6)]
-
-
-async def record(handle: WorkflowHandle, folder: str, name: str) -> None:
-    if RECORD:
-        (HISTORIES.parent / folder).mkdir(parents=True, exist_ok=True)
-        (HISTORIES.parent / folder / f"{name}.json").write_text((await handle.fetch_history()).to_json())
 
 
 async def until_gate(env, run: FleetRun, check: Callable[[GateSnapshot], bool], step_s: float = 1.0) -> GateSnapshot:

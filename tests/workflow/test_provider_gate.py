@@ -7,14 +7,13 @@ changes nothing."""
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from unittest import mock
 
 import pytest
+from histories import record
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.client import WorkflowHandle
@@ -23,6 +22,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from contracts import workflow_api as api
 from schema.admission import GateInput, GateSnapshot, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
+from workflows.generation import GRANT_AT_ONCE
 from workflows.provider_gate import LEASE, ProviderGateWorkflow
 
 
@@ -76,8 +76,7 @@ class HolderWorkflow:
 
 
 # With REELQUEUE_RECORD_HISTORIES=1 each test's gate history is kept for the replay test (kept
-# where the newest patch changed its events; the older folders hold what came before).
-HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "grant-at-once-v1"
+# under the newest patch that changed its events; the older folders hold what came before).
 _gates: list[WorkflowHandle] = []
 
 
@@ -85,12 +84,9 @@ _gates: list[WorkflowHandle] = []
 async def record_gate_history(own_env, request: pytest.FixtureRequest) -> AsyncIterator[None]:
     _gates.clear()
     yield
-    recording = os.environ.get("REELQUEUE_RECORD_HISTORIES") == "1"
-    if recording and _gates and not request.node.get_closest_marker("unrecorded"):
-        history = await own_env.client.get_workflow_handle(_gates[0].id, run_id=_gates[0].result_run_id
-                                                           ).fetch_history()
-        HISTORIES.mkdir(parents=True, exist_ok=True)
-        (HISTORIES / f"{request.node.name}.json").write_text(history.to_json())
+    if _gates and not request.node.get_closest_marker("unrecorded"):
+        gate = own_env.client.get_workflow_handle(_gates[0].id, run_id=_gates[0].result_run_id)
+        await record(gate, GRANT_AT_ONCE, request.node.name)
 
 
 async def start_gate(env, queue: str, limit: int) -> WorkflowHandle:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from histories import DEFAULT_PATCH, record
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
-from workflow_fakes import HISTORIES, RECORD, ending, media_worker, outage
+from workflow_fakes import ending, media_worker, outage
 
 from activities.errors import OUTPUT_INVALID
 from contracts import workflow_api as api
@@ -84,10 +85,7 @@ async def _retry_run(env, answers: list) -> tuple[RenditionsResult | BaseExcepti
             result: RenditionsResult | BaseException = await handle.result()
         except WorkflowFailureError as exc:
             result = exc
-        if RECORD:
-            HISTORIES.mkdir(parents=True, exist_ok=True)
-            (HISTORIES / f"renditions-workflow-{len(calls)}-calls.json").write_text(
-                (await handle.fetch_history()).to_json())
+        await record(handle, DEFAULT_PATCH, f"renditions-workflow-{len(calls)}-calls")
     return result, len(calls)
 
 

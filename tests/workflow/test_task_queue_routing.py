@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import uuid
 
+from histories import record
 from temporalio import activity
 from temporalio.worker import Worker
-from workflow_fakes import HISTORIES, RECORD, ending, media_worker, review_policy
+from workflow_fakes import ending, media_worker, review_policy
 
 from contracts import workflow_api as api
 from schema.contracts import RenditionOut, RenditionProfile, RenditionsResult, RenditionStatus, TranscodeInput
@@ -47,8 +48,5 @@ async def test_a_renditions_retry_runs_on_the_media_queue(env):
             api.RENDITIONS_WORKFLOW_NAME, TranscodeInput(task_id="t1", raw_asset_id="raw-1"),
             id=api.renditions_id("t1") + queue, task_queue=queue, result_type=RenditionsResult)
         await handle.result()
-        if RECORD:
-            folder = HISTORIES.parent / HISTORY_FOLDER
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "renditions-workflow-media-queue.json").write_text((await handle.fetch_history()).to_json())
+        await record(handle, HISTORY_FOLDER, "renditions-workflow-media-queue")
     assert queues == [api.media_queue(queue)]

@@ -11,21 +11,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from fleet_fakes import Fleet, running_fleet
+from histories import record
 from test_admission_bounds import finish, snapshot
-from workflow_fakes import HISTORIES, RECORD, until
+from workflow_fakes import until
 
 from contracts import workflow_api as api
 from schema.contracts import CancelRequest
 from schema.state_machine import TaskStatus as S
 from workflows.generation import TENANT_ADMISSION
-
-FOLDER = HISTORIES.parent / TENANT_ADMISSION
-
-
-async def record(handle, name: str) -> None:  # noqa: ANN001
-    if RECORD:
-        FOLDER.mkdir(parents=True, exist_ok=True)
-        (FOLDER / f"{name}.json").write_text((await handle.fetch_history()).to_json())
 
 
 async def test_a_tenant_runs_at_most_its_limit_and_another_tenant_runs_beside_it(own_env):
@@ -38,8 +31,8 @@ async def test_a_tenant_runs_at_most_its_limit_and_another_tenant_runs_beside_it
         await finish(own_env, fleet, run)
         tenant_gate = own_env.client.get_workflow_handle(api.gate_id(api.tenant_gate("acme"), run.queue))
         gate = await snapshot(tenant_gate)
-        await record(run.handles[1], "second_of_a_tenant_waits_for_the_first")
-        await record(tenant_gate, "tenant_gate")
+        await record(run.handles[1], TENANT_ADMISSION, "second_of_a_tenant_waits_for_the_first")
+        await record(tenant_gate, TENANT_ADMISSION, "tenant_gate")
     assert {fleet.status[t] for t in ("a1", "a2", "a3", "b1")} == {S.SUCCEEDED}
     acme = sorted((j for j in fleet.jobs.values() if j.task_id.startswith("a")), key=lambda j: j.submitted_at)
     job = timedelta(seconds=fleet.job_s)
@@ -65,6 +58,6 @@ async def test_a_task_cancelled_while_it_waits_for_its_tenant_leaves_the_queue(o
         await until(own_env, lambda: fleet.status["second"] is S.CANCELED)
         waiting = (await snapshot(tenant_gate)).waiting
         await finish(own_env, fleet, run)
-        await record(second, "cancelled_while_waiting_for_the_tenant")
+        await record(second, TENANT_ADMISSION, "cancelled_while_waiting_for_the_tenant")
     assert fleet.jobs_of("second") == 0 and fleet.balanced("second")
     assert waiting == 0 and fleet.status["first"] is S.SUCCEEDED

@@ -9,13 +9,11 @@ a gate to send a signal or a Temporal cancel while that step is in flight.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from temporalio import activity
@@ -65,10 +63,6 @@ from schema.contracts import (
     TransitionResult,
     ValidationResult,
 )
-
-# Recorded histories of this workflow version (earlier versions' folders stay, and keep replaying).
-HISTORIES = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "renditions-v1"
-RECORD = os.environ.get("REELQUEUE_RECORD_HISTORIES") == "1"
 
 TASK_ID = "t1"
 RESERVED = Decimal("4")
