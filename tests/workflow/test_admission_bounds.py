@@ -4,7 +4,7 @@ QUEUED ends EXPIRED and leaves the gate's queue; tasks waiting on a gate that is
 replaced by a fresh run) still get their slots; NEEDS_ATTENTION gives the slot back while no job of
 the task may run.
 
-`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/admission-bounded-v1/.
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/generation/admission-bounded-v1/.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the time-skipping server: the step runs again after a pause instead of ending the task, no paid
 attempt is spent on it, and the task's deadline still ends the wait.
 
-`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/degradation-v1/.
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/generation/degradation-v1/.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ time-skipping server: the priority key of each `fetch_output` the workflow sched
 history, follows the expiry the successful status call reported, and is worked out again at each run
 after a wait for object storage.
 
-`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/expiry-first-v1/.
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/generation/expiry-first-v1/.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ asks with the gate's `ask` update, whose answer is the slot when one is free, so
 wait gets no grant signal and spends no re-ask timer. Activity workers from before the patches leave
 both to the workflow, as before.
 
-`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/<patch>/.
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/generation/<patch>/.
 """
 
 from __future__ import annotations

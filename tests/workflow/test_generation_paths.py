@@ -3,7 +3,7 @@ real names and the real state machine. Each test says where the task ends, which
 (a `cancel_job` for every created job that did not finish) and what the ledger holds.
 
 `REELQUEUE_RECORD_HISTORIES=1 pytest tests/workflow` records each path's history into
-tests/fixtures/histories/ for the replay test.
+tests/fixtures/histories/generation/<patch>/ for the replay test.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ current details follow the task (waiting for a slot, paused, its job's status an
 activity call carries a summary, and a paused import's task submits nothing until it is resumed
 (import-pause-v1).
 
-`REELQUEUE_RECORD_HISTORIES=1` records the pause paths into tests/fixtures/histories/import-pause-v1/.
+`REELQUEUE_RECORD_HISTORIES=1` records the pause paths into tests/fixtures/histories/generation/import-pause-v1/.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 history: the TaskStatus search attribute is upserted only when the value users filter on changes
 (coarse-status-v1), and a run asks one patch, not each of the earlier ones (patch-baseline-v1).
 
-`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/<patch>/.
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/generation/<patch>/.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ open it at the threshold, it grants nothing while open (the tasks wait QUEUED, n
 after the cool-down one probe goes, its success closes it and its failure re-opens it; a task whose
 submit timed out reconciles with its own provider while the breaker is open.
 
-`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/breaker-v1/
-(the tasks) and gate-breaker-v1/ (the gate).
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/generation/breaker-v1/
+(the tasks) and provider_gate/gate-breaker-v1/ (the gate).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ with the credit settled, the `review` update (approve, reject, regenerate) and i
 review deadline, a cancel while in review, and sampling.
 
 `REELQUEUE_RECORD_HISTORIES=1 pytest tests/workflow/test_review_paths.py` records each path's
-history into tests/fixtures/histories/review-v1/ for the replay test.
+history into tests/fixtures/histories/generation/review-v1/ for the replay test.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Duplicate provider jobs (strays) on the time-skipping server: every one the database holds is
 accounted before the task's ledger closes, and one the provider refuses to answer for waits for a
 person (NEEDS_ATTENTION, stuck "stray") instead of failing the workflow; the task then ends as it
-was going to, its video kept. Histories go to tests/fixtures/histories/strays-v1/.
+was going to, its video kept. Histories go to tests/fixtures/histories/generation/strays-v1/.
 """
 
 from __future__ import annotations

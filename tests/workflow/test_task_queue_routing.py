@@ -1,7 +1,7 @@
 """task-queues-v1: media steps (fetch, proxy, renditions, checks) run on the media queue named after
 the workflow's queue, everything else on the workflow's own; the same for RenditionsWorkflow.
 
-`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/task-queues-v1/.
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/<workflow>/task-queues-v1/.
 """
 
 from __future__ import annotations

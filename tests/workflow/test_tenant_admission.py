@@ -3,7 +3,7 @@ of the tenant's gate while they generate, so no more of them run at once than it
 another tenant's tasks go on beside them; a task cancelled while it waits for its tenant leaves the
 queue without a job.
 
-`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/tenant-admission-v1/.
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/<workflow>/tenant-admission-v1/.
 """
 
 from __future__ import annotations

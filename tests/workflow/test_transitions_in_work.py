@@ -4,7 +4,7 @@ a task that goes straight through records only two local activities; a step that
 move it was given (an activity worker from before the patch) leaves it to record_transition, and the
 task goes through the same states with the same state events.
 
-`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/transition-in-work-v2/.
+`REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/generation/transition-in-work-v2/.
 """
 
 from __future__ import annotations
