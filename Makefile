@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test install lint lock secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api chaos down
+.PHONY: demo test test-fast install lint lock secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api chaos down
 
 # Python 3.11+ (README, "Platforms"). The versions come from requirements.lock (`make lock` after
 # editing pyproject.toml); the package itself goes in editable, without resolving anything again.
@@ -43,10 +43,15 @@ lint: install
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 # Two pytest-xdist processes (TEST_WORKERS=1 for one), each with its own embedded stack on its own
 # ports, a test file at a time: most of the suite waits on real time (jobs, leases, timers), so two
-# take about 14 minutes on 2 cores where one takes 22.
+# take about 20 minutes on 2 cores (docs/performance.md, "Test suite").
 TEST_WORKERS ?= 2
 test: install lint
 	$(BIN)/pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile tests
+
+# The tests that need no embedded stack: pure logic (tests/unit) and the workflows on the
+# time-skipping server with fake activities, and the replay of recorded histories (tests/workflow).
+test-fast: install lint
+	$(BIN)/pytest -q -p no:cacheprovider --durations=5 -n $(TEST_WORKERS) --dist loadfile tests/unit tests/workflow
 
 bench: install
 	$(BIN)/python -m bench.import_bench $(ARGS)
