@@ -18,9 +18,8 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from config.defaults import DEFAULT_TASK_QUEUE, BreakerPolicy, ProviderLimits
 from config.secrets import SecretFilesSource
-from contracts.workflow_api import DEFAULT_TASK_QUEUE
-from schema.admission import BreakerPolicy, ProviderLimits
 
 STACK_FILE = "stack.json"
 

@@ -6,8 +6,9 @@ happens here once.
 
 from __future__ import annotations
 
+from config.defaults import DEFAULT_TASK_QUEUE
+
 WORKFLOW_NAME = "GenerationWorkflow"
-DEFAULT_TASK_QUEUE = "reelqueue-generation"
 
 # Task queues by kind of work (docs/deploy.md, "Task queues and workers"). The io queue is the one a
 # workflow is started on (REELQUEUE_TASK_QUEUE): workflow tasks, database steps, provider calls. Media

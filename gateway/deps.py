@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 from fastapi import Request
 
 from adapters.providers.base import VideoProvider
+from config.defaults import DEFAULT_TASK_QUEUE, ProviderLimits
 from config.settings import Settings
-from contracts.workflow_api import DEFAULT_TASK_QUEUE
-from schema.admission import ProviderLimits
 from schema.contracts import ProviderUpdate
 from schema.db import Database
 

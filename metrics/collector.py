@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import text
 
-from schema.admission import ProviderLimits
+from config.defaults import ProviderLimits
 from schema.db import Database
 from schema.spend import FIGURES, NO_JIT, WASTE_CAUSES, Spend, spend_from_row, spend_sql
 from schema.state_machine import TERMINAL, TaskStatus

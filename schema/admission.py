@@ -1,4 +1,7 @@
-"""Messages and state of provider admission (workflows/provider_gate.py): pure pydantic, no I/O."""
+"""Messages and state of provider admission (workflows/provider_gate.py): pure pydantic, no I/O.
+
+The configured side (ProviderLimits, BreakerPolicy) lives in config/defaults.py, which the settings
+parse; a plan's PlanLimits and everything the gate sends and keeps live here."""
 
 from __future__ import annotations
 
@@ -8,13 +11,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.providers.base import SubmitOutcome
-
-
-class ProviderLimits(BaseModel):
-    """How much of a provider one tenant may use at once (configuration, lowered by a plan)."""
-
-    max_concurrent: int = Field(default=20, ge=1)  # jobs alive at the provider
-    submits_per_minute: int | None = Field(default=None, ge=1)
+from config.defaults import BreakerPolicy, ProviderLimits
 
 
 class PlanLimits(BaseModel):
@@ -40,17 +37,6 @@ def effective_limits(configured: ProviderLimits | None, plan: PlanLimits | None)
         if configured.submits_per_minute is not None:
             per_minute = min(per_minute or configured.submits_per_minute, configured.submits_per_minute)
     return ProviderLimits(max_concurrent=concurrent, submits_per_minute=per_minute)
-
-
-class BreakerPolicy(BaseModel):
-    """When a provider's gate stops granting slots for new submits (docs/architecture.md, "Provider
-    breaker"): `failures` submit failures within `window_s`, making at least `failure_ratio` of the
-    submits answered in it, open it for `cooldown_s`; then one probe submit decides."""
-
-    failures: int = Field(default=5, ge=1)
-    failure_ratio: float = Field(default=0.5, gt=0, le=1)
-    window_s: float = Field(default=60.0, gt=0)
-    cooldown_s: float = Field(default=30.0, gt=0)
 
 
 class BreakerMode(StrEnum):

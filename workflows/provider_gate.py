@@ -35,10 +35,10 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from config.defaults import BreakerPolicy
     from contracts import workflow_api as api
     from schema.admission import (
         BreakerMode,
-        BreakerPolicy,
         GateInput,
         GateSnapshot,
         GateState,

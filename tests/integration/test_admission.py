@@ -10,8 +10,9 @@ import pytest
 from cli_helpers import run_cli_async
 from stack_helpers import import_small, run_all, serving
 
+from config.defaults import ProviderLimits
 from contracts import workflow_api as api
-from schema.admission import GateSnapshot, ProviderLimits
+from schema.admission import GateSnapshot
 
 pytestmark = pytest.mark.integration
 LIMIT = 3

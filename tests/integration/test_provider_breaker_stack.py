@@ -16,10 +16,11 @@ from cli_helpers import run_cli_async
 from sqlalchemy import select
 from stack_helpers import assert_ledger_balanced, import_small, serving, wait_for_status
 
+from config.defaults import BreakerPolicy, ProviderLimits
 from contracts import workflow_api as api
 from control.starting import start_workflows
 from schema import queries
-from schema.admission import BreakerMode, BreakerPolicy, GateSnapshot, ProviderLimits
+from schema.admission import BreakerMode, GateSnapshot
 from schema.db import Database
 from schema.models import Attempt
 

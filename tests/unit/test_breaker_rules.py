@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from adapters.providers.base import SubmitOutcome
-from schema.admission import BreakerMode, BreakerPolicy, BreakerState, submit_failure
+from config.defaults import BreakerPolicy
+from schema.admission import BreakerMode, BreakerState, submit_failure
 from workflows import breaker
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)

@@ -17,6 +17,7 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from cli.secrets import COMPOSE_SECRETS, init_env_file, read_env_file
+from config.defaults import DEFAULT_TASK_QUEUE
 from config.secrets import PLACEHOLDERS
 from config.settings import Settings
 from contracts import workflow_api as api
@@ -343,7 +344,7 @@ def test_temporal_dispatches_the_media_queue_by_priority_from_one_partition(serv
     mounts = {target: source for source, target, *_ in (v.split(":") for v in temporal["volumes"])}
     config = yaml.safe_load((ROOT / mounts[path]).read_text())
     assert config["matching.useNewMatcher"] == [{"value": True}]
-    queues = {_env(svc).get("REELQUEUE_TASK_QUEUE", api.DEFAULT_TASK_QUEUE) for svc in _app_services(services).values()}
+    queues = {_env(svc).get("REELQUEUE_TASK_QUEUE", DEFAULT_TASK_QUEUE) for svc in _app_services(services).values()}
     media = {api.media_queue(queue) for queue in queues}
     for name in ("matching.numTaskqueueReadPartitions", "matching.numTaskqueueWritePartitions"):
         assert {entry["constraints"]["taskQueueName"] for entry in config[name] if entry["value"] == 1} == media

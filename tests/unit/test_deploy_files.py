@@ -228,7 +228,7 @@ def test_the_gateway_is_behind_a_service_with_probes(manifests) -> None:
 
 
 def test_workers_scale_on_their_task_queues_backlog(manifests) -> None:
-    from contracts.workflow_api import DEFAULT_TASK_QUEUE
+    from config.defaults import DEFAULT_TASK_QUEUE
 
     queues = {"io": DEFAULT_TASK_QUEUE, "media": f"{DEFAULT_TASK_QUEUE}-media"}
     for queue, task_queue in queues.items():

@@ -3,8 +3,8 @@ tests/integration/test_metrics.py)."""
 
 from __future__ import annotations
 
+from config.defaults import ProviderLimits
 from metrics.collector import snapshot_metrics
-from schema.admission import ProviderLimits
 
 
 def _values(families) -> dict[tuple[str, tuple[str, ...]], float]:

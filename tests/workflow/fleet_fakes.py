@@ -25,9 +25,10 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from workflow_fakes import ask_gate, media_worker
 
+from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
 from schema import state_machine as sm
-from schema.admission import AdmissionInput, BreakerPolicy, SlotGrant
+from schema.admission import AdmissionInput, SlotGrant
 from schema.contracts import (
     AssetRef,
     AttemptRef,

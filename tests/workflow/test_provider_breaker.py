@@ -21,9 +21,10 @@ from test_admission_bounds import finish, snapshot
 from test_live_details import current_details
 from workflow_fakes import until
 
+from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
 from metrics.sdk import SdkMetrics
-from schema.admission import BreakerMode, BreakerPolicy, GateSnapshot
+from schema.admission import BreakerMode, GateSnapshot
 from schema.contracts import CancelRequest
 from schema.state_machine import TaskStatus as S
 from workflows.generation import BREAKER

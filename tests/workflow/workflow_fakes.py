@@ -24,9 +24,10 @@ from temporalio.worker import Worker
 
 from activities import admission
 from activities.errors import DEPENDENCY_UNAVAILABLE, DISPATCH_NOT_CLAIMED, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
+from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
 from schema import state_machine as sm
-from schema.admission import AdmissionInput, BreakerPolicy, GateInput, PlanLimits, SlotGrant, SlotRenewal
+from schema.admission import AdmissionInput, GateInput, PlanLimits, SlotGrant, SlotRenewal
 from schema.contracts import (
     AssetRef,
     AttemptRef,
