@@ -27,14 +27,15 @@ from activities.failpoints import failpoint
 from activities.tasks import Applied, apply_moves, moved
 from adapters.fetcher import MP4_BODY, BodyRejected, FetchFailed, FetchRefused, SafeFetcher, redact
 from adapters.media.transcode import MediaError, MediaInfo, probe
-from adapters.providers.base import JobStatus, OutputRef, VideoProvider
+from adapters.providers.base import OutputRef, VideoProvider
 from adapters.storage import ObjectStorage, StoredObject, WriteConflict, file_sha256
+from contracts.provider import JobStatus
+from contracts.task import TaskEvent
 from schema import task_store
 from schema.assets import find_asset, record_asset
 from schema.contracts import AssetRef, FetchedAsset, JobRef
 from schema.db import Database
 from schema.models import Asset, Task
-from schema.state_machine import TaskEvent
 
 VIDEO_MIME = "video/mp4"
 EXPIRED_URL_STATUSES = frozenset({403, 404, 410})  # how stale signed URLs answer (S3, GCS, CDNs)

@@ -18,10 +18,10 @@ from temporalio import activity
 from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
 from activities.tasks import Applied, apply_moves, moved
-from adapters.providers.base import JobState, JobStatus, VideoProvider
+from adapters.providers.base import JobState, VideoProvider
+from contracts.provider import TERMINAL_JOB_STATUSES, JobStatus
 from metrics import STATUS_CALLS
 from schema.contracts import (
-    TERMINAL_JOB_STATUSES,
     JobRef,
     PollResult,
     StrayCostAcceptance,

@@ -30,16 +30,11 @@ from activities.admission import GateNotices
 from activities.errors import DISPATCH_NOT_CLAIMED, NOT_YET_CONCLUSIVE, business_failure, classified, retry_later
 from activities.failpoints import failpoint
 from activities.tasks import apply_moves, moved
-from adapters.providers.base import (
-    ErrorClass,
-    GenerationRequest,
-    JobState,
-    SubmitOutcome,
-    SubmitResult,
-    VideoProvider,
-)
+from adapters.providers.base import GenerationRequest, JobState, SubmitResult, VideoProvider
 from adapters.storage import ObjectStorage
 from catalog.expand import OVERLAY_FIELDS
+from contracts.provider import ErrorClass, SubmitOutcome
+from contracts.task import TaskStatus
 from metrics import SUBMITS
 from schema import webhook_inbox as inbox
 from schema.admission import submit_failure
@@ -53,7 +48,7 @@ from schema.contracts import (
 )
 from schema.db import Database
 from schema.models import Asset, Attempt, StrayJob, Task
-from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState, TaskStatus
+from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState
 from schema.task_store import TaskNotFound
 from telemetry.logs import bind
 from telemetry.tracing import annotate

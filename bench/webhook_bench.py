@@ -271,9 +271,10 @@ async def temporal_probe(settings, count: int) -> dict:  # noqa: ANN001
     """The gateway's signal call alone (same class, same request shape), concurrency 1, to a spare
     workflow: Temporal's share of one webhook request."""
     from adapters.temporal_client import connect
+    from contracts.provider import JobStatus
     from contracts.workflow_api import WORKFLOW_NAME
     from gateway.signals import TemporalSignaler
-    from schema.contracts import GenerationInput, JobStatus, ProviderUpdate
+    from schema.contracts import GenerationInput, ProviderUpdate
 
     client = await connect(settings)
     workflow_id = f"bench-probe-{uuid.uuid4().hex[:8]}"

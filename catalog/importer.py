@@ -55,12 +55,12 @@ from catalog.plan import Plan
 from catalog.readers import CatalogRead, read_catalog
 from catalog.records import Issue, IssueAction, ProductRecord
 from catalog.report import write_report
+from contracts.task import TaskStatus
 from contracts.workflow_api import workflow_id
 from schema.assets import asset_id_for
 from schema.db import Database
 from schema.models import CatalogImport, Tenant, ValidationIssue
 from schema.models import Plan as PlanRow
-from schema.state_machine import TaskStatus
 
 BATCH = 500
 WRITER_SWITCH_INTERVAL_S = 0.0002

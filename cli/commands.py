@@ -337,8 +337,8 @@ def _cancel_import(settings: Settings, db: Database, import_id: str, status_filt
     """`cancel --import`: each open task the way `cancel TASK_ID` does one, a few at a time, with a progress bar."""
     from adapters.temporal_client import connect
     from cli.starting import progress_bars
+    from contracts.task import TaskStatus
     from control.imports import cancel_import_tasks, open_tasks
-    from schema.state_machine import TaskStatus
 
     statuses = [s.strip().upper() for s in (status_filter or "").split(",") if s.strip()]
     unknown = [s for s in statuses if s not in TaskStatus.__members__]

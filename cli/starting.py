@@ -9,8 +9,9 @@ from collections.abc import Callable
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from config.settings import Settings
+from contracts.task import TaskStatus
 from schema.db import Database
-from schema.state_machine import TERMINAL, TaskStatus
+from schema.state_machine import TERMINAL
 
 # Where `run --wait` stops waiting for a task: it ended, or nothing moves it until a person acts.
 SETTLED_FOR_NOW: frozenset[TaskStatus] = TERMINAL | {TaskStatus.INVALID, TaskStatus.NEEDS_ATTENTION,

@@ -10,9 +10,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from adapters.temporal_client import connect
 from config.settings import Settings
+from contracts.task import TaskEvent
 from schema import task_store
 from schema.db import Database
-from schema.state_machine import TaskEvent
 
 NOT_STARTED = "not_started"
 

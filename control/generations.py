@@ -28,11 +28,11 @@ from adapters.providers.base import VideoProvider
 from catalog.expand import canonical_json, sha256_text, task_id_for
 from catalog.importer import import_id_for
 from catalog.plan import SUPPORTED_RATIOS, Plan, Template
+from contracts.task import TaskEvent, TaskStatus
 from contracts.workflow_api import workflow_id
 from schema.db import Database, bound_lock_waits
 from schema.models import Asset, CatalogImport, CreditEntry, IdempotencyRecord, Product, StateEvent, Task, TaskOutbox
 from schema.models import Plan as PlanRow
-from schema.state_machine import TaskEvent, TaskStatus
 
 API_CATALOG = "api:generations"
 API_TEMPLATE = "api"

@@ -11,10 +11,11 @@ from pydantic import BaseModel
 from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.orm import Session
 
+from contracts.task import TaskStatus
 from schema.import_scope import in_import
 from schema.models import CatalogImport, Task
 from schema.spend import NO_JIT, Spend, import_spend
-from schema.state_machine import TERMINAL, TaskStatus
+from schema.state_machine import TERMINAL
 
 BUCKETS = 48  # points of the progress chart
 SHOWN_TASKS = 200  # tasks listed with their workflow link (the most recently changed first)

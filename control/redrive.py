@@ -14,11 +14,12 @@ from sqlalchemy import select
 from adapters.temporal_client import connect
 from config.settings import Settings
 from contracts import workflow_api as api
+from contracts.task import TaskEvent, TaskStatus
 from control.starting import start_workflows
 from schema import queries, task_store
 from schema.db import Database
 from schema.models import Task
-from schema.state_machine import REDRIVABLE, TaskEvent, TaskStatus
+from schema.state_machine import REDRIVABLE
 
 
 class RedriveRefused(ValueError):

@@ -21,11 +21,11 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from catalog.csv_safe import safe_row
+from contracts.task import TaskStatus
 from delivery.links import LinkSigner
 from schema.db import Database
 from schema.import_scope import in_import
 from schema.models import Asset, Task
-from schema.state_machine import TaskStatus
 
 PAGE = 500
 MASTER = "RAW_OUTPUT"

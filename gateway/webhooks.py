@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from adapters.providers.base import WebhookEvent, WebhookReceiver, WebhookRejected
+from adapters.providers.base import WebhookReceiver, WebhookRejected
+from contracts.provider import WebhookEvent
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.guards import read_body
 from gateway.problems import ProblemError

@@ -17,9 +17,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy import text
 
 from config.defaults import ProviderLimits
+from contracts.task import TaskStatus
 from schema.db import Database
 from schema.spend import FIGURES, NO_JIT, WASTE_CAUSES, Spend, spend_from_row, spend_sql
-from schema.state_machine import TERMINAL, TaskStatus
+from schema.state_machine import TERMINAL
 
 log = logging.getLogger("gateway.metrics")
 _SKIPPED = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL | {TaskStatus.CREATED}))

@@ -10,8 +10,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters.providers.base import SubmitOutcome
 from config.defaults import BreakerPolicy, ProviderLimits
+from contracts.provider import SubmitOutcome
 
 
 class PlanLimits(BaseModel):

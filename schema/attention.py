@@ -17,9 +17,9 @@ from pydantic import BaseModel
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from contracts.task import TaskEvent, TaskStatus
 from schema.import_scope import in_import
 from schema.models import Attempt, CreditEntry, StateEvent, Task
-from schema.state_machine import TaskEvent, TaskStatus
 
 
 class AttemptEvidence(BaseModel):

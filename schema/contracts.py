@@ -12,11 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from adapters.providers.base import ErrorClass, JobStatus, SubmitOutcome
+from contracts.provider import TERMINAL_JOB_STATUSES, ErrorClass, JobStatus, SubmitOutcome
+from contracts.task import TaskEvent, TaskStatus
 from schema.admission import PlanLimits, SlotRenewal
-from schema.state_machine import TaskEvent, TaskStatus
-
-__all__ = ["ErrorClass", "JobStatus", "SubmitOutcome"]  # re-exported: the workflow's vocabulary
 
 
 class GenerationInput(BaseModel):
@@ -276,9 +274,6 @@ class PollResult(BaseModel):
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL_JOB_STATUSES
-
-
-TERMINAL_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.EXPIRED})
 
 
 class StrayJobRef(BaseModel):

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.orm import Session
 
+from contracts.task import TaskEvent, TaskStatus
 from schema import ledger_check
 from schema import state_machine as sm
 from schema.import_scope import in_import
@@ -27,12 +28,12 @@ from schema.ledger_check import LEDGER_FINAL, Rule, Violation, fmt_amount
 from schema.models import Asset, Attempt, CreditEntry, StateEvent, StrayJob, Task
 
 SHOWN_IDS = 50  # task ids listed per rule (the count is always complete)
-ATTENTION = sm.TaskStatus.NEEDS_ATTENTION.value
+ATTENTION = TaskStatus.NEEDS_ATTENTION.value
 # Attempts whose job may exist without the row knowing its id: the submit's outcome was never learned
 # (SENDING, UNKNOWN) or a person accepted not learning it (ABANDONED).
 JOB_UNKNOWN_STATES = frozenset(s.value for s in (*sm.ATTEMPT_UNRESOLVED, sm.AttemptState.ABANDONED))
 # The API's create writes this audit event (CREATED -> CREATED, version 0) as a task's first.
-CREATED_AUDIT = (sm.TaskEvent.CREATED.value, sm.TaskStatus.CREATED.value, sm.TaskStatus.CREATED.value, 0)
+CREATED_AUDIT = (TaskEvent.CREATED.value, TaskStatus.CREATED.value, TaskStatus.CREATED.value, 0)
 
 
 class Invariant(StrEnum):
@@ -111,7 +112,7 @@ def unfinished(session: Session, import_id: str | None, *, require_finished: boo
     needs (the latest needs_attention event's `evidence`). With `require_finished` False (a live
     system) tasks under way are counted in the detail, not as violations."""
     evidence = exists().where(
-        StateEvent.task_id == Task.id, StateEvent.applied, StateEvent.event == sm.TaskEvent.NEEDS_ATTENTION.value,
+        StateEvent.task_id == Task.id, StateEvent.applied, StateEvent.event == TaskEvent.NEEDS_ATTENTION.value,
         func.coalesce(StateEvent.payload["evidence"].astext, "") != "")
     bare_attention = and_(Task.status == ATTENTION, ~evidence)
     under_way = and_(Task.status.not_in(LEDGER_FINAL), Task.status != ATTENTION)
@@ -234,7 +235,7 @@ def bad_move(moves: Sequence[Move]) -> str | None:
     strictly increase, each event must start where the last one ended, and the state machine must
     allow each move given the task's past. The API's CREATED audit event may come first."""
     past = sm.Past()
-    status, version = sm.TaskStatus.CREATED, 0
+    status, version = TaskStatus.CREATED, 0
     for i, move in enumerate(moves):
         if i == 0 and move == CREATED_AUDIT:
             continue
@@ -244,7 +245,7 @@ def bad_move(moves: Sequence[Move]) -> str | None:
         if from_status != status:
             return f"{event} from {from_status}, but the task was {status}"
         try:
-            step = sm.apply(sm.TaskStatus(from_status), ver - 1, sm.TaskEvent(event), past)
+            step = sm.apply(TaskStatus(from_status), ver - 1, TaskEvent(event), past)
         except (ValueError, sm.IllegalTransition) as exc:
             return f"{event} {from_status} -> {to_status}: {exc}"
         if step.to_status != to_status:

@@ -17,9 +17,10 @@ from pydantic import BaseModel
 from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.orm import Session
 
+from contracts.task import TaskStatus
 from schema.import_scope import in_import
 from schema.models import Attempt, CreditEntry, StrayJob, Task
-from schema.state_machine import ATTEMPT_SETTLED, TERMINAL, AttemptState, TaskStatus
+from schema.state_machine import ATTEMPT_SETTLED, TERMINAL, AttemptState
 
 # INVALID can be revalidated, but it holds no reservation and runs no job: for money it is an end.
 LEDGER_FINAL: frozenset[str] = frozenset(s.value for s in (*TERMINAL, TaskStatus.INVALID))

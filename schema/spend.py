@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.orm import Session
 
-from schema.state_machine import TaskStatus
+from contracts.task import TaskStatus
 
 # Cause -> the statuses a run ended in for its charged credits to be that waste.
 WASTE_BY_END: dict[str, tuple[str, ...]] = {

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from sqlalchemy import exists, insert, select, update
 from sqlalchemy.orm import Session
 
+from contracts.task import TaskEvent, TaskStatus
 from schema import state_machine as sm
 from schema.models import Attempt, StateEvent, Task
 
@@ -40,7 +41,7 @@ class TaskNotFound(LookupError):
 def transition(
     session: Session,
     task_id: str,
-    event: sm.TaskEvent,
+    event: TaskEvent,
     *,
     source: str,
     source_event_id: str,
@@ -62,7 +63,7 @@ def transition(
             task = _load(session, task_id)
         past = _past(session, task_id) if sm.needs_past(task.status, event) else None
         try:
-            move = sm.apply(sm.TaskStatus(task.status), task.version, event, past)
+            move = sm.apply(TaskStatus(task.status), task.version, event, past)
         except sm.IllegalTransition as refused:
             audit = {**(payload or {}), "refused": refused.reason} if refused.reason else payload
             _append_event(session, task, event, task.status, task.status, task.version, source, source_event_id,
@@ -75,7 +76,7 @@ def transition(
         values: dict[str, Any] = {"status": to.value, "version": move.to_version, "updated_at": now}
         if to in sm.TERMINAL:
             values["finished_at"] = now
-        if task.started_at is None and to is not sm.TaskStatus.CREATED:
+        if task.started_at is None and to is not TaskStatus.CREATED:
             values["started_at"] = now
         values.update(task_updates or {})
         result = session.execute(
@@ -129,7 +130,7 @@ def _load(session: Session, task_id: str) -> Task:
 def _append_event(
     session: Session,
     task: Task,
-    event: sm.TaskEvent,
+    event: TaskEvent,
     from_status: str,
     to_status: str,
     version: int,
@@ -143,7 +144,7 @@ def _append_event(
     session.execute(
         insert(StateEvent).values(
             task_id=task.id, attempt_no=attempt_no, source=source, source_event_id=source_event_id,
-            event=sm.TaskEvent(event).value, from_status=from_status, to_status=to_status, task_version=version,
+            event=TaskEvent(event).value, from_status=from_status, to_status=to_status, task_version=version,
             applied=applied, payload=payload or {},
         )
     )

@@ -21,7 +21,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from adapters.providers.base import WebhookEvent
+from contracts.provider import WebhookEvent
 from schema.contracts import ProviderUpdate
 from schema.models import Attempt, ProviderEvent, Task
 

@@ -45,17 +45,17 @@ with workflow.unsafe.imports_passed_through():
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
     from contracts import workflow_api as api
+    from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
+    from contracts.task import TaskEvent, TaskStatus
     from schema.admission import AdmissionInput, PlanLimits, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
     from schema.contracts import (
         AssetRef,
         AttemptRef,
         CancelRequest,
         CheckInput,
-        ErrorClass,
         GenerationInput,
         GenerationOutcome,
         JobRef,
-        JobStatus,
         LiveDetails,
         PauseRequest,
         PollResult,
@@ -71,7 +71,6 @@ with workflow.unsafe.imports_passed_through():
         StrayCostAcceptance,
         StrayJobRef,
         SubmitActivityResult,
-        SubmitOutcome,
         TaskInfo,
         TaskRef,
         TranscodeInput,
@@ -79,7 +78,7 @@ with workflow.unsafe.imports_passed_through():
         TransitionResult,
         run_suffix,
     )
-    from schema.state_machine import TERMINAL, TaskEvent, TaskStatus
+    from schema.state_machine import TERMINAL
     from workflows.observations import Inbox, PollCadence, needs_status_call, terminal
     from workflows.queues import fetch_priority, queue_of
     from workflows.search_attributes import TASK_STATUS, shown_status

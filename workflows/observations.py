@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from adapters.providers.base import JobStatus
+from contracts.provider import JobStatus
 from schema.contracts import ProviderUpdate
 
 _RANK = {

@@ -4,7 +4,7 @@
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.common import SearchAttributeKey
 
-from schema.state_machine import TaskStatus
+from contracts.task import TaskStatus
 
 TASK_STATUS = SearchAttributeKey.for_keyword("TaskStatus")
 IMPORT_ID = SearchAttributeKey.for_keyword("ImportId")

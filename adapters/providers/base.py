@@ -1,41 +1,20 @@
-"""The normalized provider interface (normalized submit outcomes, statuses, error classes and capabilities).
+"""The normalized provider interface: what an adapter is asked (GenerationRequest), what it answers
+(SubmitResult, JobState), what it can do (Capabilities), and the VideoProvider protocol itself.
 
 Activities speak only these models; each provider module turns them into its own HTTP API and
-back. Nothing provider-specific leaks past an adapter.
+back. Nothing provider-specific leaks past an adapter. The outcomes, statuses and error classes in
+these models, and the normalized webhook, cross every layer: they live in contracts/provider.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-
-class SubmitOutcome(StrEnum):
-    ACCEPTED = "accepted"  # the provider returned a job id
-    REJECTED_RETRYABLE = "rejected_retryable"  # refused before accepting (429, 5xx with no job, connect error)
-    REJECTED_FINAL = "rejected_final"  # validation, moderation, auth: do not resubmit
-    UNKNOWN = "unknown"  # sent, no answer: reconcile before any resubmit
-
-
-class ErrorClass(StrEnum):
-    RETRYABLE = "retryable"
-    NON_RETRYABLE = "non_retryable"
-    MODERATION = "moderation"
-    UNKNOWN_OUTCOME = "unknown_outcome"
-
-
-class JobStatus(StrEnum):
-    QUEUED = "queued"
-    THROTTLED = "throttled"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELED = "canceled"
-    EXPIRED = "expired"
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome, WebhookEvent
 
 
 class GenerationRequest(BaseModel):
@@ -155,21 +134,6 @@ class WebhookRejected(Exception):
         super().__init__(reason)
         self.reason = reason
         self.malformed = malformed
-
-
-class WebhookEvent(BaseModel):
-    """One provider webhook, verified and normalized by its adapter; the gateway stores it and
-    turns it into the workflow's ProviderUpdate."""
-
-    event_id: str = Field(min_length=1, max_length=300)  # the delivery id: the same event twice is one event
-    job_id: str = Field(min_length=1, max_length=256)
-    request_key: str | None = Field(default=None, max_length=300)  # ours, when the provider echoes it
-    status: JobStatus | None = None
-    raw_status: str | None = None
-    progress: float | None = None
-    observed_at: datetime | None = None  # the provider's time of the change
-    verified: bool = False
-    headers: dict[str, str] = Field(default_factory=dict)  # delivery headers worth keeping; never a signature
 
 
 @runtime_checkable

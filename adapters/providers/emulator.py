@@ -16,22 +16,19 @@ from pydantic import ValidationError
 
 from adapters.providers.base import (
     Capabilities,
-    ErrorClass,
     GenerationRequest,
     JobState,
-    JobStatus,
     OutputRef,
     ProviderError,
-    SubmitOutcome,
     SubmitResult,
     Usage,
-    WebhookEvent,
     WebhookRejected,
 )
 from adapters.providers.emulator_api import ASPECT_RATIOS, MAX_DURATION_S, MIN_DURATION_S, ErrorOut, JobList, JobOut
 from adapters.providers.http import json_body as _body
 from adapters.providers.http import retry_after, retryable_status
 from adapters.webhooks import StandardWebhookVerifier, verified
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome, WebhookEvent
 
 _STATUS = {
     "queued": JobStatus.QUEUED,

@@ -27,17 +27,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from adapters.providers.base import (
-    Capabilities,
-    ErrorClass,
-    GenerationRequest,
-    JobState,
-    JobStatus,
-    OutputRef,
-    ProviderError,
-    SubmitResult,
-)
+from adapters.providers.base import Capabilities, GenerationRequest, JobState, OutputRef, ProviderError, SubmitResult
 from adapters.providers.http import CheckResult, DetailErrors, HttpProvider
+from contracts.provider import ErrorClass, JobStatus
 
 API_VERSION = "queue v1"
 FalStatus = Literal["IN_QUEUE", "IN_PROGRESS", "COMPLETED"]

@@ -21,16 +21,8 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import BaseModel, Field, SecretStr
 
-from adapters.providers.base import (
-    Capabilities,
-    ErrorClass,
-    JobState,
-    JobStatus,
-    ProviderError,
-    SubmitOutcome,
-    SubmitResult,
-    Usage,
-)
+from adapters.providers.base import Capabilities, JobState, ProviderError, SubmitResult, Usage
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
 
 # What an emulated provider sends when no key is configured (and Kling signs its tokens with).
 EMULATED_API_KEY = "emulator-dev-key-for-emulated-providers"

@@ -33,18 +33,9 @@ from typing import Any, Literal
 import jwt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from adapters.providers.base import (
-    Capabilities,
-    ErrorClass,
-    GenerationRequest,
-    JobState,
-    JobStatus,
-    OutputRef,
-    ProviderError,
-    SubmitOutcome,
-    SubmitResult,
-)
+from adapters.providers.base import Capabilities, GenerationRequest, JobState, OutputRef, ProviderError, SubmitResult
 from adapters.providers.http import HttpProvider, ProviderConfig
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
 
 API_VERSION = "v1"
 TOKEN_TTL_S = 1800

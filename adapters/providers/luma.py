@@ -27,17 +27,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from adapters.providers.base import (
-    Capabilities,
-    ErrorClass,
-    GenerationRequest,
-    JobState,
-    JobStatus,
-    OutputRef,
-    ProviderError,
-    SubmitResult,
-)
+from adapters.providers.base import Capabilities, GenerationRequest, JobState, OutputRef, ProviderError, SubmitResult
 from adapters.providers.http import DetailErrors, HttpProvider
+from contracts.provider import ErrorClass, JobStatus
 
 API_VERSION = "dream-machine v1"
 LumaState = Literal["queued", "dreaming", "completed", "failed"]

@@ -35,18 +35,16 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from adapters.providers.base import (
     Capabilities,
-    ErrorClass,
     GenerationRequest,
     JobState,
-    JobStatus,
     OutputRef,
     ProviderError,
     SubmitResult,
-    WebhookEvent,
     WebhookRejected,
 )
 from adapters.providers.http import HttpProvider, ProviderConfig, request_seed
 from adapters.webhooks import StandardWebhookVerifier, verified
+from contracts.provider import ErrorClass, JobStatus, WebhookEvent
 
 API_VERSION = "v1"
 ReplicateStatus = Literal["starting", "processing", "succeeded", "failed", "canceled", "aborted"]

@@ -31,18 +31,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from adapters.providers.base import (
-    Capabilities,
-    ErrorClass,
-    GenerationRequest,
-    JobState,
-    JobStatus,
-    OutputRef,
-    ProviderError,
-    SubmitOutcome,
-    SubmitResult,
-)
+from adapters.providers.base import Capabilities, GenerationRequest, JobState, OutputRef, ProviderError, SubmitResult
 from adapters.providers.http import HttpProvider, request_seed
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
 
 API_VERSION = "2024-11-06"
 # Our ratios in Runway's pixel vocabulary (image_to_video, gen4_turbo).

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from sqlalchemy import and_, or_, select, text
 from starlette.concurrency import run_in_threadpool
 
+from contracts.task import TaskStatus
 from control import generations
 from control.cancel import cancel_with
 from control.outbox import start_pending
@@ -28,7 +29,7 @@ from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
 from gateway.tenancy import TenantDep
 from schema.models import Asset, Task
-from schema.state_machine import TERMINAL, TaskStatus
+from schema.state_machine import TERMINAL
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["generations"])

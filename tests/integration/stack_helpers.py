@@ -154,7 +154,7 @@ def gateway_log_after(settings, marker: str, timeout_s: float = 10.0) -> str:
 def claim_dispatch(database_url: str, task_id: str) -> None:
     """Put a task where the workflow has it just before a submit (DISPATCHING), for tests that run
     the submit activity on its own: submit sends nothing for a task in any other status."""
-    from schema.state_machine import TaskStatus
+    from contracts.task import TaskStatus
 
     with Database(database_url).transaction() as session:
         session.get(Task, task_id).status = TaskStatus.DISPATCHING.value

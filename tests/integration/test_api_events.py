@@ -18,12 +18,13 @@ from stack_helpers import import_small, make_plan
 
 from adapters.storage import ObjectStorage
 from config.settings import Settings
+from contracts.task import TaskEvent
 from reelqueue_client import ApiProblem, GenerationRequest, ReelqueueClient
 from reelqueue_client.transfer import events, upload
 from schema import event_feed, task_store
 from schema.db import Database
 from schema.models import StateEvent, Task
-from schema.state_machine import TERMINAL, TaskEvent
+from schema.state_machine import TERMINAL
 from schema.uploads import ready_asset
 
 PNG = (Path(__file__).resolve().parents[2] / "examples" / "images" / "aurora-lamp.png").read_bytes()

@@ -21,16 +21,9 @@ import uvicorn
 
 from adapters.media.ffmpeg_tools import probe_json, run_ffmpeg
 from adapters.media.transcode import probe
-from adapters.providers.base import (
-    ErrorClass,
-    GenerationRequest,
-    JobState,
-    JobStatus,
-    ProviderError,
-    SubmitOutcome,
-    VideoProvider,
-)
+from adapters.providers.base import GenerationRequest, JobState, ProviderError, VideoProvider
 from adapters.providers.emulator import EmulatorProvider
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
 from emulator.app import create_app
 from emulator.config import EmulatorConfig, new_webhook_secret
 from emulator.signing import file_token

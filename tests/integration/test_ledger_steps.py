@@ -15,12 +15,12 @@ from temporalio.testing import ActivityEnvironment
 from activities.errors import INSUFFICIENT_CREDIT
 from activities.ledger import LedgerActivities
 from activities.tasks import TaskActivities
+from contracts.task import TaskEvent as E
+from contracts.task import TaskStatus as S
 from schema import queries
 from schema.contracts import SettleInput, TaskRef, TransitionInput
 from schema.db import Database
 from schema.models import CreditEntry, StateEvent, Task
-from schema.state_machine import TaskEvent as E
-from schema.state_machine import TaskStatus as S
 
 pytestmark = pytest.mark.integration
 

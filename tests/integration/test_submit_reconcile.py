@@ -18,18 +18,12 @@ from temporalio.testing import ActivityEnvironment
 from activities.errors import DISPATCH_NOT_CLAIMED, NOT_YET_CONCLUSIVE, PROVIDER_REFUSED
 from activities.poll import PollActivities
 from activities.submit import SubmitActivities, request_key
-from adapters.providers.base import (
-    Capabilities,
-    GenerationRequest,
-    JobState,
-    JobStatus,
-    ProviderError,
-    SubmitOutcome,
-    SubmitResult,
-    Usage,
-)
+from adapters.providers.base import Capabilities, GenerationRequest, JobState, ProviderError, SubmitResult, Usage
 from adapters.providers.emulator import EmulatorProvider
 from adapters.storage import ObjectStorage
+from contracts.provider import JobStatus, SubmitOutcome
+from contracts.task import TaskEvent as E
+from contracts.task import TaskStatus as S
 from schema import ledger_check, queries
 from schema.admission import SlotRenewal
 from schema.contracts import (
@@ -44,8 +38,6 @@ from schema.contracts import (
 )
 from schema.db import Database
 from schema.models import Attempt, CreditEntry, StateEvent, StrayJob, Task
-from schema.state_machine import TaskEvent as E
-from schema.state_machine import TaskStatus as S
 
 pytestmark = pytest.mark.integration
 

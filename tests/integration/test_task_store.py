@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import func, select, update
 from stack_helpers import import_small
 
+from contracts.task import TaskEvent
 from schema import queries
 from schema import state_machine as sm
 from schema.db import Database
@@ -14,7 +15,7 @@ from schema.models import Attempt, StateEvent
 from schema.task_store import TaskNotFound, transition
 
 pytestmark = pytest.mark.integration
-E = sm.TaskEvent
+E = TaskEvent
 
 
 def test_transition_once_per_source_event(stack, tmp_path):
@@ -23,7 +24,7 @@ def test_transition_once_per_source_event(stack, tmp_path):
     with db.transaction() as session:
         (task,) = queries.list_tasks(session, summary.import_id)
 
-    def move(event: sm.TaskEvent, source_event_id: str):
+    def move(event: TaskEvent, source_event_id: str):
         with db.transaction() as session:
             return transition(session, task.id, event, source="test", source_event_id=source_event_id)
 
@@ -57,12 +58,12 @@ def test_rows_that_depend_on_the_past_read_it_in_the_transaction(stack, tmp_path
     with db.transaction() as session:
         detour, attempt_open, reviewed = (t.id for t in queries.list_tasks(session, summary.import_id))
 
-    def move(task_id: str, event: sm.TaskEvent):
+    def move(task_id: str, event: TaskEvent):
         with db.transaction() as session:
             n = session.scalar(select(func.count()).select_from(StateEvent).where(StateEvent.task_id == task_id))
             return transition(session, task_id, event, source="test", source_event_id=f"{task_id}:{n}")
 
-    def walk(task_id: str, events: list[sm.TaskEvent]) -> None:
+    def walk(task_id: str, events: list[TaskEvent]) -> None:
         for event in events:
             assert move(task_id, event).applied, event
 

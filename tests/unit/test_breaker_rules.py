@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from adapters.providers.base import SubmitOutcome
 from config.defaults import BreakerPolicy
+from contracts.provider import SubmitOutcome
 from schema.admission import BreakerMode, BreakerState, submit_failure
 from workflows import breaker
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from adapters.providers.base import ErrorClass, GenerationRequest, SubmitOutcome
+from adapters.providers.base import GenerationRequest
 from adapters.providers.emulator import EmulatorProvider
+from contracts.provider import ErrorClass, SubmitOutcome
 
 REQUEST = GenerationRequest(request_key="t-a1", model="m", prompt="p", aspect_ratio="9:16", duration_s=1.0)
 

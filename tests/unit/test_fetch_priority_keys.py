@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from activities.poll import _result
-from adapters.providers.base import JobState, JobStatus, OutputRef
+from adapters.providers.base import JobState, OutputRef
+from contracts.provider import JobStatus
 from workflows.queues import fetch_priority
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)

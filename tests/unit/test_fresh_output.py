@@ -10,7 +10,8 @@ from temporalio.exceptions import ApplicationError
 from activities.errors import OUTPUT_UNAVAILABLE
 from activities.fetch import FreshOutput, _progress, resumed_output
 from adapters.fetcher import FetchFailed
-from adapters.providers.base import JobState, JobStatus, OutputRef
+from adapters.providers.base import JobState, OutputRef
+from contracts.provider import JobStatus
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from contracts.task import TaskEvent, TaskStatus
 from control.invariants import jobs_by_task
-from schema import state_machine as sm
 from schema.invariants import (
     CREATED_AUDIT,
     Invariant,
@@ -21,7 +21,7 @@ from schema.invariants import (
 )
 from schema.ledger_check import Rule, Violation
 
-E, S = sm.TaskEvent, sm.TaskStatus
+E, S = TaskEvent, TaskStatus
 
 MAIN_LINE = [(E.VALIDATION_STARTED, S.VALIDATING), (E.VALIDATION_PASSED, S.QUOTA_RESERVED), (E.QUEUED, S.QUEUED),
              (E.DISPATCH_CLAIMED, S.DISPATCHING), (E.PROVIDER_ACCEPTED, S.SUBMITTED),

@@ -9,8 +9,9 @@ import httpx
 import pytest
 from provider_contracts import answering, dialect_client, engine_job, faults, hosted, load
 
-from adapters.providers.base import ErrorClass, GenerationRequest, JobStatus, SubmitOutcome
+from adapters.providers.base import GenerationRequest
 from adapters.providers.fal import FalProvider, app_of
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
 from emulator.dialects import fal as dialect
 
 KEY = "fal-key-id:fal-key-secret-0123456789"

@@ -11,9 +11,10 @@ import jwt
 import pytest
 from provider_contracts import answering, dialect_client, engine_job, faults, hosted, load
 
-from adapters.providers.base import ErrorClass, GenerationRequest, JobStatus, SubmitOutcome
+from adapters.providers.base import GenerationRequest
 from adapters.providers.http import EMULATED_API_KEY
 from adapters.providers.kling import KlingProvider, code_class
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
 from emulator.dialects import kling as dialect
 
 ACCESS = "ak-kling-0123456789"

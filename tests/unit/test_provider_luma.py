@@ -10,8 +10,9 @@ import httpx
 import pytest
 from provider_contracts import answering, dialect_client, engine_job, faults, hosted, load
 
-from adapters.providers.base import ErrorClass, GenerationRequest, JobStatus, ProviderError, SubmitOutcome
+from adapters.providers.base import GenerationRequest, ProviderError
 from adapters.providers.luma import LumaProvider
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
 from emulator.dialects import luma as dialect
 from emulator.store import JobRecord
 

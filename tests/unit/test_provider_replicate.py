@@ -9,8 +9,9 @@ import httpx
 import pytest
 from provider_contracts import answering, dialect_client, engine_job, faults, hosted, load
 
-from adapters.providers.base import ErrorClass, GenerationRequest, JobStatus, SubmitOutcome, WebhookRejected
+from adapters.providers.base import GenerationRequest, WebhookRejected
 from adapters.providers.replicate import ReplicateProvider
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
 from emulator.dialects import replicate as dialect
 from emulator.signing import webhook_headers
 from emulator.store import JobRecord

@@ -9,8 +9,9 @@ import httpx
 import pytest
 from provider_contracts import FIXTURES, answering, dialect_client, engine_job, faults, hosted, load
 
-from adapters.providers.base import ErrorClass, GenerationRequest, JobStatus, SubmitOutcome
+from adapters.providers.base import GenerationRequest
 from adapters.providers.runway import RATIOS, RunwayProvider, failure_class
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
 from emulator.dialects import runway as dialect
 
 KEY = "rw-secret-key-0123456789"

@@ -12,13 +12,13 @@ from activities.tasks import review_policy, sampled
 from adapters.media.checks import Expectations, check_video, detected_seconds
 from adapters.media.transcode import make_proxy
 from catalog.plan import PlanError, load_plan
+from contracts.task import TaskEvent as E
+from contracts.task import TaskStatus as S
 from control import review_tokens as tokens
 from emulator.faults import FaultBoard
 from emulator.render import render_video
 from emulator.wire import Faults
 from schema.models import Task
-from schema.state_machine import TaskEvent as E
-from schema.state_machine import TaskStatus as S
 from schema.state_machine import target
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from contracts.task import TaskEvent, TaskStatus
 from schema import state_machine as sm
 
-statuses = st.sampled_from(list(sm.TaskStatus))
-events = st.sampled_from(list(sm.TaskEvent))
+statuses = st.sampled_from(list(TaskStatus))
+events = st.sampled_from(list(TaskEvent))
 
 
 @given(statuses, events, st.integers(min_value=0, max_value=10_000))
@@ -38,20 +39,20 @@ def test_terminal_states_are_sticky(status, later_events):
     redrive starts a new run, and never of a task that produced its video (or was rejected)."""
     for event in later_events:
         to = sm.target(status, event)
-        if event is sm.TaskEvent.REDRIVE and status in sm.REDRIVABLE:
-            assert to is sm.TaskStatus.CREATED
+        if event is TaskEvent.REDRIVE and status in sm.REDRIVABLE:
+            assert to is TaskStatus.CREATED
         else:
             assert to is None
 
 
 def test_succeeded_and_rejected_are_never_redriven():
-    assert sm.target(sm.TaskStatus.SUCCEEDED, sm.TaskEvent.REDRIVE) is None
-    assert sm.target(sm.TaskStatus.REJECTED, sm.TaskEvent.REDRIVE) is None
+    assert sm.target(TaskStatus.SUCCEEDED, TaskEvent.REDRIVE) is None
+    assert sm.target(TaskStatus.REJECTED, TaskEvent.REDRIVE) is None
 
 
 @given(st.lists(events, max_size=60))
 def test_any_event_sequence_stays_inside_the_table(sequence):
-    status, version = sm.TaskStatus.CREATED, 0
+    status, version = TaskStatus.CREATED, 0
     for event in sequence:
         to = sm.target(status, event)
         if to is None:
@@ -64,19 +65,19 @@ def test_any_event_sequence_stays_inside_the_table(sequence):
 
 def test_main_line_reaches_succeeded():
     path = [
-        sm.TaskEvent.VALIDATION_STARTED, sm.TaskEvent.VALIDATION_PASSED, sm.TaskEvent.QUEUED,
-        sm.TaskEvent.DISPATCH_CLAIMED, sm.TaskEvent.PROVIDER_ACCEPTED, sm.TaskEvent.PROVIDER_RUNNING,
-        sm.TaskEvent.PROVIDER_SUCCEEDED, sm.TaskEvent.OUTPUT_PERSISTED, sm.TaskEvent.PLAYABLE_ASSET_READY,
+        TaskEvent.VALIDATION_STARTED, TaskEvent.VALIDATION_PASSED, TaskEvent.QUEUED,
+        TaskEvent.DISPATCH_CLAIMED, TaskEvent.PROVIDER_ACCEPTED, TaskEvent.PROVIDER_RUNNING,
+        TaskEvent.PROVIDER_SUCCEEDED, TaskEvent.OUTPUT_PERSISTED, TaskEvent.PLAYABLE_ASSET_READY,
     ]
-    status, version = sm.TaskStatus.CREATED, 0
+    status, version = TaskStatus.CREATED, 0
     for event in path:
         t = sm.apply(status, version, event)
         status, version = t.to_status, t.to_version
-    assert status is sm.TaskStatus.SUCCEEDED and version == len(path)
+    assert status is TaskStatus.SUCCEEDED and version == len(path)
 
 
 def test_seed_rows_that_matter_for_money():
-    S, E = sm.TaskStatus, sm.TaskEvent
+    S, E = TaskStatus, TaskEvent
     # An ambiguous submit goes to reconciliation, never straight to a new attempt.
     assert sm.target(S.DISPATCHING, E.SUBMIT_AMBIGUOUS) is S.SUBMIT_UNKNOWN
     assert sm.target(S.SUBMIT_UNKNOWN, E.DISPATCH_CLAIMED) is None
@@ -106,7 +107,7 @@ def test_seed_rows_that_matter_for_money():
 # anew. A redrive (`reelqueue retry`) is likewise a new run a person asked for; which ended tasks it
 # picks is the command's selection, not the table's.
 
-S, E = sm.TaskStatus, sm.TaskEvent
+S, E = TaskStatus, TaskEvent
 GENERATION = frozenset({S.QUEUED, S.DISPATCHING, S.RETRY_WAIT, S.SUBMITTED, S.SUBMIT_UNKNOWN, S.RUNNING})
 AFTER_REVIEW = sm.TERMINAL | {S.CANCEL_REQUESTED, S.NEEDS_ATTENTION}  # ends, and the ways to one
 RECONCILED = frozenset({E.PROVIDER_JOB_FOUND, E.CONFIRMED_NOT_CREATED, E.ATTENTION_RESOLVED})
@@ -119,7 +120,7 @@ class Seen:
     paid: bool = False  # the provider succeeded in this round
     reviewed: bool = False  # REVIEW entered in this round
 
-    def after(self, status: sm.TaskStatus, event: sm.TaskEvent, to: sm.TaskStatus) -> Seen:
+    def after(self, status: TaskStatus, event: TaskEvent, to: TaskStatus) -> Seen:
         if event in (E.REVIEW_REGENERATE, E.REDRIVE):
             return Seen(unknown=self.unknown)
         decided = event in RECONCILED or (status is S.NEEDS_ATTENTION and event is E.FINAL_FAILURE)
@@ -127,7 +128,7 @@ class Seen:
                     paid=self.paid or event in (E.PROVIDER_SUCCEEDED, E.COMPLETION_WON),
                     reviewed=self.reviewed or to is S.REVIEW)
 
-    def broken(self, event: sm.TaskEvent, to: sm.TaskStatus) -> set[str]:
+    def broken(self, event: TaskEvent, to: TaskStatus) -> set[str]:
         new_round = event in (E.REVIEW_REGENERATE, E.REDRIVE)
         return {rule for rule, breach in (
             (UNRECONCILED, self.unknown and to is S.DISPATCHING),
@@ -136,10 +137,10 @@ class Seen:
         ) if breach}
 
 
-Step = Callable[[sm.TaskStatus, sm.Past, sm.TaskEvent], "tuple[sm.TaskStatus, sm.Past] | None"]
+Step = Callable[[TaskStatus, sm.Past, TaskEvent], "tuple[TaskStatus, sm.Past] | None"]
 
 
-def current_machine(status: sm.TaskStatus, past: sm.Past, event: sm.TaskEvent):
+def current_machine(status: TaskStatus, past: sm.Past, event: TaskEvent):
     """One move as task_store makes it: the table, then the past's guard."""
     to = sm.target(status, event)
     if to is None or sm.refusal(status, event, past) is not None:
@@ -153,7 +154,7 @@ OLD_ROWS = {(S.SUBMIT_UNKNOWN, E.RETRYABLE_FAILURE): S.RETRY_WAIT,
             (S.POST_PROCESSING, E.RETRYABLE_FAILURE): S.RETRY_WAIT}
 
 
-def old_machine(status: sm.TaskStatus, past: sm.Past, event: sm.TaskEvent):
+def old_machine(status: TaskStatus, past: sm.Past, event: TaskEvent):
     to = sm.TRANSITIONS.get((status, event)) or OLD_ROWS.get((status, event))
     return None if to is None else (to, past)
 
@@ -208,7 +209,7 @@ def test_the_guarded_rows_are_the_only_ones_that_read_the_past():
                           (S.NEEDS_ATTENTION, E.PROVIDER_RUNNING), (S.NEEDS_ATTENTION, E.STRAYS_DECIDED)} == sm.GUARDED
 
 
-def run_path(events: list[sm.TaskEvent], start: sm.TaskStatus = S.CREATED) -> sm.TaskStatus:
+def run_path(events: list[TaskEvent], start: TaskStatus = S.CREATED) -> TaskStatus:
     """Apply `events` as task_store does (the past folded from the moves so far); raises
     IllegalTransition at the first refused one."""
     status, version, past = start, 0, sm.Past()

@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks import Webhook
 
-from adapters.providers.base import JobStatus, WebhookRejected
+from adapters.providers.base import WebhookRejected
 from adapters.providers.emulator import EmulatorProvider
 from adapters.providers.emulator_api import JobOut
+from contracts.provider import JobStatus
 from emulator.config import new_webhook_secret
 from emulator.signing import webhook_headers
 

@@ -27,15 +27,15 @@ from workflow_fakes import ask_gate, media_worker
 
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
+from contracts.task import TaskStatus
 from schema import state_machine as sm
 from schema.admission import AdmissionInput, SlotGrant
 from schema.contracts import (
     AssetRef,
     AttemptRef,
-    ErrorClass,
     GenerationInput,
     JobRef,
-    JobStatus,
     LedgerResult,
     PollResult,
     ReconcileOutcome,
@@ -44,7 +44,6 @@ from schema.contracts import (
     SettleInput,
     StrayJobRef,
     SubmitActivityResult,
-    SubmitOutcome,
     TaskInfo,
     TaskRef,
     TranscodeInput,
@@ -79,7 +78,7 @@ class Fleet:
     tenants: dict[str, str] = field(default_factory=dict)  # task -> its tenant ("default" when absent)
     tenant_limit: int | None = None  # every tenant's max_concurrent (None: no tenant layer)
     client: Any = None
-    status: dict[str, sm.TaskStatus] = field(default_factory=lambda: defaultdict(lambda: sm.TaskStatus.CREATED))
+    status: dict[str, TaskStatus] = field(default_factory=lambda: defaultdict(lambda: TaskStatus.CREATED))
     validated_at: dict[str, datetime] = field(default_factory=dict)  # server time (local activities see wall time)
     settled_at: dict[str, datetime] = field(default_factory=dict)  # the ledger closed: the task is ending
     ledger: dict[str, dict[str, Decimal]] = field(default_factory=lambda: defaultdict(dict))

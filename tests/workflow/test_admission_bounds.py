@@ -21,10 +21,10 @@ from test_generation_paths import FOUND, NOT_ASKABLE
 from workflow_fakes import SUCCEEDED, outage, resolve, unknown, until
 
 from contracts import workflow_api as api
+from contracts.task import TaskStatus as S
 from schema.admission import GateInput, GateSnapshot
 from schema.contracts import ResolveAction
 from schema.state_machine import TERMINAL
-from schema.state_machine import TaskStatus as S
 from workflows.generation import ADMISSION_BOUNDED
 from workflows.provider_gate import ProviderGateWorkflow
 

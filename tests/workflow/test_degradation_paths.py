@@ -12,7 +12,7 @@ from workflow_fakes import World, accepted, ending, unavailable, until
 from activities.fetch import FetchActivities
 from activities.ledger import LedgerActivities
 from activities.submit import SubmitActivities
-from schema.state_machine import TaskStatus as S
+from contracts.task import TaskStatus as S
 from workflows.generation import _STEPS, DEGRADATION
 
 HISTORY_FOLDER = DEGRADATION

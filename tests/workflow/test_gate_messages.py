@@ -15,7 +15,7 @@ from temporalio.client import WorkflowHandle
 from workflow_fakes import World, ending, job
 
 from contracts import workflow_api as api
-from schema.contracts import JobStatus
+from contracts.provider import JobStatus
 from workflows.generation import GRANT_AT_ONCE, RENEW_IN_SUBMIT
 
 HISTORY_FOLDER = RENEW_IN_SUBMIT

@@ -14,8 +14,9 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from workflow_fakes import SUCCEEDED, ending, job, until
 
 from contracts import workflow_api as api
-from schema.contracts import JobStatus, LiveDetails, PauseRequest
-from schema.state_machine import TaskStatus as S
+from contracts.provider import JobStatus
+from contracts.task import TaskStatus as S
+from schema.contracts import LiveDetails, PauseRequest
 from workflows.generation import IMPORT_PAUSE
 
 

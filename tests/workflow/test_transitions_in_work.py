@@ -16,8 +16,8 @@ import pytest
 from temporalio.client import WorkflowHandle
 from workflow_fakes import TASK_ID, World, accepted, ending, job
 
-from schema.contracts import ErrorClass, JobStatus
-from schema.state_machine import TaskStatus as S
+from contracts.provider import ErrorClass, JobStatus
+from contracts.task import TaskStatus as S
 from workflows.generation import TRANSITIONS_CARRIED
 
 HISTORY_FOLDER = TRANSITIONS_CARRIED

@@ -13,7 +13,7 @@ import pytest
 from workflow_fakes import RUNNING, SUCCEEDED, accepted, ending, until, webhook
 
 from contracts import workflow_api as api
-from schema.contracts import JobStatus
+from contracts.provider import JobStatus
 from workflows.observations import SAFETY_NET_FIRST_S
 
 HISTORY_FOLDER = "safety-net-60s"  # the safety net's 60-s first wait (earlier folders hold the 30-s one)

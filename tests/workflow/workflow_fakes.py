@@ -26,6 +26,8 @@ from activities import admission
 from activities.errors import DEPENDENCY_UNAVAILABLE, DISPATCH_NOT_CLAIMED, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
+from contracts.task import TaskStatus
 from schema import state_machine as sm
 from schema.admission import AdmissionInput, GateInput, PlanLimits, SlotGrant, SlotRenewal
 from schema.contracts import (
@@ -34,10 +36,8 @@ from schema.contracts import (
     CheckInput,
     CheckOutcome,
     CheckResult,
-    ErrorClass,
     FetchedAsset,
     JobRef,
-    JobStatus,
     LedgerResult,
     PollResult,
     ProviderUpdate,
@@ -55,7 +55,6 @@ from schema.contracts import (
     StrayJobRef,
     StrayJobResult,
     SubmitActivityResult,
-    SubmitOutcome,
     TaskInfo,
     TaskRef,
     TranscodeInput,
@@ -137,7 +136,7 @@ def refusal(message: str = "404 no such job") -> ApplicationError:
 class World:
     """The facts a run leaves behind, and the script the fake provider follows."""
 
-    status: sm.TaskStatus = sm.TaskStatus.CREATED
+    status: TaskStatus = TaskStatus.CREATED
     version: int = 0
     past: sm.Past = field(default_factory=sm.Past)  # what the guarded rows ask, as Postgres folds it
     valid: bool | BaseException = True  # an exception: validate_task raises it
@@ -325,7 +324,7 @@ class World:
         async def submit(ref: AttemptRef) -> SubmitActivityResult:
             claimed = world.carried(ref.moves)  # transaction A, before the call
             await world._enter("submit", ref)
-            if world.status is not sm.TaskStatus.DISPATCHING:  # the state machine refused the dispatch
+            if world.status is not TaskStatus.DISPATCHING:  # the state machine refused the dispatch
                 raise ApplicationError(f"task is {world.status.value}, not DISPATCHING", type=DISPATCH_NOT_CLAIMED,
                                        non_retryable=True)
             sent = world._next(world.submits, "submit")
