@@ -18,7 +18,7 @@ from temporalio.service import RPCError
 from activities.errors import classified_async
 from config.defaults import BreakerPolicy, ProviderLimits
 from contracts import workflow_api as api
-from schema.admission import AdmissionInput, GateInput, SlotGrant, SlotRenewal, SlotRequest, effective_limits
+from contracts.admission import AdmissionInput, GateInput, SlotGrant, SlotRenewal, SlotRequest, effective_limits
 
 NOTICE_TIMEOUT_S = 10.0
 log = logging.getLogger(__name__)

@@ -29,11 +29,11 @@ from adapters.fetcher import MP4_BODY, BodyRejected, FetchFailed, FetchRefused, 
 from adapters.media.transcode import MediaError, MediaInfo, probe
 from adapters.providers.base import OutputRef, VideoProvider
 from adapters.storage import ObjectStorage, StoredObject, WriteConflict, file_sha256
+from contracts.messages import AssetRef, FetchedAsset, JobRef
 from contracts.provider import JobStatus
 from contracts.task import TaskEvent
 from schema import task_store
 from schema.assets import find_asset, record_asset
-from schema.contracts import AssetRef, FetchedAsset, JobRef
 from schema.db import Database
 from schema.models import Asset, Task
 

@@ -18,8 +18,8 @@ from temporalio import activity
 from activities.errors import INSUFFICIENT_CREDIT, business_failure, classified
 from activities.failpoints import failpoint
 from activities.tasks import apply_moves, moved
+from contracts.messages import LedgerResult, SettleInput, TaskRef, run_suffix
 from metrics import CREDIT_SPENT
-from schema.contracts import LedgerResult, SettleInput, TaskRef, run_suffix
 from schema.db import Database
 from schema.models import CreditEntry
 from schema.task_store import TaskNotFound

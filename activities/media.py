@@ -36,8 +36,7 @@ from adapters.media.transcode import (
     probe,
 )
 from adapters.storage import ObjectStorage
-from schema.assets import find_asset, record_asset
-from schema.contracts import (
+from contracts.messages import (
     AssetRef,
     RenditionOut,
     RenditionProfile,
@@ -46,6 +45,7 @@ from schema.contracts import (
     TranscodeInput,
     TranscodeResult,
 )
+from schema.assets import find_asset, record_asset
 from schema.db import Database
 from schema.models import Asset, Task
 from schema.renditions import record_rendition

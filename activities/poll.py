@@ -19,9 +19,7 @@ from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
 from activities.tasks import Applied, apply_moves, moved
 from adapters.providers.base import JobState, VideoProvider
-from contracts.provider import TERMINAL_JOB_STATUSES, JobStatus
-from metrics import STATUS_CALLS
-from schema.contracts import (
+from contracts.messages import (
     JobRef,
     PollResult,
     StrayCostAcceptance,
@@ -30,6 +28,8 @@ from schema.contracts import (
     TaskRef,
     TransitionInput,
 )
+from contracts.provider import TERMINAL_JOB_STATUSES, JobStatus
+from metrics import STATUS_CALLS
 from schema.db import Database
 from schema.models import Attempt, CreditEntry, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, AttemptState

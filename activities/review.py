@@ -18,7 +18,7 @@ from activities.errors import classified
 from adapters.media.checks import Expectations, check_video
 from adapters.media.ffmpeg_tools import MediaError
 from adapters.storage import ObjectStorage
-from schema.contracts import CheckInput, CheckOutcome, CheckResult
+from contracts.messages import CheckInput, CheckOutcome, CheckResult
 from schema.db import Database
 from schema.models import Asset, ReviewCheck
 

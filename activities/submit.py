@@ -33,12 +33,8 @@ from activities.tasks import apply_moves, moved
 from adapters.providers.base import GenerationRequest, JobState, SubmitResult, VideoProvider
 from adapters.storage import ObjectStorage
 from catalog.expand import OVERLAY_FIELDS
-from contracts.provider import ErrorClass, SubmitOutcome
-from contracts.task import TaskStatus
-from metrics import SUBMITS
-from schema import webhook_inbox as inbox
-from schema.admission import submit_failure
-from schema.contracts import (
+from contracts.admission import submit_failure
+from contracts.messages import (
     AttemptRef,
     ProviderUpdate,
     ReconcileOutcome,
@@ -46,6 +42,10 @@ from schema.contracts import (
     SubmitActivityResult,
     TransitionInput,
 )
+from contracts.provider import ErrorClass, SubmitOutcome
+from contracts.task import TaskStatus
+from metrics import SUBMITS
+from schema import webhook_inbox as inbox
 from schema.db import Database
 from schema.models import Asset, Attempt, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, ATTEMPT_UNRESOLVED, AttemptState

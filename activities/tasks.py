@@ -23,9 +23,9 @@ from adapters.storage import ObjectStorage
 from catalog.images import ImageResolver, is_url, record_image_asset
 from catalog.plan import Deadlines, ReviewMode, ReviewSettings
 from catalog.plan import Plan as PlanSpec
+from contracts.messages import ReviewPolicy, TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
 from metrics import STATE_SECONDS, TRANSITION_CONFLICTS, TRANSITIONS
 from schema import task_store
-from schema.contracts import ReviewPolicy, TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
 from schema.db import Database
 from schema.import_scope import import_paused_by
 from schema.models import Asset, Plan, Product, Task, Tenant

@@ -271,10 +271,10 @@ async def temporal_probe(settings, count: int) -> dict:  # noqa: ANN001
     """The gateway's signal call alone (same class, same request shape), concurrency 1, to a spare
     workflow: Temporal's share of one webhook request."""
     from adapters.temporal_client import connect
+    from contracts.messages import GenerationInput, ProviderUpdate
     from contracts.provider import JobStatus
     from contracts.workflow_api import WORKFLOW_NAME
     from gateway.signals import TemporalSignaler
-    from schema.contracts import GenerationInput, ProviderUpdate
 
     client = await connect(settings)
     workflow_id = f"bench-probe-{uuid.uuid4().hex[:8]}"
@@ -300,8 +300,8 @@ async def temporal_probe(settings, count: int) -> dict:  # noqa: ANN001
 async def signaled_events(settings, workflow_ids: list[str]) -> dict[str, list[str]]:  # noqa: ANN001
     """Per workflow, the event id of every provider_update signal in its history."""
     from adapters.temporal_client import connect
+    from contracts.messages import ProviderUpdate
     from contracts.workflow_api import SIGNAL_PROVIDER_UPDATE
-    from schema.contracts import ProviderUpdate
 
     client = await connect(settings)
     found: dict[str, list[str]] = {}

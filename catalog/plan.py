@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from schema.admission import PlanLimits
+from contracts.admission import PlanLimits
 
 LOCALE_RE = re.compile(r"^[a-z]{2,3}(-[A-Z][a-z]{3})?(-[A-Z]{2}|-\d{3})?$")
 SUPPORTED_RATIOS = ("9:16", "16:9", "1:1")

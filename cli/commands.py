@@ -11,8 +11,8 @@ from rich.table import Table
 
 from cli.output import EXIT_BAD_INPUT, EXIT_TIMEOUT, console, emit_json, fail
 from config.settings import Settings, get_settings
+from contracts.admission import BreakerMode, GateSnapshot
 from schema import queries
-from schema.admission import BreakerMode, GateSnapshot
 from schema.db import Database
 
 PRESIGN_TTL = timedelta(hours=12)

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from cli.output import EXIT_BAD_INPUT, EXIT_FAILURE, console, emit_json, fail
 from config.settings import get_settings
-from schema.contracts import ResolveAction, ResolveRequest
+from contracts.messages import ResolveAction, ResolveRequest
 from schema.db import Database
 
 ledger_app = typer.Typer(help="Check the credit ledger against the tasks, attempts and workflows.",

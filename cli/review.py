@@ -119,8 +119,8 @@ def _list(db: Database, import_id: str, as_json: bool) -> None:
 def _decide(db: Database, settings, import_id: str, task_ids: list[str], action: str, reason: str,  # noqa: ANN001
             reviewer: str, as_json: bool) -> None:
     from adapters.temporal_client import connect
+    from contracts.messages import ReviewAction, ReviewRequest
     from control.review import decide, tasks_of_import
-    from schema.contracts import ReviewAction, ReviewRequest
 
     with db.transaction() as session:
         stray = sorted(set(task_ids) - tasks_of_import(session, import_id, task_ids))

@@ -19,8 +19,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from adapters.temporal_client import connect
 from config.settings import Settings
 from contracts import workflow_api as api
-from schema.admission import GateSnapshot
-from schema.contracts import LiveDetails
+from contracts.admission import GateSnapshot
+from contracts.messages import LiveDetails
 
 GATE_READ_S = 0.5  # connecting and every gate's query together; `status` must answer within 2 s
 LIVE_READ_S = 3.0  # `show`: connecting, and each of the task's and its gate's queries

@@ -11,9 +11,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import workflow_api as api
+from contracts.messages import PauseRequest
 from control.imports import CANCEL_CONCURRENCY, for_each, open_tasks
 from schema import queries
-from schema.contracts import PauseRequest
 from schema.db import Database
 from schema.import_scope import import_task_ids
 from schema.models import CatalogImport, CreditEntry, Plan, StateEvent, Task

@@ -17,7 +17,7 @@ from temporalio.service import RPCError
 from adapters.temporal_client import connect
 from config.settings import Settings
 from contracts import workflow_api as api
-from schema.contracts import RenditionsResult, TranscodeInput
+from contracts.messages import RenditionsResult, TranscodeInput
 from schema.db import Database
 from schema.models import Task
 from schema.renditions import task_renditions

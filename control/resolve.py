@@ -22,7 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from adapters.temporal_client import connect
 from config.settings import Settings
 from contracts import workflow_api as api
-from schema.contracts import ResolveAction, ResolveRequest, ResolveResult
+from contracts.messages import ResolveAction, ResolveRequest, ResolveResult
 from schema.db import Database
 from schema.models import Task
 

@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 from temporalio.client import Client
 
 from contracts import workflow_api as api
+from contracts.messages import CheckOutcome, ReviewRequest, ReviewResult
 from contracts.task import TaskStatus
 from control.resolve import ResolveNotDelivered, ResolveRefused, UnknownTask, send_update
-from schema.contracts import CheckOutcome, ReviewRequest, ReviewResult
 from schema.db import Database
 from schema.import_scope import in_import
 from schema.models import Asset, Attempt, CreditEntry, Product, ReviewCheck, Task, ValidationIssue

@@ -14,7 +14,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from contracts import workflow_api as api
-from schema.contracts import GenerationInput
+from contracts.messages import GenerationInput
 from schema.state_machine import TERMINAL
 from workflows import search_attributes as sa
 from workflows.generation import GenerationWorkflow

@@ -16,7 +16,7 @@ from fastapi import Request
 from adapters.providers.base import VideoProvider
 from config.defaults import DEFAULT_TASK_QUEUE, ProviderLimits
 from config.settings import Settings
-from schema.contracts import ProviderUpdate
+from contracts.messages import ProviderUpdate
 from schema.db import Database
 
 if TYPE_CHECKING:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client
 
+from contracts.messages import ReviewAction, ReviewRequest
 from control import review as queue
 from control import review_tokens as tokens
 from delivery.links import LinkSigner
@@ -35,7 +36,6 @@ from gateway.guards import read_body
 from gateway.problems import ProblemError
 from gateway.review_page import render_gallery
 from schema import queries
-from schema.contracts import ReviewAction, ReviewRequest
 from schema.db import Database
 
 router = APIRouter()

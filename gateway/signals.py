@@ -18,8 +18,8 @@ from temporalio.api.workflowservice.v1 import SignalWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from contracts.messages import ProviderUpdate
 from contracts.workflow_api import SIGNAL_PROVIDER_UPDATE
-from schema.contracts import ProviderUpdate
 
 _REQUEST_IDS = uuid.UUID("5b0e3d52-2b7e-4c55-9d1e-3f6f0d7a9c11")  # namespace of our signal request ids
 

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from adapters.providers.base import WebhookReceiver, WebhookRejected
+from contracts.messages import ProviderUpdate
 from contracts.provider import WebhookEvent
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.guards import read_body
@@ -28,7 +29,6 @@ from gateway.problems import ProblemError
 from gateway.signals import SignalUnavailable, signal_request_id
 from metrics import WEBHOOK_LAG, WEBHOOKS
 from schema import webhook_inbox as inbox
-from schema.contracts import ProviderUpdate
 from workflows.observations import worth_a_signal
 
 log = logging.getLogger("gateway.webhooks")

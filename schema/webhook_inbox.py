@@ -21,8 +21,8 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from contracts.messages import ProviderUpdate
 from contracts.provider import WebhookEvent
-from schema.contracts import ProviderUpdate
 from schema.models import Attempt, ProviderEvent, Task
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from config.defaults import BreakerPolicy
-from schema.admission import BreakerMode, BreakerState
+from contracts.admission import BreakerMode, BreakerState
 
 # Outcomes kept for the window at most (the newest): the gate carries them across continue-as-new,
 # and a busy provider's minute of submits must not make that payload large.

@@ -45,10 +45,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
     from contracts import workflow_api as api
-    from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
-    from contracts.task import TaskEvent, TaskStatus
-    from schema.admission import AdmissionInput, PlanLimits, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
-    from schema.contracts import (
+    from contracts.admission import AdmissionInput, PlanLimits, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
+    from contracts.messages import (
         AssetRef,
         AttemptRef,
         CancelRequest,
@@ -78,6 +76,8 @@ with workflow.unsafe.imports_passed_through():
         TransitionResult,
         run_suffix,
     )
+    from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
+    from contracts.task import TaskEvent, TaskStatus
     from schema.state_machine import TERMINAL
     from workflows.observations import Inbox, PollCadence, needs_status_call, terminal
     from workflows.queues import fetch_priority, queue_of

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from contracts.messages import ProviderUpdate
 from contracts.provider import JobStatus
-from schema.contracts import ProviderUpdate
 
 _RANK = {
     JobStatus.QUEUED: 0,

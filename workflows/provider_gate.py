@@ -37,7 +37,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from config.defaults import BreakerPolicy
     from contracts import workflow_api as api
-    from schema.admission import (
+    from contracts.admission import (
         BreakerMode,
         GateInput,
         GateSnapshot,

@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.errors import BUSINESS_FAILURES
     from activities.media import MediaActivities
     from contracts import workflow_api as api
-    from schema.contracts import RenditionsResult, TranscodeInput
+    from contracts.messages import RenditionsResult, TranscodeInput
     from workflows.queues import queue_of
 
 TASK_QUEUES = "task-queues-v1"  # workflow.patched: the step runs on the media queue (api.media_queue)

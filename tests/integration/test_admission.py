@@ -12,7 +12,7 @@ from stack_helpers import import_small, run_all, serving
 
 from config.defaults import ProviderLimits
 from contracts import workflow_api as api
-from schema.admission import GateSnapshot
+from contracts.admission import GateSnapshot
 
 pytestmark = pytest.mark.integration
 LIMIT = 3

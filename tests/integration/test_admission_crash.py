@@ -16,9 +16,9 @@ from stack_helpers import import_small, run_all
 
 import devstack
 from contracts import workflow_api as api
+from contracts.admission import GateSnapshot
 from control.starting import start_workflows
 from schema import queries
-from schema.admission import GateSnapshot
 from schema.db import Database
 from schema.models import StateEvent
 

@@ -12,7 +12,7 @@ from cli_helpers import run_cli_async
 from stack_helpers import import_small, run_all
 
 from contracts import workflow_api as api
-from schema.admission import GateSnapshot
+from contracts.admission import GateSnapshot
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from sqlalchemy import update
 from stack_helpers import import_small, run_all, start_one_at_provider
 
 from contracts import workflow_api as api
+from contracts.messages import CancelRequest
 from schema import queries
-from schema.contracts import CancelRequest
 from schema.db import Database
 from schema.models import Attempt, CreditEntry, StateEvent, Task
 

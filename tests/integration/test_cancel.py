@@ -9,10 +9,10 @@ import pytest
 from cli_helpers import run_cli_async
 from stack_helpers import assert_ledger_balanced, import_small, start_one_at_provider
 
+from contracts.messages import CancelRequest
 from control.cancel import cancel_unstarted
 from control.starting import start_workflows
 from schema import queries
-from schema.contracts import CancelRequest
 from schema.db import Database
 from workflows.generation import GenerationWorkflow
 

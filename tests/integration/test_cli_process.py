@@ -19,7 +19,7 @@ import pytest
 from stack_helpers import import_small
 
 from contracts import workflow_api as api
-from schema.admission import GateInput, GateSnapshot
+from contracts.admission import GateInput, GateSnapshot
 
 pytestmark = pytest.mark.integration
 

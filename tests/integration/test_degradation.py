@@ -29,11 +29,11 @@ import devstack
 from adapters.storage import ObjectStorage
 from cli.output import EXIT_UNAVAILABLE
 from config.settings import Settings
+from contracts.messages import GenerationOutcome
 from control.starting import start_workflows
 from devstack.probes import psycopg_conninfo
 from reelqueue_client import GenerationRequest
 from schema import queries
-from schema.contracts import GenerationOutcome
 from schema.db import Database
 from schema.models import Asset, CatalogImport, CreditEntry, IdempotencyRecord, Task, Upload
 

@@ -19,8 +19,8 @@ from stack_helpers import import_small, run_all, serving
 from adapters.storage import ObjectStorage
 from config.settings import Settings
 from contracts import workflow_api as api
+from contracts.admission import SlotRelease, SlotRequest
 from control.invariants import check_invariants, emulator_jobs_by_task
-from schema.admission import SlotRelease, SlotRequest
 from schema.db import Database
 from schema.invariants import Invariant
 from schema.models import Asset, Attempt, CreditEntry, StateEvent, StrayJob, Task

@@ -15,10 +15,10 @@ from temporalio.testing import ActivityEnvironment
 from activities.errors import INSUFFICIENT_CREDIT
 from activities.ledger import LedgerActivities
 from activities.tasks import TaskActivities
+from contracts.messages import SettleInput, TaskRef, TransitionInput
 from contracts.task import TaskEvent as E
 from contracts.task import TaskStatus as S
 from schema import queries
-from schema.contracts import SettleInput, TaskRef, TransitionInput
 from schema.db import Database
 from schema.models import CreditEntry, StateEvent, Task
 

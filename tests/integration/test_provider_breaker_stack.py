@@ -18,9 +18,9 @@ from stack_helpers import assert_ledger_balanced, import_small, serving, wait_fo
 
 from config.defaults import BreakerPolicy, ProviderLimits
 from contracts import workflow_api as api
+from contracts.admission import BreakerMode, GateSnapshot
 from control.starting import start_workflows
 from schema import queries
-from schema.admission import BreakerMode, GateSnapshot
 from schema.db import Database
 from schema.models import Attempt
 

@@ -25,10 +25,10 @@ from stack_helpers import assert_ledger_balanced, make_catalog, serving, wait_fo
 from adapters.storage import ObjectStorage
 from catalog.plan import load_plan
 from catalog.service import run_import
+from contracts.messages import CancelRequest, ResolveAction, ResolveRequest
 from control.resolve import resolve_task
 from control.starting import start_workflows
 from schema import queries
-from schema.contracts import CancelRequest, ResolveAction, ResolveRequest
 from schema.db import Database
 from schema.models import Attempt, ProviderEvent
 from workflows.generation import GenerationWorkflow

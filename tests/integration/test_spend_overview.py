@@ -24,11 +24,11 @@ from stack_helpers import gateway_log_after, import_small, wait_for_status
 from test_review_gallery import BROWSER_ARGS, CHROMIUM, _browser_or_skip
 
 from bench.common import scrape, total
+from contracts.messages import ReviewAction, ReviewRequest
 from control import review_tokens
 from control.review import decide
 from control.starting import start_workflows
 from schema import queries
-from schema.contracts import ReviewAction, ReviewRequest
 from schema.db import Database
 from schema.models import CreditEntry, Task
 

@@ -21,12 +21,8 @@ from activities.submit import SubmitActivities, request_key
 from adapters.providers.base import Capabilities, GenerationRequest, JobState, ProviderError, SubmitResult, Usage
 from adapters.providers.emulator import EmulatorProvider
 from adapters.storage import ObjectStorage
-from contracts.provider import JobStatus, SubmitOutcome
-from contracts.task import TaskEvent as E
-from contracts.task import TaskStatus as S
-from schema import ledger_check, queries
-from schema.admission import SlotRenewal
-from schema.contracts import (
+from contracts.admission import SlotRenewal
+from contracts.messages import (
     AttemptRef,
     JobRef,
     ReconcileOutcome,
@@ -36,6 +32,10 @@ from schema.contracts import (
     TaskRef,
     TransitionInput,
 )
+from contracts.provider import JobStatus, SubmitOutcome
+from contracts.task import TaskEvent as E
+from contracts.task import TaskStatus as S
+from schema import ledger_check, queries
 from schema.db import Database
 from schema.models import Attempt, CreditEntry, StateEvent, StrayJob, Task
 

@@ -30,11 +30,11 @@ from adapters.providers.base import GenerationRequest
 from adapters.providers.emulator_api import JobOut
 from adapters.storage import ObjectStorage
 from config.settings import Settings
+from contracts.messages import AttemptRef, GenerationInput, ProviderUpdate, SubmitActivityResult
 from contracts.workflow_api import SIGNAL_PROVIDER_UPDATE, WORKFLOW_NAME
 from emulator.config import new_webhook_secret
 from emulator.signing import webhook_headers
 from schema import queries
-from schema.contracts import AttemptRef, GenerationInput, ProviderUpdate, SubmitActivityResult
 from schema.db import Database
 from schema.models import Attempt, ProviderEvent, Task
 

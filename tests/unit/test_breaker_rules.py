@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from config.defaults import BreakerPolicy
+from contracts.admission import BreakerMode, BreakerState, submit_failure
 from contracts.provider import SubmitOutcome
-from schema.admission import BreakerMode, BreakerState, submit_failure
 from workflows import breaker
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)

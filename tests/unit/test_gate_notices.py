@@ -11,7 +11,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.admission import GateNotices
 from contracts import workflow_api as api
-from schema.admission import SlotRenewal
+from contracts.admission import SlotRenewal
 
 RENEWAL = SlotRenewal(workflow_id="gen-t1", token=7, accepted=True)
 

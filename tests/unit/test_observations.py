@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from contracts.messages import ProviderUpdate
 from contracts.provider import JobStatus
-from schema.contracts import ProviderUpdate
 from workflows.observations import (
     SAFETY_NET_FIRST_S,
     SAFETY_NET_MAX_S,

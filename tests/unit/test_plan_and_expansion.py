@@ -23,7 +23,7 @@ from catalog.expand import (
 from catalog.plan import PlanError, load_plan
 from catalog.records import IssueAction, ProductRecord
 from config.defaults import ProviderLimits
-from schema.admission import PlanLimits, effective_limits
+from contracts.admission import PlanLimits, effective_limits
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PINNED_UGC_DE_916 = "7137a848da34aab888c46e52651f920b"  # was e2f5c04d4c41d9cc4d7180326c147b39 before the overlay joined

@@ -77,7 +77,7 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
     handles: list[WorkflowHandle] = []
 
     async def start(**kwargs) -> WorkflowHandle:
-        from schema.contracts import GenerationInput
+        from contracts.messages import GenerationInput
 
         handle = await env.client.start_workflow(
             GenerationWorkflow.run, GenerationInput(task_id=TASK_ID), id=f"gen-{TASK_ID}-{uuid.uuid4().hex[:8]}",

@@ -27,11 +27,8 @@ from workflow_fakes import ask_gate, media_worker
 
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
-from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
-from contracts.task import TaskStatus
-from schema import state_machine as sm
-from schema.admission import AdmissionInput, SlotGrant
-from schema.contracts import (
+from contracts.admission import AdmissionInput, SlotGrant
+from contracts.messages import (
     AssetRef,
     AttemptRef,
     GenerationInput,
@@ -51,6 +48,9 @@ from schema.contracts import (
     TransitionResult,
     ValidationResult,
 )
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
+from contracts.task import TaskStatus
+from schema import state_machine as sm
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
 

@@ -21,9 +21,9 @@ from test_generation_paths import FOUND, NOT_ASKABLE
 from workflow_fakes import SUCCEEDED, outage, resolve, unknown, until
 
 from contracts import workflow_api as api
+from contracts.admission import GateInput, GateSnapshot
+from contracts.messages import ResolveAction
 from contracts.task import TaskStatus as S
-from schema.admission import GateInput, GateSnapshot
-from schema.contracts import ResolveAction
 from schema.state_machine import TERMINAL
 from workflows.generation import ADMISSION_BOUNDED
 from workflows.provider_gate import ProviderGateWorkflow

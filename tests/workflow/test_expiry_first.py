@@ -14,8 +14,8 @@ from temporalio import activity
 from workflow_fakes import RUNNING, SUCCEEDED, World, ending, unavailable
 
 from activities.fetch import FetchActivities
+from contracts.messages import PollResult
 from contracts.task import TaskStatus as S
-from schema.contracts import PollResult
 from workflows.generation import _STEPS, EXPIRY_FIRST
 
 HISTORY_FOLDER = EXPIRY_FIRST

@@ -33,10 +33,10 @@ from workflow_fakes import (
 )
 
 from contracts import workflow_api as api
+from contracts.admission import PlanLimits
+from contracts.messages import PollResult, ReconcileOutcome, ReconcileResult, ResolveAction
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
-from schema.admission import PlanLimits
-from schema.contracts import PollResult, ReconcileOutcome, ReconcileResult, ResolveAction
 
 FOUND = ReconcileResult(outcome=ReconcileOutcome.FOUND, job_id="job-1")
 ABSENT = ReconcileResult(outcome=ReconcileOutcome.ABSENT, evidence="no job for t1-a1")

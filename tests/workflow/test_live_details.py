@@ -14,9 +14,9 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from workflow_fakes import SUCCEEDED, ending, job, until
 
 from contracts import workflow_api as api
+from contracts.messages import LiveDetails, PauseRequest
 from contracts.provider import JobStatus
 from contracts.task import TaskStatus as S
-from schema.contracts import LiveDetails, PauseRequest
 from workflows.generation import IMPORT_PAUSE
 
 

@@ -13,9 +13,9 @@ import pytest
 from temporalio.converter import decode_typed_search_attributes
 from workflow_fakes import RUNNING, World, ending, job, outage, resolve, until
 
+from contracts.messages import ResolveAction
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
-from schema.contracts import ResolveAction
 from workflows.generation import BASELINES, COARSE_STATUS, PATCH_BASELINE, TRANSITIONS_IN_WORK
 from workflows.search_attributes import TASK_STATUS
 

@@ -23,10 +23,10 @@ from workflow_fakes import until
 
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
+from contracts.admission import BreakerMode, GateSnapshot
+from contracts.messages import CancelRequest
 from contracts.task import TaskStatus as S
 from metrics.sdk import SdkMetrics
-from schema.admission import BreakerMode, GateSnapshot
-from schema.contracts import CancelRequest
 from workflows.generation import BREAKER
 from workflows.provider_gate import BREAKER as GATE_BREAKER
 

@@ -21,7 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from contracts import workflow_api as api
-from schema.admission import GateInput, GateSnapshot, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
+from contracts.admission import GateInput, GateSnapshot, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
 from workflows.generation import GRANT_AT_ONCE
 from workflows.provider_gate import LEASE, ProviderGateWorkflow
 

@@ -19,7 +19,7 @@ from workflow_fakes import ending, media_worker, outage
 
 from activities.errors import OUTPUT_INVALID
 from contracts import workflow_api as api
-from schema.contracts import RenditionOut, RenditionProfile, RenditionsResult, RenditionStatus, TranscodeInput
+from contracts.messages import RenditionOut, RenditionProfile, RenditionsResult, RenditionStatus, TranscodeInput
 from workflows.renditions import RenditionsWorkflow
 
 UNREADABLE = ApplicationError("unreadable", type=OUTPUT_INVALID, non_retryable=True)

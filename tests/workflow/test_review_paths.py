@@ -27,8 +27,8 @@ from workflow_fakes import (
 )
 
 from contracts import workflow_api as api
+from contracts.messages import ReviewAction, ReviewRequest, ReviewResult
 from contracts.task import TaskStatus as S
-from schema.contracts import ReviewAction, ReviewRequest, ReviewResult
 
 HISTORY_FOLDER = "review-v1"
 TO_REVIEW = ["VALIDATING", "QUOTA_RESERVED", "QUEUED", "DISPATCHING", "SUBMITTED", "RUNNING", "OUTPUT_FETCHING",

@@ -10,9 +10,7 @@ import pytest
 from workflow_fakes import TASK_ID, World, ending, refusal, resolve, review_policy, unknown, until
 
 from contracts import workflow_api as api
-from contracts.provider import JobStatus
-from contracts.task import TaskStatus as S
-from schema.contracts import (
+from contracts.messages import (
     ReconcileOutcome,
     ReconcileResult,
     ResolveAction,
@@ -22,6 +20,8 @@ from schema.contracts import (
     StrayJobRef,
     StrayJobResult,
 )
+from contracts.provider import JobStatus
+from contracts.task import TaskStatus as S
 
 HISTORY_FOLDER = "strays-v1"
 STRAY_COST = StrayJobResult(status=JobStatus.CANCELED, cost=1.0)

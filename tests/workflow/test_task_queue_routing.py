@@ -14,7 +14,7 @@ from temporalio.worker import Worker
 from workflow_fakes import ending, media_worker, review_policy
 
 from contracts import workflow_api as api
-from schema.contracts import RenditionOut, RenditionProfile, RenditionsResult, RenditionStatus, TranscodeInput
+from contracts.messages import RenditionOut, RenditionProfile, RenditionsResult, RenditionStatus, TranscodeInput
 from workflows.renditions import RenditionsWorkflow
 
 HISTORY_FOLDER = "task-queues-v1"

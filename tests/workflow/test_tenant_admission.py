@@ -16,8 +16,8 @@ from test_admission_bounds import finish, snapshot
 from workflow_fakes import until
 
 from contracts import workflow_api as api
+from contracts.messages import CancelRequest
 from contracts.task import TaskStatus as S
-from schema.contracts import CancelRequest
 from workflows.generation import TENANT_ADMISSION
 
 

@@ -26,11 +26,8 @@ from activities import admission
 from activities.errors import DEPENDENCY_UNAVAILABLE, DISPATCH_NOT_CLAIMED, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
-from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
-from contracts.task import TaskStatus
-from schema import state_machine as sm
-from schema.admission import AdmissionInput, GateInput, PlanLimits, SlotGrant, SlotRenewal
-from schema.contracts import (
+from contracts.admission import AdmissionInput, GateInput, PlanLimits, SlotGrant, SlotRenewal
+from contracts.messages import (
     AssetRef,
     AttemptRef,
     CheckInput,
@@ -63,6 +60,9 @@ from schema.contracts import (
     TransitionResult,
     ValidationResult,
 )
+from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
+from contracts.task import TaskStatus
+from schema import state_machine as sm
 
 TASK_ID = "t1"
 RESERVED = Decimal("4")

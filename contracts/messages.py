@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from contracts.admission import PlanLimits, SlotRenewal
 from contracts.provider import TERMINAL_JOB_STATUSES, ErrorClass, JobStatus, SubmitOutcome
 from contracts.task import TaskEvent, TaskStatus
-from schema.admission import PlanLimits, SlotRenewal
 
 
 class GenerationInput(BaseModel):
@@ -232,7 +232,7 @@ class SubmitActivityResult(BaseModel):
     webhooks: bool = False  # the submit asked the provider for webhooks: polling becomes a safety net
     # Webhooks that arrived before the job id was saved (orphans), matched once it was.
     early_updates: list[ProviderUpdate] = Field(default_factory=list)
-    failure: str | None = None  # what the provider's breaker counts of this call (schema.admission.submit_failure)
+    failure: str | None = None  # what the provider's breaker counts of this call (contracts.admission.submit_failure)
     moved: list[TransitionResult] = Field(default_factory=list)  # the request's `moves`, then `accepted`
     renewed: bool = False  # the step told the gate of the acceptance (the request's `renewal`)
 
