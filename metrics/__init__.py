@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from contracts.workflow_api import MEDIA_ACTIVITIES  # noqa: F401 - one list of media steps, re-exported here
-
 # Seconds from sub-second local work to hour-long provider waits.
 STATE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600, 1800, 3600, 4 * 3600, 24 * 3600)
 ACTIVITY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)

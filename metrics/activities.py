@@ -15,7 +15,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from metrics import ACTIVITIES_IN_FLIGHT, ACTIVITY_SECONDS, ACTIVITY_SLOTS, MEDIA_ACTIVITIES, MEDIA_UTILISATION
+from contracts.workflow_api import MEDIA_ACTIVITIES
+from metrics import ACTIVITIES_IN_FLIGHT, ACTIVITY_SECONDS, ACTIVITY_SLOTS, MEDIA_UTILISATION
 from telemetry.logs import bound
 
 log = logging.getLogger("reelqueue.activity")
