@@ -41,17 +41,18 @@ lint: install
 	$(BIN)/ruff check .
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-# Two pytest-xdist processes (TEST_WORKERS=1 for one), each with its own embedded stack on its own
-# ports, a test file at a time: most of the suite waits on real time (jobs, leases, timers), so two
-# take about 20 minutes on 2 cores (docs/performance.md, "Test suite").
-TEST_WORKERS ?= 2
+# Four pytest-xdist processes (TEST_WORKERS=1 for one), each with its own embedded stack on its own
+# ports, a test file at a time: most of the suite waits on real time (jobs, leases, timers; two
+# processes kept the 2 cores 43 % busy), so four share the cores better (docs/performance.md,
+# "Test suite").
+TEST_WORKERS ?= 4
 test: install lint
-	$(BIN)/pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadfile tests
+	$(BIN)/pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadfile tests
 
 # The tests that need no embedded stack: pure logic (tests/unit) and the workflows on the
 # time-skipping server with fake activities, and the replay of recorded histories (tests/workflow).
 test-fast: install lint
-	$(BIN)/pytest -q -p no:cacheprovider --durations=5 -n $(TEST_WORKERS) --dist loadfile tests/unit tests/workflow
+	$(BIN)/pytest -q -p no:cacheprovider --durations=5 -n 2 --dist loadfile tests/unit tests/workflow
 
 bench: install
 	$(BIN)/python -m bench.import_bench $(ARGS)

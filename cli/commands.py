@@ -310,7 +310,8 @@ def cancel(
 ) -> None:
     """Ask a task (or every open task of an import) to stop: its workflow is cancelled (an intent: a
     job that already succeeded wins)."""
-    from control.cancel import NOT_STARTED, cancel_unstarted, cancel_workflow
+    from adapters.temporal_client import connect
+    from control.cancel import cancel_task
 
     if (task_id is None) == (import_id is None):
         fail("give a TASK_ID or --import IMPORT_ID", EXIT_BAD_INPUT, as_json=as_json)
@@ -323,9 +324,11 @@ def cancel(
         detail = queries.task_detail(session, task_id)
     if detail is None:
         fail(f"no task {task_id}", EXIT_BAD_INPUT, as_json=as_json)
-    outcome = asyncio.run(cancel_workflow(settings, detail["task"]["workflow_id"], reason))
-    if outcome == NOT_STARTED:
-        outcome = cancel_unstarted(db, task_id, reason)
+
+    async def go() -> str:
+        return await cancel_task(await connect(settings), db, task_id, detail["task"]["workflow_id"], reason, by="cli")
+
+    outcome = asyncio.run(go())
     if as_json:
         emit_json({"task_id": task_id, "outcome": outcome})
     else:

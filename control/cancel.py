@@ -8,8 +8,6 @@ from __future__ import annotations
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from adapters.temporal_client import connect
-from config.settings import Settings
 from contracts.task import TaskEvent
 from schema import task_store
 from schema.db import Database
@@ -17,10 +15,11 @@ from schema.db import Database
 NOT_STARTED = "not_started"
 
 
-async def cancel_workflow(settings: Settings, workflow_id: str, reason: str) -> str:
-    """Ask Temporal to cancel the task's workflow; NOT_STARTED when no workflow ever ran for it."""
-    client = await connect(settings)
-    return await cancel_with(client, workflow_id, reason, by="cli")
+async def cancel_task(client: Client, db: Database, task_id: str, workflow_id: str, reason: str, *, by: str) -> str:
+    """An operator's cancel of one task (`reelqueue cancel`, alone or for each task of an import):
+    its workflow is cancelled, or, when none ever ran, the task is ended here. The outcome's text."""
+    outcome = await cancel_with(client, workflow_id, reason, by=by)
+    return cancel_unstarted(db, task_id, reason) if outcome == NOT_STARTED else outcome
 
 
 async def cancel_with(client: Client, workflow_id: str, reason: str, *, by: str) -> str:

@@ -124,14 +124,12 @@ async def cancel_import_tasks(client: Client, db: Database, import_id: str, reas
                               on_done: Callable[[], None] | None = None) -> dict[str, int]:
     """Cancel every task of the import that has not ended (only those in `statuses`, when given),
     each the way `reelqueue cancel` does one; `on_done` is told after each (a progress bar)."""
-    from control.cancel import NOT_STARTED, cancel_unstarted, cancel_with
+    from control.cancel import cancel_task
 
     counts = {"cancel_requested": 0, "canceled": 0, "unchanged": 0}
 
     async def cancel_one(task: Row) -> None:
-        outcome = await cancel_with(client, task.workflow_id, reason, by=by)
-        if outcome == NOT_STARTED:
-            outcome = cancel_unstarted(db, task.id, reason)
+        outcome = await cancel_task(client, db, task.id, task.workflow_id, reason, by=by)
         key = {"cancel requested": "cancel_requested", "CANCELED": "canceled"}.get(outcome, "unchanged")
         counts[key] += 1
         if on_done is not None:

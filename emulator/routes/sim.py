@@ -1,0 +1,47 @@
+"""`/_sim`: the test hooks: every job as the tests see it, the counters, and the faults to inject."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from emulator.clock import JobClock
+from emulator.faults import FaultBoard
+from emulator.service import JobService
+from emulator.stats import StatsBoard
+from emulator.store import JobStore
+from emulator.wire import Faults, SimJobList, SimStats
+
+
+def sim_router(service: JobService, store: JobStore, stats: StatsBoard, faults: FaultBoard,
+               clock: JobClock) -> APIRouter:
+    sim = APIRouter(prefix="/_sim")
+
+    @sim.get("/jobs")
+    def sim_jobs() -> SimJobList:
+        return SimJobList(jobs=[service.sim_view(j) for j in store.list()])
+
+    @sim.get("/stats")
+    def sim_stats() -> SimStats:
+        return stats.snapshot()
+
+    @sim.delete("/stats")
+    def reset_stats() -> SimStats:
+        return stats.reset()
+
+    @sim.get("/faults")
+    def get_faults() -> Faults:
+        return faults.snapshot()
+
+    @sim.post("/faults")
+    def set_faults(body: Faults) -> Faults:
+        updated = faults.update(body)
+        clock.wake()  # a raised max_running starts throttled jobs now
+        return updated
+
+    @sim.delete("/faults")
+    def reset_faults() -> Faults:
+        reset = faults.reset()
+        clock.wake()
+        return reset
+
+    return sim
