@@ -44,10 +44,12 @@ lint: install
 # Four pytest-xdist processes (TEST_WORKERS=1 for one), each with its own embedded stack on its own
 # ports, a test file at a time: most of the suite waits on real time (jobs, leases, timers; two
 # processes kept the 2 cores 43 % busy), so four share the cores better (docs/performance.md,
-# "Test suite").
+# "Test suite"). The files marked `long` go out first (tests/conftest.py), not the ones with the
+# most tests (xdist's default order), which left the longest file to start near the end.
 TEST_WORKERS ?= 4
 test: install lint
-	$(BIN)/pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadfile tests
+	$(BIN)/pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadfile \
+	  --no-loadscope-reorder tests
 
 # The tests that need no embedded stack: pure logic (tests/unit) and the workflows on the
 # time-skipping server with fake activities, and the replay of recorded histories (tests/workflow).

@@ -24,6 +24,13 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 os.environ["COLUMNS"] = "200"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files marked `long` first: pytest-xdist (--dist loadfile --no-loadscope-reorder) hands
+    files out in this order, so a process starts the three-minute scale test at the beginning rather
+    than alone at the end while the others sit idle."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings):
     yield

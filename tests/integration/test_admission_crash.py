@@ -22,7 +22,7 @@ from schema import queries
 from schema.db import Database
 from schema.models import StateEvent
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 LIMIT, LEASE_S, TASKS = 2, 20, 6
 

@@ -14,7 +14,7 @@ from stack_helpers import import_small, run_all
 from contracts import workflow_api as api
 from contracts.admission import GateSnapshot
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 TASKS = 300
 PLAN_LIMIT = 12  # [providers.emulator] max_concurrent in the plan

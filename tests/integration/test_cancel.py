@@ -16,7 +16,7 @@ from schema import queries
 from schema.db import Database
 from workflows.generation import GenerationWorkflow
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 async def test_cancel_while_the_provider_runs(stack, client, task_queue, tmp_path, emulator_jobs):

@@ -14,7 +14,7 @@ import pytest
 
 from bench.chaos import ENDED, SERVICES
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from control.starting import start_workflows
 from schema import queries
 from schema.db import Database
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 IN_FLIGHT = {"DISPATCHING", "SUBMIT_UNKNOWN", "SUBMITTED", "RUNNING", "OUTPUT_FETCHING", "POST_PROCESSING"}
 

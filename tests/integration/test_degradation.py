@@ -38,7 +38,7 @@ from schema.db import Database
 from schema.models import Asset, CatalogImport, CreditEntry, IdempotencyRecord, Task, Upload
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.long]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ from activities.failpoints import POINTS
 from contracts import workflow_api as api
 from devstack.drill import DrillResult, run_drills
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def _attempts(ev: dict[str, Any]) -> list[tuple[str, bool]]:

@@ -12,7 +12,7 @@ import pytest
 from cli_helpers import run_cli_async
 from stack_helpers import import_small, run_all
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 TASKS = 20
 PLAN = "[providers.emulator]\nmax_concurrent = 1\n\n[deadlines]\njob_minutes = 0.5\n"

@@ -20,7 +20,7 @@ from adapters.storage import ObjectStorage
 from schema import queries
 from schema.db import Database
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from schema import queries
 from schema.db import Database
 from schema.models import Attempt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 POLICY = BreakerPolicy(failures=3, failure_ratio=0.5, window_s=60, cooldown_s=30)
 
 

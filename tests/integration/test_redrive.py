@@ -17,7 +17,7 @@ from schema.assets import record_asset
 from schema.db import Database
 from schema.models import CreditEntry, Task
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 async def test_failed_task_is_redriven_to_success(stack, client, task_queue, tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ from schema import queries
 from schema.db import Database
 from schema.models import CreditEntry
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 async def test_a_refused_duplicate_waits_for_a_person_and_the_video_is_kept(stack, client, task_queue, tmp_path):

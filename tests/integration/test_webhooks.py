@@ -38,7 +38,7 @@ from schema import queries
 from schema.db import Database
 from schema.models import Attempt, ProviderEvent, Task
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def job_json(job_id: str, key: str, status: str = "running") -> bytes:

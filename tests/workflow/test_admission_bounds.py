@@ -28,6 +28,8 @@ from schema.state_machine import TERMINAL
 from workflows.generation import ADMISSION_BOUNDED
 from workflows.provider_gate import ProviderGateWorkflow
 
+pytestmark = pytest.mark.long
+
 HISTORY_FOLDER = ADMISSION_BOUNDED  # run_world records this module's single-task paths here
 
 
