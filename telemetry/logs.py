@@ -43,11 +43,11 @@ def bound(**fields: Any) -> Iterator[None]:
 
 def bind(**fields: Any) -> None:
     """Adds `fields` to the innermost `bound` block, in place: an activity's thread runs in a copy of
-    the context, so this is how its provider reaches the interceptor's closing line."""
+    the context, so this is how its provider reaches the interceptor's closing line. Outside any
+    block (an activity's method called directly, as tests do) it adds nothing: setting the fields
+    there would leave them on every later line of that thread."""
     current = _bound.get()
-    if current is None:
-        _bound.set(_known(fields))
-    else:
+    if current is not None:
         current.update(_known(fields))
 
 

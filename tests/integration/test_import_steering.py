@@ -16,6 +16,8 @@ from sqlalchemy import func, select
 from stack_helpers import assert_ledger_balanced, import_small
 from test_review_gallery import BROWSER_ARGS, CHROMIUM, _browser_or_skip
 
+from contracts import workflow_api as api
+from contracts.messages import LiveDetails
 from control.starting import start_workflows
 from schema import queries
 from schema.db import Database
@@ -39,6 +41,17 @@ def _submits(db: Database, import_id: str) -> int:
 def _tasks(db: Database, import_id: str):  # noqa: ANN202
     with db.transaction() as session:
         return queries.list_tasks(session, import_id)
+
+
+async def _in_line_all_paused(client, db: Database, import_id: str) -> bool:  # noqa: ANN001 - a Client
+    """Every task still QUEUED has taken its import's pause in (its workflow's current step)."""
+    for task in _tasks(db, import_id):
+        if task.status == "QUEUED":
+            details = await client.get_workflow_handle(task.workflow_id).query(api.QUERY_DETAILS,
+                                                                                result_type=LiveDetails)
+            if details.step != "paused":
+                return False
+    return True
 
 
 async def _until(check, timeout_s: float, what: str):  # noqa: ANN001, ANN202
@@ -89,7 +102,10 @@ async def _pause_and_resume(stack, client, task_queue: str, db: Database, imp: s
     assert paused.code == 0, paused.stdout + paused.stderr
     assert paused.json["changed"] and paused.json["told"] + paused.json["not_running"] == TASKS - sum(
         t.status in TERMINAL for t in _tasks(db, imp))
-    await asyncio.sleep(2.0)  # a grant already on its way when the pause came may still submit
+    # A task granted before its workflow took the pause in goes on and submits: wait until every
+    # task still in line says it is paused; from then on only tasks already past the gate have
+    # attempts, and they have them already.
+    await _until(lambda: _in_line_all_paused(client, db, imp), 60, "every task in line paused")
     before = _submits(db, imp)
     await asyncio.sleep(5.0)
     assert _submits(db, imp) == before < TASKS  # nothing new while paused (jobs running went on)

@@ -11,7 +11,7 @@ from temporalio.runtime import MetricBuffer, MetricBufferDurationFormat, Runtime
 
 from metrics.sdk import SdkMetrics
 from telemetry import redaction, tracing
-from telemetry.logs import StructuredFormatter, bound, task_of_workflow
+from telemetry.logs import StructuredFormatter, bind, bound, task_of_workflow
 
 
 def _record(message: str, *args, **extra) -> logging.LogRecord:
@@ -137,3 +137,13 @@ def test_the_cli_logs_in_the_format_it_is_given(fmt) -> None:
         root.handlers[:] = before
         root.setLevel(level)
     assert CliRunner().invoke(app, ["--log-format", "xml", "providers"]).exit_code == 2
+
+
+def test_a_bind_outside_any_block_leaves_nothing_behind() -> None:
+    """An activity's method called without the worker's interceptor (tests do) binds its provider;
+    later lines of the same thread must not carry it."""
+    bind(provider="emulator")
+    assert "provider" not in json.loads(StructuredFormatter("worker").format(_record("after")))
+    with bound(task_id="t_1"):
+        bind(provider="emulator")
+        assert json.loads(StructuredFormatter("worker").format(_record("inside")))["provider"] == "emulator"
