@@ -41,12 +41,13 @@ lint: install
 	$(BIN)/ruff check .
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-# Four pytest-xdist processes (TEST_WORKERS=1 for one), each with its own embedded stack on its own
-# ports, a test file at a time: most of the suite waits on real time (jobs, leases, timers; two
-# processes kept the 2 cores 43 % busy), so four share the cores better (docs/performance.md,
-# "Test suite"). The files marked `long` go out first (tests/conftest.py), not the ones with the
-# most tests (xdist's default order), which left the longest file to start near the end.
-TEST_WORKERS ?= 4
+# Five pytest-xdist processes (TEST_WORKERS=1 for one), each with its own embedded stack on its own
+# ports, a test file at a time: most of the suite waits on real time (jobs, leases, timers), so
+# more processes than cores share the cores better: two kept the 2 cores 43 % busy (18 min),
+# four 74-82 % (12.7 min), five 90 % (9.7 min) (docs/performance.md, "The test suite"). The files
+# marked `long` go out first (tests/conftest.py), not the ones with the most tests (xdist's default
+# order), which started the longest file near the end.
+TEST_WORKERS ?= 5
 test: install lint
 	$(BIN)/pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadfile \
 	  --no-loadscope-reorder tests

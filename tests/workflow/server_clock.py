@@ -14,11 +14,13 @@ import contextlib
 import shutil
 import sys
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.testservice.v1 import SleepRequest
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
@@ -43,6 +45,17 @@ class SharedServer:
     async def stop(self) -> None:
         await self._stack.aclose()
         self.env = None
+
+
+async def skip(env: WorkflowEnvironment, seconds: float, *, rpc_timeout_s: float = 300.0) -> None:
+    """`env.sleep(seconds)` with room to answer: the server answers once its clock has passed
+    `seconds`, and it moves only between the workflow tasks and activities due in that span, so for a
+    fleet of workflows on a loaded machine the call outlasts the client's default deadline ("Timeout
+    expired") though nothing is wrong."""
+    request = SleepRequest()
+    request.duration.FromTimedelta(timedelta(seconds=seconds))
+    await env.client.test_service.unlock_time_skipping_with_sleep(request,
+                                                                  timeout=timedelta(seconds=rpc_timeout_s))
 
 
 async def clock_skips(env: WorkflowEnvironment, *, within_s: float = 15.0) -> bool:

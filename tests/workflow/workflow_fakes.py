@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from server_clock import skip
 from temporalio import activity
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
@@ -463,7 +464,7 @@ async def until(env, check: Callable[[], bool], *, step_s: float = 5.0, tries: i
     for _ in range(tries):
         if check():
             return
-        await env.sleep(step_s)
+        await skip(env, step_s)
     raise AssertionError("condition never held")
 
 
