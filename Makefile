@@ -55,7 +55,8 @@ test: install lint
 # The tests that need no embedded stack: pure logic (tests/unit) and the workflows on the
 # time-skipping server with fake activities, and the replay of recorded histories (tests/workflow).
 test-fast: install lint
-	$(BIN)/pytest -q -p no:cacheprovider --durations=5 -n 2 --dist loadfile tests/unit tests/workflow
+	$(BIN)/pytest -q -p no:cacheprovider --durations=5 -n 3 --dist loadfile --no-loadscope-reorder \
+	  tests/unit tests/workflow
 
 bench: install
 	$(BIN)/python -m bench.import_bench $(ARGS)
