@@ -14,7 +14,7 @@ from emulator.dialects import DialectError, dialect_for
 from emulator.engine import EngineRefusal
 
 # The emulator's own code for each kind of engine refusal.
-REFUSAL_CODES = {"injected": "SIM.INJECTED_STATUS", "queue_full": "RATE_LIMIT.QUEUE_FULL", "outage": "SIM.OUTAGE",
+_REFUSAL_CODES = {"injected": "SIM.INJECTED_STATUS", "queue_full": "RATE_LIMIT.QUEUE_FULL", "outage": "SIM.OUTAGE",
                  "not_found": "NOT_FOUND"}
 
 
@@ -27,16 +27,10 @@ class ApiError(Exception):
         self.headers = {"Retry-After": retry_after} if retry_after else None
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+def _error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
                    **extra: Any) -> JSONResponse:
     body = {"error": {"code": code, "message": message, **extra}}
     return JSONResponse(jsonable_encoder(body), status_code=status, headers=headers)
-
-
-def as_api_error(exc: EngineRefusal) -> ApiError:
-    """An engine refusal in the emulator's own shape and codes."""
-    retry_after = None if exc.retry_after_s is None else f"{exc.retry_after_s:g}"
-    return ApiError(exc.status, REFUSAL_CODES[exc.kind], exc.message, retry_after=retry_after)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -45,11 +39,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.headers)
+        return _error_response(exc.status, exc.code, exc.message, exc.headers)
 
     @app.exception_handler(EngineRefusal)
-    async def _refused(request: Request, exc: EngineRefusal) -> JSONResponse:
-        return await _api_error(request, as_api_error(exc))
+    async def _refused(_: Request, exc: EngineRefusal) -> JSONResponse:  # in the emulator's own codes
+        headers = None if exc.retry_after_s is None else {"Retry-After": f"{exc.retry_after_s:g}"}
+        return _error_response(exc.status, _REFUSAL_CODES[exc.kind], exc.message, headers)
 
     @app.exception_handler(DialectError)
     async def _dialect_error(_: Request, exc: DialectError) -> JSONResponse:
@@ -62,5 +57,5 @@ def install_error_handlers(app: FastAPI) -> None:
             return dialect.invalid_request(exc)
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return error_response(422, "VALIDATION.INVALID_REQUEST", f"{where}: {first.get('msg', 'invalid')}",
+        return _error_response(422, "VALIDATION.INVALID_REQUEST", f"{where}: {first.get('msg', 'invalid')}",
                               details=exc.errors())

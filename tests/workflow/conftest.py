@@ -133,7 +133,7 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
     call = getattr(request.node, "rep_call", None)
     if call is not None and call.failed:
         await keep_failed_histories(request.node.name, handles)
-    if handles:
+    elif handles:  # a failed test's history is evidence, not a path to replay
         await record(handles[0], history_folder(request), request.node.name)
 
 

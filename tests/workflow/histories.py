@@ -45,9 +45,8 @@ def read_history(path: Path) -> WorkflowHistory:
 
 
 def events_of(path: Path) -> list[Event]:
-    """A history file's events as JSON dicts (a kept `.json.gz`, or a plain `.json`)."""
-    data = path.read_bytes()
-    return json.loads(gzip.decompress(data) if path.name.endswith(".gz") else data)["events"]
+    """A kept history's events as JSON dicts."""
+    return json.loads(gzip.decompress(path.read_bytes()))["events"]
 
 
 def workflow_folder(events: list[Event]) -> str:
