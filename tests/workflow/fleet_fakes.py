@@ -247,4 +247,4 @@ async def running_fleet(env: WorkflowEnvironment, fleet: Fleet) -> AsyncIterator
                       max_concurrent_activities=200, max_concurrent_local_activities=200), \
             media_worker(env.client, run.queue, fleet.activities()):
         yield run
-        await terminate_between_tasks([*run.handles, run.gate])
+        await terminate_between_tasks(env, [*run.handles, run.gate])

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.api.testservice.v1 import SleepRequest
+from temporalio.api.testservice.v1 import LockTimeSkippingRequest, SleepRequest, UnlockTimeSkippingRequest
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
@@ -88,16 +88,23 @@ async def _between_tasks(handle: WorkflowHandle) -> bool:
     return not open_tasks
 
 
-async def terminate_between_tasks(handles: list[WorkflowHandle], *, within_s: float = 10.0) -> None:
+async def terminate_between_tasks(env: WorkflowEnvironment, handles: list[WorkflowHandle], *,
+                                  within_s: float = 10.0) -> None:
     """Terminate what a test left open, each once it waits between tasks (while its worker still
-    runs): a terminate that lands on a task in flight stalls the shared clock for good."""
-    for handle in handles:
-        with contextlib.suppress(RPCError):
-            for _ in range(int(within_s / 0.02)):
-                if await _between_tasks(handle):
-                    break
-                await asyncio.sleep(0.02)
-            await handle.terminate("test over")
+    runs): a terminate that lands on a task in flight stalls the shared clock for good. The clock is
+    held still meanwhile: a workflow waiting on a timer is between tasks only until the server skips
+    to the timer, which it may do between the check and the terminate."""
+    await env.client.test_service.lock_time_skipping(LockTimeSkippingRequest())
+    try:
+        for handle in handles:
+            with contextlib.suppress(RPCError):
+                for _ in range(int(within_s / 0.02)):
+                    if await _between_tasks(handle):
+                        break
+                    await asyncio.sleep(0.02)
+                await handle.terminate("test over")
+    finally:
+        await env.client.test_service.unlock_time_skipping(UnlockTimeSkippingRequest())
 
 
 @contextlib.asynccontextmanager

@@ -92,7 +92,7 @@ async def test_tasks_waiting_on_a_gate_that_is_terminated_still_get_their_slots(
         await until(own_env, lambda: sum(fleet.status[t] is S.SUCCEEDED for t in tasks) >= 2, step_s=10)
         before = await snapshot(run.gate)
         assert before.waiting > 0
-        await terminate_between_tasks([run.gate])  # as an operator would (between tasks: the test server's clock)
+        await terminate_between_tasks(own_env, [run.gate])  # as an operator would (between tasks: the clock)
         if restarted:
             await own_env.client.start_workflow(ProviderGateWorkflow.run, GateInput(provider="fake", limit=2),
                                                 id=run.gate.id, task_queue=run.queue)

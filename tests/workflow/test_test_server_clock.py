@@ -46,6 +46,6 @@ async def test_leftovers_are_terminated_between_tasks_and_the_clock_still_skips(
     handle = await run_world()
     await asyncio.wait_for(world.entered["submit"].wait(), timeout=30)
     world.release("submit")  # as the teardown does with every activity a test still holds
-    await terminate_between_tasks([handle])
+    await terminate_between_tasks(env, [handle])
     assert (await handle.describe()).status.name == "TERMINATED"
     assert await clock_skips(env)
