@@ -177,10 +177,13 @@ class Settings(BaseSettings):
     api_docs: bool = False
 
     # The tenant API (/v1): its JSON body cap, the backlog age past which creates answer 503 (0: off),
-    # and the credits a generation reserves per second of video.
+    # the credits a generation reserves per second of video, the tasks one import request may make,
+    # and the event streams one tenant may hold open on one gateway process.
     api_max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     api_backlog_max_age_s: float = Field(default=1800.0, ge=0)
     api_credits_per_second: float = Field(default=1.0, ge=0)
+    api_max_import_tasks: int = Field(default=10_000, ge=1)
+    api_max_streams_per_tenant: int = Field(default=5, ge=1)
 
     tenant: str = "default"
     tenant_credit_limit: float = 1_000_000.0

@@ -49,6 +49,7 @@ MIN_PART = 8 * 1024 * 1024  # S3 wants at least 5 MiB per part but the last
 MAX_PARTS = 1000
 VALIDATION_LEASE_S = 15 * 60  # a VALIDATING upload untouched this long lost its validator: claimable again
 MAX_PENDING = 100  # uploads of one tenant awaiting completion at once (an upload quota per tenant)
+QUOTA_RETRY_S = 60  # Retry-After of a refusal by that quota
 CATALOG_SUFFIXES = {".csv", ".tsv", ".txt"}
 TEXT_PROBE_BYTES = 1024 * 1024  # a catalog's first MiB must look like text
 _BINARY_MAGIC = (b"PK\x03\x04", b"%PDF", b"\x1f\x8b", b"\x7fELF", b"MZ", b"GIF8", b"BM")
@@ -65,13 +66,15 @@ class _Missing(LookupError):
 
 
 class UploadRefused(Exception):
-    """The request cannot be done as asked: `status` and `slug` for the problem answer."""
+    """The request cannot be done as asked: `status` and `slug` for the problem answer (and when to
+    try again, for a quota)."""
 
-    def __init__(self, status: int, slug: str, detail: str):
+    def __init__(self, status: int, slug: str, detail: str, *, retry_after_s: int | None = None):
         super().__init__(detail)
         self.status = status
         self.slug = slug
         self.detail = detail
+        self.retry_after_s = retry_after_s
 
 
 class UploadRequest(BaseModel):
@@ -184,10 +187,8 @@ class Uploads:
         if request.size > MAX_BYTES[kind]:
             raise UploadRefused(413, "upload-too-large",
                                 f"{kind.lower()} uploads are limited to {MAX_BYTES[kind]} bytes")
-        with self.db.transaction() as session:
-            if rows.pending_count(session, tenant_id) >= MAX_PENDING:
-                raise UploadRefused(429, "upload-quota", f"at most {MAX_PENDING} uploads may await completion "
-                                    "at once: complete (or let expire) some first")
+        with self.db.transaction() as session:  # refused early, before any call to S3
+            _check_quota(rows.pending_count(session, tenant_id))
         now = now or datetime.now(UTC)
         upload_id = "ast_" + secrets.token_hex(16)
         key = quarantine_key(tenant_id, upload_id)
@@ -209,13 +210,19 @@ class Uploads:
             ]
         else:
             ticket.upload_url = self.storage.presigned_put_url(key, self.url_ttl)
-        with self.db.transaction() as session:
-            session.add(Upload(
-                id=upload_id, tenant_id=tenant_id, kind=kind, filename=request.filename,
-                declared_size=request.size, declared_type=content_type, declared_sha256=request.sha256.lower(),
-                status=rows.PENDING, quarantine_key=key, multipart_upload_id=upload_id_s3,
-                part_size=ticket.part_size, expires_at=ticket.complete_by,
-            ))
+        try:
+            with self.db.transaction() as session:  # counted and inserted under the tenant's quota lock
+                _check_quota(rows.pending_count(session, tenant_id, lock=True))
+                session.add(Upload(
+                    id=upload_id, tenant_id=tenant_id, kind=kind, filename=request.filename,
+                    declared_size=request.size, declared_type=content_type, declared_sha256=request.sha256.lower(),
+                    status=rows.PENDING, quarantine_key=key, multipart_upload_id=upload_id_s3,
+                    part_size=ticket.part_size, expires_at=ticket.complete_by,
+                ))
+        except UploadRefused:
+            if upload_id_s3:
+                self.storage.abort_multipart(key, upload_id_s3)
+            raise
         return ticket
 
     # complete --------------------------------------------------------------------------------
@@ -366,6 +373,12 @@ class Uploads:
                 self.storage.abort_multipart(open_upload.key, open_upload.upload_id)
                 report.aborted_multiparts += 1
         return report
+
+
+def _check_quota(pending: int) -> None:
+    if pending >= MAX_PENDING:
+        raise UploadRefused(429, "upload-quota", f"at most {MAX_PENDING} uploads may await completion at once: "
+                            "complete (or let expire) some first", retry_after_s=QUOTA_RETRY_S)
 
 
 def _check_text(path: Path) -> None:

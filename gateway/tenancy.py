@@ -15,6 +15,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
@@ -38,6 +39,9 @@ ON CONFLICT (tenant_id) DO UPDATE
        window_start = EXCLUDED.window_start
 RETURNING count, window_start, now() AS now
 """)
+
+
+_KEY_LIVE = text("SELECT 1 FROM api_keys WHERE id = :key_id AND revoked_at IS NULL")
 
 
 class Principal(BaseModel):
@@ -77,6 +81,11 @@ def require_tenant(request: Request, deps: Annotated[GatewayDeps, Depends(gatewa
         raise ProblemError(429, f"more than {owner.rate_per_minute} requests this minute", slug="rate-limited",
                            headers={"Retry-After": str(_seconds_left(counted.window_start, counted.now))})
     return principal
+
+
+def key_is_live(session: Session, key_id: str) -> bool:
+    """The key has not been revoked since the request was let in (what a long response re-checks)."""
+    return session.execute(_KEY_LIVE, {"key_id": key_id}).first() is not None
 
 
 def _seconds_left(window_start: datetime, now: datetime) -> int:

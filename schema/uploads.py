@@ -20,7 +20,11 @@ def find_upload(session: Session, tenant_id: str, upload_id: str) -> Upload | No
     return session.scalar(select(Upload).where(Upload.id == upload_id, Upload.tenant_id == tenant_id))
 
 
-def pending_count(session: Session, tenant_id: str) -> int:
+def pending_count(session: Session, tenant_id: str, *, lock: bool = False) -> int:
+    """The tenant's uploads awaiting completion. With `lock`, first a transaction-scoped lock of the
+    tenant's upload quota: count and insert in that transaction, and concurrent creates take turns."""
+    if lock:
+        session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(f"upload-quota:{tenant_id}", 0))))
     return session.scalar(select(func.count()).select_from(Upload)
                           .where(Upload.tenant_id == tenant_id, Upload.status == PENDING)) or 0
 

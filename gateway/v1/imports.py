@@ -18,6 +18,7 @@ from config.settings import Settings
 from control.imports import (
     CatalogNotReady,
     ImportRequest,
+    ImportTooLarge,
     ImportView,
     cancel_import_tasks,
     import_upload,
@@ -62,7 +63,10 @@ def create_import(body: ImportRequest, principal: Tenant, deps: Deps, request: R
     the same import. Status REJECTED: see `GET /v1/imports/{id}` for the issues."""
     settings = _settings(request)
     try:
-        return import_upload(settings, deps.db, ObjectStorage.from_settings(settings), principal.tenant_id, body)
+        return import_upload(settings, deps.db, ObjectStorage.from_settings(settings), principal.tenant_id, body,
+                             max_tasks=deps.api.max_import_tasks)
+    except ImportTooLarge as exc:
+        raise ProblemError(422, str(exc), slug="import-too-large") from exc
     except CatalogNotReady as exc:
         raise ProblemError(422, "asset_id is not a READY catalog upload", slug="catalog-not-ready") from exc
     except PlanError as exc:
