@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     gc_staging_min_age_s: float = Field(default=24 * 3600.0, ge=0)
     # Uploads through presigned URLs (/v1/uploads): how long the signed PUT / part URLs work, and
     # how long an upload may stay uncompleted before it is REJECTED and its open multipart aborted.
-    upload_url_ttl_s: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600.0)
+    upload_url_ttl_s: float = Field(default=900.0, gt=0, le=7 * 24 * 3600.0)
     upload_complete_ttl_s: float = Field(default=24 * 3600.0, gt=0)
 
     # Worker tuning (docs/performance.md): activity slots (the thread pool has one thread per slot of

@@ -87,7 +87,12 @@ def test_size_or_checksum_mismatch_is_refused(stack: Settings, tenant, mismatch:
     declared = PNG + b"x" if mismatch == "size" else PNG
     sha = hashlib.sha256(declared).hexdigest() if mismatch == "size" else "0" * 64
     ticket = start_upload(api, len(declared), sha, "lamp.png", "image/png")
-    send_bytes(ticket, PNG)
+    with pytest.raises(httpx.HTTPStatusError) as put:  # the URL is bound to the declared size and sha256
+        send_bytes(ticket, PNG)
+    assert put.value.response.status_code in (400, 403)
+    assert ObjectStorage.from_settings(stack).stat(ticket["object_key"]) is None
+    # as an S3 that checks neither would have taken them: complete checks both again
+    ObjectStorage.from_settings(stack).put_bytes(ticket["object_key"], PNG, "image/png")
     with pytest.raises(ApiProblem) as refused:
         complete(api, ticket["id"])
     assert (refused.value.status, refused.value.slug) == (422, f"upload-{mismatch}-mismatch")
