@@ -18,7 +18,7 @@ from schema import event_feed, task_store
 from schema.db import Database
 from schema.models import Task
 
-OTHERS_EVENTS = 60_000
+PER_TASK = 3000  # x 20 tasks: 60,000 events of another tenant
 
 
 def _import(stack: Settings, folder: Path, tenant: str, products: int) -> list[str]:
@@ -39,14 +39,22 @@ def test_a_tenant_wide_read_from_the_start_reads_that_tenants_rows(stack: Settin
     busy_tasks = _import(stack, tmp_path / "busy", busy, 20)
     quiet_tasks = _import(stack, tmp_path / "quiet", quiet, 1)
     db = Database(stack.database_url)
+    # a valid history of 3,000 moves per task (validated, refused, again), the tasks' moves interleaved
+    # in id order as those of tasks that run at the same time are
     with db.transaction() as session:
         session.execute(text("""
             INSERT INTO state_events (task_id, source, source_event_id, event, from_status, to_status,
                                       task_version, applied, payload)
-            SELECT (CAST(:tasks AS text[]))[1 + n % cardinality(CAST(:tasks AS text[]))], 'test',
-                   'feed-scale-' || :tag || '-' || n, 'note', 'CREATED', 'CREATED', 1, true, '{}'::jsonb
-              FROM generate_series(1, :count) AS n"""),
-                        {"tasks": busy_tasks, "tag": busy, "count": OTHERS_EVENTS})
+            SELECT t.id, 'test', 'feed-scale-' || t.id || '-' || n,
+                   CASE WHEN n = 1 THEN 'validation_started' WHEN n % 2 = 0 THEN 'validation_failed'
+                        ELSE 'revalidate' END,
+                   CASE WHEN n = 1 THEN 'CREATED' WHEN n % 2 = 0 THEN 'VALIDATING' ELSE 'INVALID' END,
+                   CASE WHEN n % 2 = 0 THEN 'INVALID' ELSE 'VALIDATING' END, n, true, '{}'::jsonb
+              FROM tasks t CROSS JOIN generate_series(1, :per_task) AS n
+             WHERE t.id = ANY(CAST(:tasks AS text[]))
+             ORDER BY n, t.id"""), {"tasks": busy_tasks, "per_task": PER_TASK})
+        session.execute(text("UPDATE tasks SET status = 'INVALID', version = :per_task "
+                             "WHERE id = ANY(CAST(:tasks AS text[]))"), {"tasks": busy_tasks, "per_task": PER_TASK})
     with db.engine.connect() as connection:
         connection.execution_options(isolation_level="AUTOCOMMIT").execute(text("ANALYZE state_events, tasks"))
     with db.transaction() as session:
@@ -55,7 +63,7 @@ def test_a_tenant_wide_read_from_the_start_reads_that_tenants_rows(stack: Settin
     with db.transaction() as session:
         now = event_feed.now_cursor(session)
     with db.transaction() as session:  # one more event of the busy tenant after `now`
-        task_store.transition(session, busy_tasks[0], TaskEvent.VALIDATION_STARTED, source="test",
+        task_store.transition(session, busy_tasks[0], TaskEvent.REVALIDATE, source="test",
                               source_event_id=f"{busy_tasks[0]}:feed-scale")
     for cursor in (event_feed.EMPTY, "3:3:", now.encode()):
         with db.transaction() as session:
