@@ -30,7 +30,7 @@ from delivery.export import export_rows, json_chunks
 from delivery.links import LinkSigner
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
-from gateway.tenancy import Principal, require_tenant
+from gateway.tenancy import Principal, key_check, require_tenant, while_live
 
 router = APIRouter(tags=["imports"])
 ImportId = Annotated[str, Path(pattern=r"^imp_[0-9a-f]{20}$", description="an import id")]
@@ -108,10 +108,12 @@ async def cancel_import(import_id: ImportId, principal: Tenant, deps: Deps) -> d
 @router.get("/imports/{import_id}/export", response_class=StreamingResponse,
             responses={200: {"content": {"application/json": {}}, "description": "the export rows"}})
 def export_import(import_id: ImportId, principal: Tenant, deps: Deps, request: Request) -> StreamingResponse:
-    """The rows of `reelqueue export --format json`: one per finished video, with signed links."""
+    """The rows of `reelqueue export --format json`: one per finished video, with signed links. A key
+    revoked meanwhile ends the answer within a second of streaming."""
     if owned_import_total(deps.db, principal.tenant_id, import_id) is None:
         raise _not_found()
     settings = _settings(request)
     signer = deps.links or LinkSigner.from_settings(settings)
     rows = export_rows(deps.db, signer, import_id, settings.media_link_ttl_s)
-    return StreamingResponse(json_chunks(rows, import_id), media_type="application/json")
+    chunks = while_live(json_chunks(rows, import_id), key_check(deps.db, principal.key_id))
+    return StreamingResponse(chunks, media_type="application/json")
