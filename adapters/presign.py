@@ -20,14 +20,15 @@ def _encode(value: str, safe: str = "-_.~") -> str:
 
 
 def presign(*, method: str, scheme: str, host: str, path: str, access_key: str, secret_key: str, region: str,
-            now: datetime, expires_s: int, headers: dict[str, str] | None = None) -> str:
-    """The URL for `method` on `path` (already the object's path, e.g. `/bucket/key`), valid for
-    `expires_s` from `now` (UTC), with `headers` (and `host`) signed."""
+            now: datetime, expires_s: int, headers: dict[str, str] | None = None,
+            query: dict[str, str] | None = None) -> str:
+    """The URL for `method` on `path` (the object's path, e.g. `/bucket/key`) with `query` (e.g. a
+    multipart upload's part), valid for `expires_s` from `now` (UTC), with `headers` (and `host`) signed."""
     signed = {"host": host, **{name.lower(): value.strip() for name, value in (headers or {}).items()}}
     names = ";".join(sorted(signed))
     amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
     scope = f"{day}/{region}/s3/aws4_request"
-    query = {"X-Amz-Algorithm": "AWS4-HMAC-SHA256", "X-Amz-Credential": f"{access_key}/{scope}",
+    query = {**(query or {}), "X-Amz-Algorithm": "AWS4-HMAC-SHA256", "X-Amz-Credential": f"{access_key}/{scope}",
              "X-Amz-Date": amz_date, "X-Amz-Expires": str(expires_s), "X-Amz-SignedHeaders": names}
     canonical_query = "&".join(f"{_encode(k)}={_encode(v)}" for k, v in sorted(query.items()))
     canonical_path = _encode(path, safe="/-_.~")

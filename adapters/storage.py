@@ -236,18 +236,23 @@ class ObjectStorage:
         headers the client must send with it: Content-Length and x-amz-checksum-sha256 are signed, and
         S3 checks both against the body (another size: 403; other bytes: 400 BadDigest)."""
         checksum = base64.b64encode(bytes.fromhex(sha256)).decode()
-        url = presign(method="PUT", path=f"/{self.bucket}/{key}", now=datetime.now(UTC),
-                      expires_s=int(expires.total_seconds()),
-                      headers={"Content-Length": str(size), "x-amz-checksum-sha256": checksum}, **self._signing)
-        return url, {"x-amz-checksum-sha256": checksum}
+        return self._presigned_put(key, expires, {"Content-Length": str(size), "x-amz-checksum-sha256": checksum}), {
+            "x-amz-checksum-sha256": checksum}
+
+    def _presigned_put(self, key: str, expires: timedelta, headers: dict[str, str],
+                       query: dict[str, str] | None = None) -> str:
+        return presign(method="PUT", path=f"/{self.bucket}/{key}", now=datetime.now(UTC),
+                       expires_s=int(expires.total_seconds()), headers=headers, query=query, **self._signing)
 
     def start_multipart(self, key: str, content_type: str) -> str:
         """A new multipart upload at `key`; its upload id."""
         return self.client._create_multipart_upload(self.bucket, key, {"Content-Type": content_type})
 
-    def presigned_part_url(self, key: str, upload_id: str, number: int, expires: timedelta) -> str:
-        return self.client.get_presigned_url("PUT", self.bucket, key, expires=expires,
-                                             extra_query_params={"partNumber": str(number), "uploadId": upload_id})
+    def presigned_part_url(self, key: str, upload_id: str, number: int, expires: timedelta, *, size: int) -> str:
+        """A PUT URL for one part of a multipart upload that takes only `size` bytes (signed
+        Content-Length); only the whole file's sha256 is known, checked once the parts are joined."""
+        return self._presigned_put(key, expires, {"Content-Length": str(size)},
+                                   {"partNumber": str(number), "uploadId": upload_id})
 
     def uploaded_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
         """The parts received so far, by number; None when no such upload is open (completed or aborted)."""

@@ -209,10 +209,11 @@ class Uploads:
             upload_id_s3 = self.storage.start_multipart(key, content_type)
             ticket.part_size = part_size_for(request.size)
             count = math.ceil(request.size / ticket.part_size)
+            sizes = [min(ticket.part_size, request.size - (n - 1) * ticket.part_size) for n in range(1, count + 1)]
             ticket.parts = [
-                PartTicket(part_number=n, size=min(ticket.part_size, request.size - (n - 1) * ticket.part_size),
-                           url=self.storage.presigned_part_url(key, upload_id_s3, n, self.url_ttl))
-                for n in range(1, count + 1)
+                PartTicket(part_number=n, size=size,
+                           url=self.storage.presigned_part_url(key, upload_id_s3, n, self.url_ttl, size=size))
+                for n, size in enumerate(sizes, 1)
             ]
         else:
             ticket.upload_url, bound = self.storage.presigned_put(key, self.url_ttl, size=request.size,

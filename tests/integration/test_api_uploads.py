@@ -126,6 +126,8 @@ def test_multipart_upload_completes_and_a_stale_one_is_aborted(stack: Settings, 
     data += line * (MULTIPART_FROM // len(line) + 2)
     ticket = start_upload(api, len(data), hashlib.sha256(data).hexdigest(), "big.csv", "text/csv")
     assert ticket["upload_url"] is None and len(ticket["parts"]) == 3
+    too_long = httpx.put(ticket["parts"][0]["url"], content=data[:ticket["part_size"] + 1], timeout=30)
+    assert too_long.status_code == 403  # each part URL takes only its part's size (signed Content-Length)
     parts = send_bytes(ticket, data)
     with pytest.raises(ApiProblem) as wrong:
         complete(api, ticket["id"], [{**parts[0], "etag": "0" * 32}, *parts[1:]])

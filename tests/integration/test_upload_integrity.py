@@ -101,9 +101,12 @@ def test_the_upload_url_expires_soon_and_bytes_it_puts_back_are_swept(stack: Set
     storage = ObjectStorage.from_settings(stack)
     assert storage.stat(ticket["object_key"]) is None
 
-    for other in (SWAPPED, SWAPPED * 1000):  # other bytes, another size: refused by S3 (signed headers)
-        refused = httpx.put(ticket["upload_url"], content=other, headers=ticket["headers"], timeout=30)
-        assert refused.status_code in (400, 403), refused.text
+    same_size = CATALOG.replace(b"Lamp", b"Pump")
+    for other, headers, status in ((same_size, ticket["headers"], 400),  # other bytes: BadDigest
+                                   (same_size, {}, 403),  # the signed checksum header left out
+                                   (SWAPPED * 1000, ticket["headers"], 403)):  # another size
+        refused = httpx.put(ticket["upload_url"], content=other, headers=headers, timeout=30)
+        assert refused.status_code == status, refused.text
     assert storage.stat(ticket["object_key"]) is None
     send_bytes(ticket, CATALOG)  # the URL still works until it expires: the same bytes land in quarantine again
     assert storage.stat(ticket["object_key"]) is not None
