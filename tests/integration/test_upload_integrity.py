@@ -16,6 +16,7 @@ from api_helpers import api_server, new_tenant_client
 
 from adapters.storage import ObjectStorage
 from config.settings import Settings
+from control.storage_gc import collect_garbage
 from control.uploads import Uploads
 from reelqueue_client.transfer import complete, send_bytes, start_upload
 from schema.db import Database
@@ -122,3 +123,25 @@ def test_the_upload_url_expires_soon_and_bytes_it_puts_back_are_swept(stack: Set
     service.sweep()
     assert storage.stat(pending["object_key"]) is not None
     assert complete(api, pending["id"]).status == "READY"
+
+
+def test_gc_removes_old_quarantine_objects_no_open_upload_names(stack: Settings, base_url: str) -> None:
+    """What the sweep did not reach (no upload route called for a day): `reelqueue gc` removes it past
+    its safety window, and never the bytes of an upload still awaiting its complete."""
+    tenant_id, api = new_tenant_client(base_url)
+    ended = start_upload(api, len(CATALOG), hashlib.sha256(CATALOG).hexdigest(), "shop.csv", "text/csv")
+    send_bytes(ended, CATALOG)
+    assert complete(api, ended["id"]).status == "READY"
+    send_bytes(ended, CATALOG)  # put back into quarantine after complete
+    waiting = start_upload(api, len(CATALOG), hashlib.sha256(CATALOG).hexdigest(), "open.csv", "text/csv")
+    send_bytes(waiting, CATALOG)
+    storage = ObjectStorage.from_settings(stack)
+    prefix = f"tenants/{tenant_id}/uploads/quarantine/"
+    young = collect_garbage(Database(stack.database_url), storage, prefix=prefix, min_age=timedelta(hours=24),
+                            dry_run=False)
+    assert (young.staging_young, young.referenced, young.staging_removed) == (1, 1, 0)
+    report = collect_garbage(Database(stack.database_url), storage, prefix=prefix, min_age=timedelta(0),
+                             dry_run=False)
+    assert [o.key for o in report.removed] == [ended["object_key"]] and report.referenced == 1
+    assert storage.stat(ended["object_key"]) is None and storage.stat(waiting["object_key"]) is not None
+    assert complete(api, waiting["id"]).status == "READY"
