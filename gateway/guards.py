@@ -71,15 +71,18 @@ async def _buffered(receive: Receive, cap: int) -> Receive | None:
     chunks, size = [], 0
     while True:
         message = await receive()
-        if message["type"] != "http.request":  # the client left: let the app see it
-            break
+        if message["type"] != "http.request":  # the client left mid-body: the app sees just that
+            return _replaying(message, receive)
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
         if size > cap:
             return None
         if not message.get("more_body", False):
-            break
-    pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+            return _replaying({"type": "http.request", "body": b"".join(chunks), "more_body": False}, receive)
+
+
+def _replaying(first: Message, receive: Receive) -> Receive:
+    pending = [first]
 
     async def replay() -> Message:
         return pending.pop() if pending else await receive()
