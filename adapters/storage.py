@@ -9,10 +9,11 @@ and reported as a `WriteConflict`, never written over the object rows may alread
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
-from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from minio import Minio
@@ -22,6 +23,7 @@ from minio.error import S3Error
 from pydantic import BaseModel
 
 from adapters.hashing import BackgroundSha256
+from adapters.presign import presign
 
 SHA_META = "sha256"
 PART_SIZE = 8 * 1024 * 1024
@@ -82,6 +84,8 @@ class ObjectStorage:
     ):
         self.bucket = bucket
         self.client = Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region)
+        self._signing = {"scheme": "https" if secure else "http", "host": endpoint, "access_key": access_key,
+                         "secret_key": secret_key, "region": region}
 
     @classmethod
     def from_settings(cls, settings) -> ObjectStorage:  # noqa: ANN001 - config.Settings
@@ -142,20 +146,37 @@ class ObjectStorage:
         )
 
     def promote(self, staging_key: str, final_key: str, sha256: str, content_type: str) -> StoredObject:
-        """Copy a verified staging object to its deterministic key, then drop the staging copy.
+        """Copy a verified staging object to its deterministic key, then drop the staging copy. Only
+        for a staging key nobody else can write to (a worker's own): the copy is of what is there now.
 
         Write-once: if the final key holds other bytes (or bytes of unknown checksum), they stay;
         the staging bytes are copied to `conflict_key(...)` and WriteConflict says so.
         """
+        conflict = self._write_once(final_key, sha256, lambda key: self._copy(staging_key, key, sha256, content_type))
+        self.remove(staging_key)
+        return self._promoted(final_key, conflict)
+
+    def promote_file(self, path: Path, final_key: str, sha256: str, content_type: str) -> StoredObject:
+        """Store the local file whose bytes were verified (`sha256`) at its deterministic key, write-once
+        as `promote`: what a client could still change (a quarantine key behind a presigned URL) is
+        never copied server-side after its check."""
+        conflict = self._write_once(final_key, sha256, lambda key: self.client.fput_object(
+            self.bucket, key, str(path), content_type=content_type, metadata={SHA_META: sha256}))
+        return self._promoted(final_key, conflict)
+
+    def _write_once(self, final_key: str, sha256: str, write: Callable[[str], object]) -> WriteConflict | None:
         existing = self.stat(final_key)
         if existing is not None and existing.sha256 != sha256:
             kept = conflict_key(final_key, sha256)
-            self._copy(staging_key, kept, sha256, content_type)
-            self.remove(staging_key)
-            raise WriteConflict(final_key, existing.sha256, sha256, kept)
+            write(kept)
+            return WriteConflict(final_key, existing.sha256, sha256, kept)
         if existing is None:
-            self._copy(staging_key, final_key, sha256, content_type)
-        self.remove(staging_key)
+            write(final_key)
+        return None
+
+    def _promoted(self, final_key: str, conflict: WriteConflict | None) -> StoredObject:
+        if conflict is not None:
+            raise conflict
         promoted = self.stat(final_key)
         assert promoted is not None
         return promoted
@@ -210,16 +231,28 @@ class ObjectStorage:
 
     # Direct uploads by clients (control/uploads.py): the server picks the key, a signed URL allows
     # one method on that key for a short time, multipart for large files.
-    def presigned_put_url(self, key: str, expires: timedelta) -> str:
-        return self.client.presigned_put_object(self.bucket, key, expires=expires)
+    def presigned_put(self, key: str, expires: timedelta, *, size: int, sha256: str) -> tuple[str, dict[str, str]]:
+        """A PUT URL for `key` that takes only `size` bytes whose sha256 (hex) is `sha256`, and the
+        headers the client must send with it: Content-Length and x-amz-checksum-sha256 are signed, and
+        S3 checks both against the body (another size: 403; other bytes: 400 BadDigest)."""
+        checksum = base64.b64encode(bytes.fromhex(sha256)).decode()
+        return self._presigned_put(key, expires, {"Content-Length": str(size), "x-amz-checksum-sha256": checksum}), {
+            "x-amz-checksum-sha256": checksum}
+
+    def _presigned_put(self, key: str, expires: timedelta, headers: dict[str, str],
+                       query: dict[str, str] | None = None) -> str:
+        return presign(method="PUT", path=f"/{self.bucket}/{key}", now=datetime.now(UTC),
+                       expires_s=int(expires.total_seconds()), headers=headers, query=query, **self._signing)
 
     def start_multipart(self, key: str, content_type: str) -> str:
         """A new multipart upload at `key`; its upload id."""
         return self.client._create_multipart_upload(self.bucket, key, {"Content-Type": content_type})
 
-    def presigned_part_url(self, key: str, upload_id: str, number: int, expires: timedelta) -> str:
-        return self.client.get_presigned_url("PUT", self.bucket, key, expires=expires,
-                                             extra_query_params={"partNumber": str(number), "uploadId": upload_id})
+    def presigned_part_url(self, key: str, upload_id: str, number: int, expires: timedelta, *, size: int) -> str:
+        """A PUT URL for one part of a multipart upload that takes only `size` bytes (signed
+        Content-Length); only the whole file's sha256 is known, checked once the parts are joined."""
+        return self._presigned_put(key, expires, {"Content-Length": str(size)},
+                                   {"partNumber": str(number), "uploadId": upload_id})
 
     def uploaded_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
         """The parts received so far, by number; None when no such upload is open (completed or aborted)."""

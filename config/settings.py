@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     gc_staging_min_age_s: float = Field(default=24 * 3600.0, ge=0)
     # Uploads through presigned URLs (/v1/uploads): how long the signed PUT / part URLs work, and
     # how long an upload may stay uncompleted before it is REJECTED and its open multipart aborted.
-    upload_url_ttl_s: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600.0)
+    upload_url_ttl_s: float = Field(default=900.0, gt=0, le=7 * 24 * 3600.0)
     upload_complete_ttl_s: float = Field(default=24 * 3600.0, gt=0)
 
     # Worker tuning (docs/performance.md): activity slots (the thread pool has one thread per slot of
@@ -177,10 +177,13 @@ class Settings(BaseSettings):
     api_docs: bool = False
 
     # The tenant API (/v1): its JSON body cap, the backlog age past which creates answer 503 (0: off),
-    # and the credits a generation reserves per second of video.
+    # the credits a generation reserves per second of video, the tasks one import request may make,
+    # and the event streams one tenant may hold open on one gateway process.
     api_max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     api_backlog_max_age_s: float = Field(default=1800.0, ge=0)
     api_credits_per_second: float = Field(default=1.0, ge=0)
+    api_max_import_tasks: int = Field(default=10_000, ge=1)
+    api_max_streams_per_tenant: int = Field(default=5, ge=1)
 
     tenant: str = "default"
     tenant_credit_limit: float = 1_000_000.0

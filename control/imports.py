@@ -16,6 +16,7 @@ from temporalio.client import Client
 from adapters.storage import ObjectStorage
 from catalog.importer import ImportRejected, ImportSummary, import_summary
 from catalog.plan import Plan, PlanError, parse_plan, plan_from_data
+from catalog.readers import read_catalog
 from catalog.service import run_import
 from config.settings import Settings
 from schema import queries
@@ -53,6 +54,14 @@ class CatalogNotReady(LookupError):
     """The asset is not a READY catalog upload of this tenant (or does not exist)."""
 
 
+class ImportTooLarge(ValueError):
+    """The catalog's products times the plan's combinations exceed what one request may create."""
+
+    def __init__(self, products: int, combinations: int, limit: int):
+        super().__init__(f"{products} products x {combinations} combinations would make {products * combinations} "
+                         f"tasks; an import through the API makes at most {limit} (split the catalog)")
+
+
 def plan_of(request: ImportRequest) -> Plan:
     """PlanError (with the reason) when the plan does not parse or validate."""
     if isinstance(request.plan, str):
@@ -63,9 +72,10 @@ def plan_of(request: ImportRequest) -> Plan:
 
 
 def import_upload(settings: Settings, db: Database, storage: ObjectStorage, tenant_id: str,
-                  request: ImportRequest) -> ImportSummary:
+                  request: ImportRequest, *, max_tasks: int) -> ImportSummary:
     """`reelqueue import` on an uploaded catalog, for `tenant_id`. A stop-the-import issue answers the
-    summary too (status REJECTED), as the CLI prints it; the same file and plan again is the same import."""
+    summary too (status REJECTED), as the CLI prints it; the same file and plan again is the same import.
+    ImportTooLarge, before anything is written, when it could make more than `max_tasks` tasks."""
     plan = plan_of(request)
     with db.transaction() as session:
         asset = ready_asset(session, tenant_id, request.asset_id, kind="CATALOG")
@@ -75,11 +85,21 @@ def import_upload(settings: Settings, db: Database, storage: ObjectStorage, tena
     name = PurePosixPath(filename).name
     with tempfile.TemporaryDirectory(prefix="api-import-") as tmp:
         path = storage.get_to_file(key, Path(tmp) / name)
+        _check_size(path, plan, max_tasks)
         try:
             return run_import(settings, path, plan, catalog=request.catalog or PurePosixPath(name).stem,
                               check_urls=request.check_urls, tenant=tenant_id)
         except ImportRejected as exc:
             return exc.summary
+
+
+def _check_size(path: Path, plan: Plan, max_tasks: int) -> None:
+    """At most one task per valid product and combination: refused on that bound, before the import
+    reads images or writes a row."""
+    read = read_catalog(path, mapping=plan.catalog.columns, default_currency=plan.catalog.default_currency)
+    products = sum(1 for _ in read.products)
+    if products * plan.combinations > max_tasks:
+        raise ImportTooLarge(products, plan.combinations, max_tasks)
 
 
 def import_view(db: Database, tenant_id: str, import_id: str) -> ImportView | None:

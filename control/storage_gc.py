@@ -1,9 +1,11 @@
 """`reelqueue gc`: remove staging objects that crashed attempts left behind; report objects no row names.
 
 What a row refers to is never touched: an asset's key, the segments its HLS playlist lists, an
-import's raw catalog file. Only staging objects (`.../staging/...`, written by an output fetch
-before the bytes are verified and promoted) are removed, and only once they are older than the
-safety window, so a fetch still streaming into its staging key is left alone. Everything else
+import's raw catalog file, the quarantine key of an upload awaiting its complete. Only staging
+objects (`.../staging/...`, written by an output fetch before the bytes are verified and promoted)
+and upload quarantine objects no open upload names (put back through an upload URL after complete,
+or left by a crash) are removed, and only once they are older than the safety window, so a fetch
+still streaming into its staging key is left alone. Everything else
 without a row (a write-once conflict's set-aside bytes, an object whose row was never written) is
 reported for a person to decide.
 
@@ -24,12 +26,14 @@ from sqlalchemy import or_, select
 
 from adapters.storage import ListedObject, ObjectStorage
 from schema.db import Database
-from schema.models import Asset, CatalogImport
+from schema.models import Asset, CatalogImport, Upload
+from schema.uploads import OPEN as OPEN_UPLOADS
 
 PAGE = 1000
 SHOWN = 1000  # objects listed per category in the report (the counts are always complete)
 _TASK_KEY = re.compile(r"^tenants/[^/]+/tasks/([^/]+)/")
 STAGING_PART = "/staging/"
+QUARANTINE_PART = "/uploads/quarantine/"  # an upload's bytes before complete; after it, what its URL put back
 
 
 class GcObject(BaseModel):
@@ -66,7 +70,9 @@ def referenced_keys(db: Database, keys: list[str]) -> set[str]:
             select(Asset.key, Asset.meta).where(or_(Asset.key.in_(keys), Asset.task_id.in_(tasks)))
         ).all()
         raw_files = set(session.scalars(select(CatalogImport.raw_key).where(CatalogImport.raw_key.in_(keys))))
-    named = set(raw_files)
+        awaited = set(session.scalars(select(Upload.quarantine_key).where(Upload.quarantine_key.in_(keys),
+                                                                          Upload.status.in_(OPEN_UPLOADS))))
+    named = raw_files | awaited
     for key, meta in rows:
         named.add(key)
         named.update((meta or {}).get("segments") or [])
@@ -93,7 +99,7 @@ def collect_garbage(
             entry = GcObject(key=obj.key, size=obj.size, last_modified=obj.last_modified)
             if obj.key in named:
                 report.referenced += 1
-            elif STAGING_PART in obj.key:
+            elif STAGING_PART in obj.key or QUARANTINE_PART in obj.key:
                 if obj.last_modified is not None and now - obj.last_modified < min_age:
                     report.staging_young += 1
                     continue

@@ -49,6 +49,8 @@ MIN_PART = 8 * 1024 * 1024  # S3 wants at least 5 MiB per part but the last
 MAX_PARTS = 1000
 VALIDATION_LEASE_S = 15 * 60  # a VALIDATING upload untouched this long lost its validator: claimable again
 MAX_PENDING = 100  # uploads of one tenant awaiting completion at once (an upload quota per tenant)
+QUOTA_RETRY_S = 60  # Retry-After of a refusal by that quota
+REAPPEARED_MARGIN = timedelta(days=1)  # how long after its URL expired an upload's quarantine is still looked at
 CATALOG_SUFFIXES = {".csv", ".tsv", ".txt"}
 TEXT_PROBE_BYTES = 1024 * 1024  # a catalog's first MiB must look like text
 _BINARY_MAGIC = (b"PK\x03\x04", b"%PDF", b"\x1f\x8b", b"\x7fELF", b"MZ", b"GIF8", b"BM")
@@ -65,13 +67,15 @@ class _Missing(LookupError):
 
 
 class UploadRefused(Exception):
-    """The request cannot be done as asked: `status` and `slug` for the problem answer."""
+    """The request cannot be done as asked: `status` and `slug` for the problem answer (and when to
+    try again, for a quota)."""
 
-    def __init__(self, status: int, slug: str, detail: str):
+    def __init__(self, status: int, slug: str, detail: str, *, retry_after_s: int | None = None):
         super().__init__(detail)
         self.status = status
         self.slug = slug
         self.detail = detail
+        self.retry_after_s = retry_after_s
 
 
 class UploadRequest(BaseModel):
@@ -147,10 +151,15 @@ class AssetView(BaseModel):
 class SweepReport(BaseModel):
     expired: int = 0  # uploads never completed in time: REJECTED, bytes and parts removed
     aborted_multiparts: int = 0  # open multipart uploads past the TTL (with or without a row)
+    reappeared: int = 0  # quarantine objects of ended uploads (put again through their URL): removed
+
+
+def quarantine_prefix(tenant_id: str) -> str:
+    return f"tenants/{tenant_id}/uploads/quarantine/"
 
 
 def quarantine_key(tenant_id: str, upload_id: str) -> str:
-    return f"tenants/{tenant_id}/uploads/quarantine/{upload_id}"
+    return quarantine_prefix(tenant_id) + upload_id
 
 
 def kind_of(content_type: str) -> str:
@@ -184,10 +193,8 @@ class Uploads:
         if request.size > MAX_BYTES[kind]:
             raise UploadRefused(413, "upload-too-large",
                                 f"{kind.lower()} uploads are limited to {MAX_BYTES[kind]} bytes")
-        with self.db.transaction() as session:
-            if rows.pending_count(session, tenant_id) >= MAX_PENDING:
-                raise UploadRefused(429, "upload-quota", f"at most {MAX_PENDING} uploads may await completion "
-                                    "at once: complete (or let expire) some first")
+        with self.db.transaction() as session:  # refused early, before any call to S3
+            _check_quota(rows.pending_count(session, tenant_id))
         now = now or datetime.now(UTC)
         upload_id = "ast_" + secrets.token_hex(16)
         key = quarantine_key(tenant_id, upload_id)
@@ -202,20 +209,29 @@ class Uploads:
             upload_id_s3 = self.storage.start_multipart(key, content_type)
             ticket.part_size = part_size_for(request.size)
             count = math.ceil(request.size / ticket.part_size)
+            sizes = [min(ticket.part_size, request.size - (n - 1) * ticket.part_size) for n in range(1, count + 1)]
             ticket.parts = [
-                PartTicket(part_number=n, size=min(ticket.part_size, request.size - (n - 1) * ticket.part_size),
-                           url=self.storage.presigned_part_url(key, upload_id_s3, n, self.url_ttl))
-                for n in range(1, count + 1)
+                PartTicket(part_number=n, size=size,
+                           url=self.storage.presigned_part_url(key, upload_id_s3, n, self.url_ttl, size=size))
+                for n, size in enumerate(sizes, 1)
             ]
         else:
-            ticket.upload_url = self.storage.presigned_put_url(key, self.url_ttl)
-        with self.db.transaction() as session:
-            session.add(Upload(
-                id=upload_id, tenant_id=tenant_id, kind=kind, filename=request.filename,
-                declared_size=request.size, declared_type=content_type, declared_sha256=request.sha256.lower(),
-                status=rows.PENDING, quarantine_key=key, multipart_upload_id=upload_id_s3,
-                part_size=ticket.part_size, expires_at=ticket.complete_by,
-            ))
+            ticket.upload_url, bound = self.storage.presigned_put(key, self.url_ttl, size=request.size,
+                                                                  sha256=request.sha256.lower())
+            ticket.headers.update(bound)
+        try:
+            with self.db.transaction() as session:  # counted and inserted under the tenant's quota lock
+                _check_quota(rows.pending_count(session, tenant_id, lock=True))
+                session.add(Upload(
+                    id=upload_id, tenant_id=tenant_id, kind=kind, filename=request.filename,
+                    declared_size=request.size, declared_type=content_type, declared_sha256=request.sha256.lower(),
+                    status=rows.PENDING, quarantine_key=key, multipart_upload_id=upload_id_s3,
+                    part_size=ticket.part_size, expires_at=ticket.complete_by,
+                ))
+        except UploadRefused:
+            if upload_id_s3:
+                self.storage.abort_multipart(key, upload_id_s3)
+            raise
         return ticket
 
     # complete --------------------------------------------------------------------------------
@@ -306,12 +322,12 @@ class Uploads:
             if not info.video_codec:
                 raise AssetRejected("not a video: no video stream")
             check_input_caps(info, max_pixels=self.max_pixels, max_duration_s=self.max_duration_s)
-            return self._promoted(upload, sha, "INPUT_VIDEO", PurePosixPath(upload.filename).suffix.lower(),
+            return self._promoted(upload, path, sha, "INPUT_VIDEO", PurePosixPath(upload.filename).suffix.lower(),
                                   duration_s=info.duration_s, width=info.width, height=info.height,
                                   codec=info.video_codec)
         _check_text(path)
         suffix = PurePosixPath(upload.filename).suffix.lower()
-        return self._promoted(upload, sha, "CATALOG_UPLOAD", suffix if suffix in CATALOG_SUFFIXES else ".csv")
+        return self._promoted(upload, path, sha, "CATALOG_UPLOAD", suffix if suffix in CATALOG_SUFFIXES else ".csv")
 
     def _image(self, upload: Upload, path: Path) -> dict:
         """The catalog's image checks; the re-encoded bytes go where the catalog keeps images (by sha256)."""
@@ -323,10 +339,12 @@ class Uploads:
         key = self.storage.put_bytes(image_key(upload.tenant_id, sha, content_type), clean, content_type).key
         return {"kind": "INPUT_IMAGE", "key": key, "size": len(clean), "sha256": sha, "mime": content_type}
 
-    def _promoted(self, upload: Upload, sha: str, asset_kind: str, suffix: str, **fields) -> dict:  # noqa: ANN003
-        """Checked as they are: copied out of quarantine to a key of their sha256."""
+    def _promoted(self, upload: Upload, path: Path, sha: str, asset_kind: str, suffix: str,
+                  **fields) -> dict:  # noqa: ANN003
+        """Checked as they are: the checked local copy goes to a key of its sha256 (not a server-side
+        copy of the quarantine key, which the upload URL may have written again since the check)."""
         key = f"tenants/{upload.tenant_id}/uploads/{asset_kind.lower()}/{sha}{suffix}"
-        self.storage.promote(upload.quarantine_key, key, sha, upload.declared_type)
+        self.storage.promote_file(path, key, sha, upload.declared_type)
         return {"kind": asset_kind, "key": key, "size": upload.declared_size, "sha256": sha,
                 "mime": upload.declared_type, **fields}
 
@@ -365,7 +383,37 @@ class Uploads:
             if open_upload.initiated is None or open_upload.initiated < now - ttl:
                 self.storage.abort_multipart(open_upload.key, open_upload.upload_id)
                 report.aborted_multiparts += 1
+        report.reappeared = self._remove_reappeared(now)
         return report
+
+    def _remove_reappeared(self, now: datetime) -> int:
+        """An upload URL works until it expires, also after complete: what it puts back into
+        quarantine for an ended upload (or one without a row, once its URL could have expired) is
+        removed. Looked for under the quarantine prefix of each tenant that made an upload recently
+        enough for its URL to work, with a day's margin for sweeps that did not run."""
+        removed = 0
+        with self.db.transaction() as session:
+            recent = rows.tenants_with_uploads_since(session, now - self.url_ttl - REAPPEARED_MARGIN)
+        for tenant_id in recent:
+            found = {o.key.rsplit("/", 1)[-1]: o for o in self.storage.list_objects(quarantine_prefix(tenant_id))}
+            if not found:
+                continue
+            with self.db.transaction() as session:
+                status = rows.statuses(session, tenant_id, list(found))
+            for upload_id, listed in found.items():
+                ended = status.get(upload_id) in (rows.READY, rows.REJECTED)
+                orphan = upload_id not in status and (listed.last_modified is None
+                                                      or listed.last_modified < now - self.url_ttl)
+                if ended or orphan:
+                    self.storage.remove(listed.key)
+                    removed += 1
+        return removed
+
+
+def _check_quota(pending: int) -> None:
+    if pending >= MAX_PENDING:
+        raise UploadRefused(429, "upload-quota", f"at most {MAX_PENDING} uploads may await completion at once: "
+                            "complete (or let expire) some first", retry_after_s=QUOTA_RETRY_S)
 
 
 def _check_text(path: Path) -> None:

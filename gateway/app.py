@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from starlette.types import Scope
 
 from config.settings import Settings
 from gateway.deps import GatewayDeps, LazyDeps, deps_from_settings
@@ -58,7 +59,8 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
     application = FastAPI(title="reelqueue gateway", docs_url="/docs" if docs else None,
                           redoc_url="/redoc" if docs else None,
                           lifespan=_secrets_checked if require_secrets else None)
-    application.add_middleware(BodyLimit, max_bytes=max(MAX_BODY_BYTES, settings.webhook_max_body_bytes))
+    application.add_middleware(BodyLimit, max_bytes=max(MAX_BODY_BYTES, settings.webhook_max_body_bytes),
+                               lower_cap=lambda scope: _api_cap(application, scope))
     application.add_middleware(RequestIds)  # added last: outermost, so even a 413 carries the id
     application.state.review_factory = review_deps or review_deps_from_settings
     application.state.review_deps = None
@@ -89,6 +91,13 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return application
+
+
+def _api_cap(application: FastAPI, scope: Scope) -> int | None:
+    """The tenant API's body cap for a request under /v1 (JSON only: files go straight to S3)."""
+    if scope["path"] == "/v1" or scope["path"].startswith("/v1/"):
+        return application.state.deps.get().api.max_body_bytes
+    return None
 
 
 def _database_registry(application: FastAPI) -> CollectorRegistry:

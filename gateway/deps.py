@@ -53,6 +53,8 @@ class ApiLimits:
     max_body_bytes: int = 64 * 1024
     backlog_max_age_s: float = 1800.0  # creates answer 503 while the oldest waiting task is older; 0: off
     credits_per_second: float = 1.0  # a generation's reservation: its duration times this
+    max_import_tasks: int = 10_000  # tasks one POST /v1/imports may expand to
+    max_streams_per_tenant: int = 5  # open GET /v1/events streams of one tenant, per gateway process
     backlog_read: tuple[float, float] = (0.0, 0.0)  # (monotonic time, age s) of the last backlog reading
 
 
@@ -89,7 +91,9 @@ def deps_from_settings(settings: Settings) -> GatewayDeps:
         task_queue=settings.task_queue,
         links=LinkSigner.from_settings(settings),
         api=ApiLimits(max_body_bytes=settings.api_max_body_bytes, backlog_max_age_s=settings.api_backlog_max_age_s,
-                      credits_per_second=settings.api_credits_per_second),
+                      credits_per_second=settings.api_credits_per_second,
+                      max_import_tasks=settings.api_max_import_tasks,
+                      max_streams_per_tenant=settings.api_max_streams_per_tenant),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+from collections.abc import Callable
 
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -37,32 +38,64 @@ def install_log_redaction() -> None:
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a body over `max_bytes`, by Content-Length or while it streams in."""
+    """ASGI middleware: 413 for a body over its cap, by its Content-Length or, for a chunked body
+    (none), by reading it ahead up to the cap. The cap is `max_bytes`, or lower where `lower_cap`
+    says so for a request (the tenant API's)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int):
+    def __init__(self, app: ASGIApp, max_bytes: int, lower_cap: Callable[[Scope], int | None] | None = None):
         self.app = app
         self.max_bytes = max_bytes
+        self.lower_cap = lower_cap
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length", b"0")
-        if not declared.isdigit() or int(declared) > self.max_bytes:
-            refusal = ProblemError(413, f"request bodies are limited to {self.max_bytes} bytes", slug="body-too-large")
-            await problem_response(refusal.problem)(scope, receive, send)
+        lower = self.lower_cap(scope) if self.lower_cap is not None else None
+        cap = self.max_bytes if lower is None else min(lower, self.max_bytes)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is None:  # chunked: read here (at most the cap), so that a 413 is answered by us
+            receive = await _buffered(receive, cap)
+            if receive is None:
+                await problem_response(_too_large(cap).problem)(scope, _nothing, send)
+                return
+        elif not declared.isdigit() or int(declared) > cap:  # the server delivers no more than declared
+            await problem_response(_too_large(cap).problem)(scope, receive, send)
             return
-        seen = 0
+        await self.app(scope, receive, send)
 
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise ProblemError(413, f"request bodies are limited to {self.max_bytes} bytes", slug="body-too-large")
-            return message
 
-        await self.app(scope, counted, send)
+async def _buffered(receive: Receive, cap: int) -> Receive | None:
+    """The whole body read ahead and handed on as one message; None once it passes `cap` (the rest
+    is not read)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client left mid-body: the app sees just that
+            return _replaying(message, receive)
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > cap:
+            return None
+        if not message.get("more_body", False):
+            return _replaying({"type": "http.request", "body": b"".join(chunks), "more_body": False}, receive)
+
+
+def _replaying(first: Message, receive: Receive) -> Receive:
+    pending = [first]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
+
+
+async def _nothing() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def _too_large(cap: int) -> ProblemError:
+    return ProblemError(413, f"request bodies are limited to {cap} bytes", slug="body-too-large")
 
 
 async def read_body(request: Request, limit: int, *, what: str = "request bodies",

@@ -8,21 +8,27 @@ tenant is answered exactly like one that does not exist (404), never 403 (docs/s
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
+from schema.db import Database
 from schema.tenants import KEY_PREFIX, hash_key
 
 MAX_KEY_CHARS = 100
 _BEARER = HTTPBearer(auto_error=False, description="a tenant's API key (reelqueue tenants create)")
 WINDOW_S = 60
+KEY_CHECK_S = 1.0  # how often a long answer (an export) asks again whether its key was revoked
+T = TypeVar("T")
 
 _KEY_OWNER = text("""
 SELECT k.id AS key_id, k.tenant_id, t.rate_per_minute
@@ -38,6 +44,9 @@ ON CONFLICT (tenant_id) DO UPDATE
        window_start = EXCLUDED.window_start
 RETURNING count, window_start, now() AS now
 """)
+
+
+_KEY_LIVE = text("SELECT 1 FROM api_keys WHERE id = :key_id AND revoked_at IS NULL")
 
 
 class Principal(BaseModel):
@@ -77,6 +86,31 @@ def require_tenant(request: Request, deps: Annotated[GatewayDeps, Depends(gatewa
         raise ProblemError(429, f"more than {owner.rate_per_minute} requests this minute", slug="rate-limited",
                            headers={"Retry-After": str(_seconds_left(counted.window_start, counted.now))})
     return principal
+
+
+def key_is_live(session: Session, key_id: str) -> bool:
+    """The key has not been revoked since the request was let in (what a long response re-checks)."""
+    return session.execute(_KEY_LIVE, {"key_id": key_id}).first() is not None
+
+
+def while_live(chunks: Iterable[T], live: Callable[[], bool], every_s: float = KEY_CHECK_S) -> Iterator[T]:
+    """A long answer's chunks until `live()` says no (its key was revoked), asked at most every
+    `every_s` while the answer streams: what is already sent stays sent, nothing more follows."""
+    checked = time.monotonic()
+    for chunk in chunks:
+        if time.monotonic() - checked >= every_s:
+            if not live():
+                return
+            checked = time.monotonic()
+        yield chunk
+
+
+def key_check(db: Database, key_id: str) -> Callable[[], bool]:
+    """`live` for `while_live`: the key has not been revoked."""
+    def live() -> bool:
+        with db.transaction() as session:
+            return key_is_live(session, key_id)
+    return live
 
 
 def _seconds_left(window_start: datetime, now: datetime) -> int:

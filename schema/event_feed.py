@@ -20,7 +20,7 @@ from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
 from schema.import_scope import in_import
-from schema.models import StateEvent, Task
+from schema.models import CatalogImport, StateEvent, Task
 
 EMPTY = "1:1:"  # a snapshot in which no transaction is visible: the start of history
 MAX_CURSOR_CHARS = 8192
@@ -102,8 +102,11 @@ def read(session: Session, tenant_id: str, cursor: Cursor, *, task_id: str | Non
     batch = cursor.batch or session.scalar(text("SELECT pg_current_snapshot()::text"))
     stmt = _scoped(select(StateEvent, Task.import_id).join(Task, Task.id == StateEvent.task_id), tenant_id,
                    task_id, import_id)
+    # `id + 0`: no walk of the primary key in id order until `limit` rows of this tenant turn up
+    # (past every other tenant's events when this one has few); the rows are found by the
+    # tenant's, task's or import's tasks, or by the cursor's xid range, then sorted.
     stmt = stmt.where(StateEvent.applied.is_(True), StateEvent.id > cursor.after if cursor.batch else true(),
-                      _new_in(cursor.seen, batch)).order_by(StateEvent.id).limit(limit)
+                      _new_in(cursor.seen, batch)).order_by(StateEvent.id + 0).limit(limit)
     rows = session.execute(stmt.params(seen=cursor.seen, batch=batch)).all()
     events: list[FeedEvent] = []
     for n, (event, import_of_task) in enumerate(rows, 1):
@@ -116,7 +119,10 @@ def read(session: Session, tenant_id: str, cursor: Cursor, *, task_id: str | Non
 
 
 def _scoped(stmt: Select, tenant_id: str, task_id: str | None, import_id: str | None) -> Select:
-    stmt = stmt.where(Task.tenant_id == tenant_id)
+    """The tenant's tasks are found through its imports (every task has one; `tasks` has no index on
+    the tenant), so a tenant-wide read touches this tenant's rows."""
+    stmt = stmt.where(Task.tenant_id == tenant_id,
+                      Task.import_id.in_(select(CatalogImport.id).where(CatalogImport.tenant_id == tenant_id)))
     if task_id is not None:
         stmt = stmt.where(StateEvent.task_id == task_id)
     if import_id is not None:

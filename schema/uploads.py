@@ -10,7 +10,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from schema.models import Asset, Upload
+from schema.models import Asset, Tenant, Upload
 
 PENDING, VALIDATING, READY, REJECTED = "PENDING", "VALIDATING", "READY", "REJECTED"
 OPEN = (PENDING, VALIDATING)
@@ -20,7 +20,11 @@ def find_upload(session: Session, tenant_id: str, upload_id: str) -> Upload | No
     return session.scalar(select(Upload).where(Upload.id == upload_id, Upload.tenant_id == tenant_id))
 
 
-def pending_count(session: Session, tenant_id: str) -> int:
+def pending_count(session: Session, tenant_id: str, *, lock: bool = False) -> int:
+    """The tenant's uploads awaiting completion. With `lock`, first a transaction-scoped lock of the
+    tenant's upload quota: count and insert in that transaction, and concurrent creates take turns."""
+    if lock:
+        session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(f"upload-quota:{tenant_id}", 0))))
     return session.scalar(select(func.count()).select_from(Upload)
                           .where(Upload.tenant_id == tenant_id, Upload.status == PENDING)) or 0
 
@@ -80,3 +84,15 @@ def expired_pending_uploads(session: Session, now: datetime | None = None, limit
     return list(session.scalars(select(Upload).where(Upload.status == PENDING, Upload.expires_at < now)
                                 .order_by(Upload.expires_at).limit(limit)))
 
+
+def tenants_with_uploads_since(session: Session, since: datetime) -> list[str]:
+    """Tenants that created an upload after `since` (one probe of ix_uploads_tenant per tenant)."""
+    recent = select(Upload.id).where(Upload.tenant_id == Tenant.id, Upload.created_at > since).exists()
+    return list(session.scalars(select(Tenant.id).where(recent).order_by(Tenant.id)))
+
+
+def statuses(session: Session, tenant_id: str, upload_ids: list[str]) -> dict[str, str]:
+    """The status of each of the tenant's uploads among `upload_ids` (absent: no such row)."""
+    rows = session.execute(select(Upload.id, Upload.status)
+                           .where(Upload.tenant_id == tenant_id, Upload.id.in_(upload_ids)))
+    return {upload_id: status for upload_id, status in rows}

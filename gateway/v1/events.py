@@ -4,19 +4,21 @@ across a reconnect or a gateway restart. Clients fall back to `GET /v1/generatio
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
-from gateway.tenancy import Principal, require_tenant
+from gateway.tenancy import Principal, key_is_live, require_tenant
 from schema import event_feed, queries
 from schema.db import Database
 from schema.models import Task
@@ -64,19 +66,72 @@ async def events(
         start = (event_feed.Cursor(seen=event_feed.EMPTY) if task_id or import_id
                  else await run_in_threadpool(_now, deps.db))
     if "text/event-stream" not in request.headers.get("accept", ""):
-        page, after = await run_in_threadpool(_read, deps.db, tenant, start, task_id, import_id)
+        page, after, _ = await run_in_threadpool(_read, deps.db, principal, start, task_id, import_id)
         return EventPage(events=page, last_event_id=after.encode())
-    return StreamingResponse(_stream(request, deps.db, tenant, start, task_id, import_id),
-                             media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    slots = _slots(request)
+    if not slots.take(tenant, deps.api.max_streams_per_tenant):
+        raise ProblemError(429, f"at most {deps.api.max_streams_per_tenant} event streams may be open at once; "
+                                "close one, or poll without `Accept: text/event-stream`", slug="too-many-streams",
+                           headers={"Retry-After": str(RETRY_MS // 1000 or 1)})
+    return _HeldStream(_stream(request, deps.db, principal, start, task_id, import_id),
+                       release=lambda: slots.give_back(tenant), media_type="text/event-stream",
+                       headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-async def _stream(request: Request, db: Database, tenant: str, cursor: event_feed.Cursor, task_id: str | None,
-                  import_id: str | None) -> AsyncIterator[str]:
+class StreamSlots:
+    """Open event streams per tenant in this process: taken before a stream's answer, given back
+    when it ends however it ends. Each open stream polls Postgres, so their number is capped."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}
+
+    def take(self, tenant: str, cap: int) -> bool:
+        with self._lock:
+            if self._open.get(tenant, 0) >= cap:
+                return False
+            self._open[tenant] = self._open.get(tenant, 0) + 1
+            return True
+
+    def give_back(self, tenant: str) -> None:
+        with self._lock:
+            left = self._open.get(tenant, 0) - 1
+            if left > 0:
+                self._open[tenant] = left
+            else:
+                self._open.pop(tenant, None)
+
+
+def _slots(request: Request) -> StreamSlots:
+    slots = getattr(request.app.state, "stream_slots", None)
+    if slots is None:
+        slots = request.app.state.stream_slots = StreamSlots()
+    return slots
+
+
+class _HeldStream(StreamingResponse):
+    """A stream that gives its slot back once the response is over (ended, dropped or failed)."""
+
+    def __init__(self, content: AsyncIterator[str], *, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+async def _stream(request: Request, db: Database, principal: Principal, cursor: event_feed.Cursor,
+                  task_id: str | None, import_id: str | None) -> AsyncIterator[str]:
+    """Ends after STREAM_S, when the client leaves, or at the first poll after its key was revoked."""
     yield f"retry: {RETRY_MS}\n\n"
     ends, quiet_since = time.monotonic() + STREAM_S, time.monotonic()
     while time.monotonic() < ends and not await request.is_disconnected():
-        batch, cursor = await run_in_threadpool(_read, db, tenant, cursor, task_id, import_id)
+        batch, cursor, key_live = await run_in_threadpool(_read, db, principal, cursor, task_id, import_id)
+        if not key_live:
+            return
         for event in batch:
             yield f"id: {event.id}\nevent: state\ndata: {event.model_dump_json(exclude={'id'})}\n\n"
         if batch:
@@ -91,10 +146,15 @@ async def _stream(request: Request, db: Database, tenant: str, cursor: event_fee
         await anyio.sleep(POLL_S)
 
 
-def _read(db: Database, tenant: str, cursor: event_feed.Cursor, task_id: str | None,
-          import_id: str | None) -> tuple[list[event_feed.FeedEvent], event_feed.Cursor]:
+def _read(db: Database, principal: Principal, cursor: event_feed.Cursor, task_id: str | None,
+          import_id: str | None) -> tuple[list[event_feed.FeedEvent], event_feed.Cursor, bool]:
+    """The next events, and whether the caller's key is still valid (nothing is read once it is not)."""
     with db.transaction() as session:
-        return event_feed.read(session, tenant, cursor, task_id=task_id, import_id=import_id, limit=PAGE)
+        if not key_is_live(session, principal.key_id):
+            return [], cursor, False
+        events, after = event_feed.read(session, principal.tenant_id, cursor, task_id=task_id,
+                                        import_id=import_id, limit=PAGE)
+        return events, after, True
 
 
 def _check(db: Database, cursor: event_feed.Cursor) -> None:

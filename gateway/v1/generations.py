@@ -38,11 +38,22 @@ MEDIA_KINDS = ("PROXY", "HLS", "THUMBNAIL", "RAW_OUTPUT")  # under the task's ow
 KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no blanks
 LINK_TTL_S = 3600.0
 BACKLOG_CACHE_S = 2.0
-# The oldest wait for a provider slot (QUEUED since updated_at), or for a start (an outbox row).
+# The oldest wait for platform capacity: a start (an outbox row), or a provider slot (QUEUED since
+# updated_at). A tenant's QUEUED tasks count only while it is below its own max_concurrent: at its
+# limit they wait for the tenant's own tasks, which no other tenant's create should pay for. A task
+# that generates holds its tenant's slot until its job succeeds: DISPATCHING up to RETRY_WAIT, and
+# the waits for a person or a cancel in between.
 _OLDEST_WAIT = text("""
-SELECT least((SELECT min(updated_at) FROM tasks WHERE status = 'QUEUED'),
-             (SELECT min(created_at) FROM task_outbox WHERE started_at IS NULL)) AS oldest,
-       now() AS now
+SELECT least(
+  (SELECT min(q.oldest)
+     FROM (SELECT tenant_id, min(updated_at) AS oldest FROM tasks WHERE status = 'QUEUED' GROUP BY tenant_id) q
+     LEFT JOIN tenants tn ON tn.id = q.tenant_id
+    WHERE tn.max_concurrent IS NULL
+       OR tn.max_concurrent > (SELECT count(*) FROM tasks b WHERE b.tenant_id = q.tenant_id AND b.status IN
+            ('DISPATCHING', 'SUBMITTED', 'SUBMIT_UNKNOWN', 'RUNNING', 'RETRY_WAIT', 'NEEDS_ATTENTION',
+             'CANCEL_REQUESTED'))),
+  (SELECT min(created_at) FROM task_outbox WHERE started_at IS NULL)) AS oldest,
+  now() AS now
 """)
 
 
@@ -187,7 +198,8 @@ def _links(deps: GatewayDeps, media: list[Asset]) -> list[dict[str, Any]]:
 
 
 def _check_backlog(deps: GatewayDeps) -> None:
-    """503 while the oldest waiting task is older than the limit (read at most every 2 s)."""
+    """503 while the oldest task waiting for platform capacity is older than the limit (read at most
+    every 2 s)."""
     limit = deps.api.backlog_max_age_s
     if limit <= 0:
         return

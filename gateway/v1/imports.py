@@ -18,6 +18,7 @@ from config.settings import Settings
 from control.imports import (
     CatalogNotReady,
     ImportRequest,
+    ImportTooLarge,
     ImportView,
     cancel_import_tasks,
     import_upload,
@@ -29,7 +30,7 @@ from delivery.export import export_rows, json_chunks
 from delivery.links import LinkSigner
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
-from gateway.tenancy import Principal, require_tenant
+from gateway.tenancy import Principal, key_check, require_tenant, while_live
 
 router = APIRouter(tags=["imports"])
 ImportId = Annotated[str, Path(pattern=r"^imp_[0-9a-f]{20}$", description="an import id")]
@@ -62,7 +63,10 @@ def create_import(body: ImportRequest, principal: Tenant, deps: Deps, request: R
     the same import. Status REJECTED: see `GET /v1/imports/{id}` for the issues."""
     settings = _settings(request)
     try:
-        return import_upload(settings, deps.db, ObjectStorage.from_settings(settings), principal.tenant_id, body)
+        return import_upload(settings, deps.db, ObjectStorage.from_settings(settings), principal.tenant_id, body,
+                             max_tasks=deps.api.max_import_tasks)
+    except ImportTooLarge as exc:
+        raise ProblemError(422, str(exc), slug="import-too-large") from exc
     except CatalogNotReady as exc:
         raise ProblemError(422, "asset_id is not a READY catalog upload", slug="catalog-not-ready") from exc
     except PlanError as exc:
@@ -104,10 +108,12 @@ async def cancel_import(import_id: ImportId, principal: Tenant, deps: Deps) -> d
 @router.get("/imports/{import_id}/export", response_class=StreamingResponse,
             responses={200: {"content": {"application/json": {}}, "description": "the export rows"}})
 def export_import(import_id: ImportId, principal: Tenant, deps: Deps, request: Request) -> StreamingResponse:
-    """The rows of `reelqueue export --format json`: one per finished video, with signed links."""
+    """The rows of `reelqueue export --format json`: one per finished video, with signed links. A key
+    revoked meanwhile ends the answer within a second of streaming."""
     if owned_import_total(deps.db, principal.tenant_id, import_id) is None:
         raise _not_found()
     settings = _settings(request)
     signer = deps.links or LinkSigner.from_settings(settings)
     rows = export_rows(deps.db, signer, import_id, settings.media_link_ttl_s)
-    return StreamingResponse(json_chunks(rows, import_id), media_type="application/json")
+    chunks = while_live(json_chunks(rows, import_id), key_check(deps.db, principal.key_id))
+    return StreamingResponse(chunks, media_type="application/json")

@@ -54,7 +54,7 @@ def create_upload(body: UploadRequest, principal: Tenant, service: Service) -> U
     try:
         ticket = service.create(principal.tenant_id, body)
     except UploadRefused as exc:
-        raise ProblemError(exc.status, exc.detail, slug=exc.slug) from exc
+        raise _problem(exc) from exc
     return ticket
 
 
@@ -67,7 +67,12 @@ def complete_upload(asset_id: AssetId, principal: Tenant, service: Service,
     except LookupError as exc:
         raise ProblemError(404, "no such asset", slug="not-found") from exc
     except UploadRefused as exc:
-        raise ProblemError(exc.status, exc.detail, slug=exc.slug) from exc
+        raise _problem(exc) from exc
+
+
+def _problem(refused: UploadRefused) -> ProblemError:
+    retry = {"Retry-After": str(refused.retry_after_s)} if refused.retry_after_s is not None else None
+    return ProblemError(refused.status, refused.detail, slug=refused.slug, headers=retry)
 
 
 @router.get("/assets/{asset_id}", response_model=AssetView)

@@ -15,19 +15,21 @@ from adapters.temporal_client import connect
 from config.settings import Settings
 from delivery.links import LinkSigner
 from gateway.app import create_app
-from gateway.deps import GatewayDeps, TemporalConnection
+from gateway.deps import ApiLimits, GatewayDeps, TemporalConnection
 from reelqueue_client import ReelqueueClient
 from schema.db import Database
 
 
 @contextmanager
-def api_server(stack: Settings, queue: str | None = None) -> Iterator[str]:
+def api_server(stack: Settings, queue: str | None = None, **api: float) -> Iterator[str]:
     """A fresh gateway (nothing in memory from an earlier one: a restart) whose workflows start on
-    `queue` (None: it starts none); yields its base URL."""
+    `queue` (None: it starts none), with the API limits `api` (ApiLimits fields; the backlog check
+    off unless given: it is platform-wide); yields its base URL."""
     deps = GatewayDeps(
         db=Database(stack.database_url), providers=build_providers(stack), signaler=None,
         temporal=TemporalConnection(lambda: connect(stack))
-        if queue else None, task_queue=queue or "nowhere", links=LinkSigner.from_settings(stack))
+        if queue else None, task_queue=queue or "nowhere", links=LinkSigner.from_settings(stack),
+        api=ApiLimits(**{"backlog_max_age_s": 0.0, **api}))
     with serving(create_app(deps, settings=stack)) as port:
         yield f"http://127.0.0.1:{port}"
 

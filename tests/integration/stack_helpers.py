@@ -137,16 +137,17 @@ async def serving(client, settings, queue: str) -> AsyncIterator[None]:
     await stop_gates_of(client, queue)
 
 
-def gateway_log_after(settings, marker: str, timeout_s: float = 10.0) -> str:
-    """The `dev up` gateway's log once `marker` is in it (uvicorn writes an access line after the
-    response, so a test waits for its own requests to be logged before reading)."""
+def gateway_log_after(settings, marker: str, timeout_s: float = 10.0, *, also: str = "") -> str:
+    """The `dev up` gateway's log once a line holds `marker` (and `also`): uvicorn writes its access
+    line and the gateway its request line after the response, each when it gets to it, so a test
+    waits for the line it reads."""
     import time
 
     path = Path(settings.home) / "logs" / "gateway.log"
     deadline = time.monotonic() + timeout_s
     while True:
         text = path.read_text(errors="replace")
-        if marker in text or time.monotonic() > deadline:
+        if any(marker in line and also in line for line in text.splitlines()) or time.monotonic() > deadline:
             return text
         time.sleep(0.1)
 

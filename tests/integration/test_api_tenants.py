@@ -111,5 +111,5 @@ def test_the_request_id_of_an_answer_is_in_the_gateway_log(stack: Settings) -> N
     marker = f"probe-{uuid.uuid4().hex[:12]}"
     resp = httpx.get(f"{stack.gateway_url}/v1/me", headers={"X-Request-ID": marker}, timeout=10)
     assert resp.status_code == 401 and resp.headers["x-request-id"] == marker
-    lines = [line for line in gateway_log_after(stack, marker).splitlines() if marker in line]
+    lines = [line for line in gateway_log_after(stack, marker, also="GET /v1/me 401").splitlines() if marker in line]
     assert any("GET /v1/me 401" in line for line in lines), lines  # the request line (uvicorn's carries the id too)

@@ -87,7 +87,12 @@ def test_size_or_checksum_mismatch_is_refused(stack: Settings, tenant, mismatch:
     declared = PNG + b"x" if mismatch == "size" else PNG
     sha = hashlib.sha256(declared).hexdigest() if mismatch == "size" else "0" * 64
     ticket = start_upload(api, len(declared), sha, "lamp.png", "image/png")
-    send_bytes(ticket, PNG)
+    with pytest.raises(httpx.HTTPStatusError) as put:  # the URL is bound to the declared size and sha256
+        send_bytes(ticket, PNG)
+    assert put.value.response.status_code in (400, 403)
+    assert ObjectStorage.from_settings(stack).stat(ticket["object_key"]) is None
+    # as an S3 that checks neither would have taken them: complete checks both again
+    ObjectStorage.from_settings(stack).put_bytes(ticket["object_key"], PNG, "image/png")
     with pytest.raises(ApiProblem) as refused:
         complete(api, ticket["id"])
     assert (refused.value.status, refused.value.slug) == (422, f"upload-{mismatch}-mismatch")
@@ -121,6 +126,8 @@ def test_multipart_upload_completes_and_a_stale_one_is_aborted(stack: Settings, 
     data += line * (MULTIPART_FROM // len(line) + 2)
     ticket = start_upload(api, len(data), hashlib.sha256(data).hexdigest(), "big.csv", "text/csv")
     assert ticket["upload_url"] is None and len(ticket["parts"]) == 3
+    too_long = httpx.put(ticket["parts"][0]["url"], content=data[:ticket["part_size"] + 1], timeout=30)
+    assert too_long.status_code == 403  # each part URL takes only its part's size (signed Content-Length)
     parts = send_bytes(ticket, data)
     with pytest.raises(ApiProblem) as wrong:
         complete(api, ticket["id"], [{**parts[0], "etag": "0" * 32}, *parts[1:]])
