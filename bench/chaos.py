@@ -106,6 +106,7 @@ class Restart(BaseModel):
 class ChaosReport(BaseModel):
     tasks: int
     import_id: str
+    queue: str  # the run's workers' task queue: its gates are `gate-{provider}-{queue}`
     seconds: float
     refusals_from_s: float | None  # when the 429 and 5xx rates were switched on (after the first round)
     kills: list[Kill]
@@ -167,8 +168,8 @@ async def run_chaos(settings: Settings, options: ChaosOptions, folder: Path,
 
     rules = [r.model_dump(mode="json") for r in checked.rules]
     return ChaosReport(
-        tasks=len(tasks), import_id=import_id, seconds=round(seconds, 1), refusals_from_s=run.refusals_from_s,
-        kills=run.kills, restarts=run.restarts,
+        tasks=len(tasks), import_id=import_id, queue=run.queue, seconds=round(seconds, 1),
+        refusals_from_s=run.refusals_from_s, kills=run.kills, restarts=run.restarts,
         outage=run.outage, faults={k: stats_after.get(k, 0) - stats_before.get(k, 0) for k in FAULT_STATS},
         by_status=by_status, invariants=rules, violations=sum(r["violations"] for r in rules), spend=spend,
         machine=machine(), ok=run_ok(checked.ok, rules, by_status, run.restarts))
