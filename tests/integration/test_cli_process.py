@@ -70,7 +70,7 @@ async def test_run_and_status_exit_zero_every_time(stack, task_queue, small_impo
     assert not failures, "\n".join(failures)
 
 
-async def test_status_answers_within_2s_when_no_worker_serves_the_gate(stack, client, tmp_path, small_import):
+async def test_status_does_not_wait_out_a_gate_no_worker_serves(stack, client, tmp_path, small_import):
     """A gate on a queue no worker polls cannot answer its query: `status` says so (stale) in time."""
     queue = f"unserved-{tmp_path.name[-12:]}"
     gate = await client.start_workflow(api.GATE_WORKFLOW_NAME, GateInput(provider="emulator", limit=3),
@@ -104,7 +104,7 @@ async def test_status_reads_a_served_gate_with_the_same_keys(stack, client, task
     assert (emulator["stale"], emulator["limit"], emulator["in_use"], emulator["reason"]) == (False, 3, 0, None)
 
 
-async def test_status_answers_within_2s_when_temporal_is_unreachable(stack, small_import):
+async def test_status_does_not_wait_out_an_unreachable_temporal(stack, small_import):
     done, took = await reelqueue("status", small_import, "--json", REELQUEUE_TEMPORAL_ADDRESS="127.0.0.1:9")
     assert done.returncode == 0 and took < STATUS_WITHIN_S, outcome(done)
     emulator = json.loads(done.stdout)["providers"]["emulator"]
