@@ -91,9 +91,10 @@ async def test_a_failing_provider_opens_the_breaker_and_a_probe_closes_it(stack,
                                         "provider_breaker": POLICY, "webhooks_enabled": False})
     queue = f"test-{uuid.uuid4().hex[:12]}"
     monkeypatch.setenv("REELQUEUE_TASK_QUEUE", queue)  # `reelqueue status` reads this queue's gates
-    running = import_small(stack, tmp_path / "running", [(f"R-{i}", f"Lamp {i}", "Warm") for i in range(2)],
+    # Catalog names from the folders: unique per run, so a repeated run imports new tasks.
+    running = import_small(stack, tmp_path / f"running-{queue}", [(f"R-{i}", f"Lamp {i}", "Warm") for i in range(2)],
                            duration_s=1)
-    queued = import_small(stack, tmp_path / "queued", [(f"Q-{i}", f"Chair {i}", "Oak") for i in range(8)],
+    queued = import_small(stack, tmp_path / f"queued-{queue}", [(f"Q-{i}", f"Chair {i}", "Oak") for i in range(8)],
                           duration_s=1)
     httpx.delete(f"{stack.emulator_url}/_sim/stats", timeout=10)
     _faults(stack, job_seconds=FIRST_JOB_S)  # the first jobs run through the outage
