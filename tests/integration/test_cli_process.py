@@ -25,10 +25,11 @@ pytestmark = pytest.mark.integration
 
 REPEATS = int(os.environ.get("REELQUEUE_CLI_REPEATS", "10"))  # `status` runs; `run` runs half as many
 # `status` reads its gates within 0.5 s (control/gates.py); unbounded, an unanswered gate query takes
-# Temporal's 30 s. The bound asserted here tells those apart on a loaded machine too; the 2-s answer
-# of a quiet one (about 1.4 s, most of it starting Python) is a figure the test prints and
-# docs/architecture.md reports, not a timing the suite bets on.
-STATUS_WITHIN_S = 10.0
+# Temporal's 30 s, on top of the process's start. The bound asserted here is below that 30 s alone,
+# so it tells the two apart however slowly Python starts (11-14 s at load 18 on 2 cores); the
+# 2-s answer of a quiet machine (about 1.4 s, most of it starting Python) is a figure the test
+# prints and docs/architecture.md reports, not a timing the suite bets on.
+STATUS_WITHIN_S = 25.0
 STATUS_KEYS = {"total", "by_status", "providers", "webhooks"}
 GATE_KEYS = {*GateSnapshot.model_fields, "stale", "reason"}
 REELQUEUE = str(Path(sys.executable).with_name("reelqueue"))
