@@ -106,6 +106,7 @@ class Restart(BaseModel):
 class ChaosReport(BaseModel):
     tasks: int
     import_id: str
+    queue: str  # the run's workers' task queue: its gates are `gate-{provider}-{queue}`
     seconds: float
     refusals_from_s: float | None  # when the 429 and 5xx rates were switched on (after the first round)
     kills: list[Kill]
@@ -158,7 +159,7 @@ async def run_chaos(settings: Settings, options: ChaosOptions, folder: Path,
         stats_after = _get(settings, "/_sim/stats")
         jobs = [j for j in _get(settings, "/_sim/jobs")["jobs"] if _task_of(j["request_key"]) in run.task_ids]
         per_task = jobs_by_task(j["request_key"] for j in jobs)
-        checked = await _invariants(settings, import_id, {t: per_task.get(t, 0) for t in run.task_ids})
+        checked = await check_run(settings, run.queue, import_id, {t: per_task.get(t, 0) for t in run.task_ids})
     finally:
         await run.stop(tasks[0].provider if tasks else None)
         watching.cancel()
@@ -167,13 +168,18 @@ async def run_chaos(settings: Settings, options: ChaosOptions, folder: Path,
 
     rules = [r.model_dump(mode="json") for r in checked.rules]
     return ChaosReport(
-        tasks=len(tasks), import_id=import_id, seconds=round(seconds, 1), refusals_from_s=run.refusals_from_s,
-        kills=run.kills, restarts=run.restarts,
+        tasks=len(tasks), import_id=import_id, queue=run.queue, seconds=round(seconds, 1),
+        refusals_from_s=run.refusals_from_s, kills=run.kills, restarts=run.restarts,
         outage=run.outage, faults={k: stats_after.get(k, 0) - stats_before.get(k, 0) for k in FAULT_STATS},
         by_status=by_status, invariants=rules, violations=sum(r["violations"] for r in rules), spend=spend,
-        machine=machine(),
-        # every rule decided (the run gives the checker all it needs) and none broken; every task ended
-        ok=checked.ok and all(r["checked"] for r in rules) and set(by_status) <= set(ENDED))
+        machine=machine(), ok=run_ok(checked.ok, rules, by_status, run.restarts))
+
+
+def run_ok(checked_ok: bool, rules: list[dict[str, Any]], by_status: dict[str, int], restarts: list[Restart]) -> bool:
+    """Every rule decided (the run gives the checker all it needs) and none broken, every task ended,
+    and every restart done: a restart that raised did not test what the run claims."""
+    return (checked_ok and bool(rules) and all(r["checked"] for r in rules) and bool(by_status)
+            and set(by_status) <= set(ENDED) and not any(r.error for r in restarts))
 
 
 class _Run:
@@ -481,10 +487,13 @@ def import_tasks(settings: Settings, folder: Path, count: int) -> tuple[str, lis
         return summary.import_id, queries.list_tasks(session, summary.import_id)
 
 
-async def _invariants(settings: Settings, import_id: str, provider_jobs: dict[str, int]) -> Any:  # noqa: ANN401
-    """control/invariants.py's report over the run's import, with the emulator's jobs per task; every
-    writer is idle once every task ended, so an object without its row is an orphan at once."""
-    return await check_invariants(settings, import_id=import_id, provider_jobs=provider_jobs, orphan_safety_s=0)
+async def check_run(settings: Settings, queue: str, import_id: str, provider_jobs: dict[str, int]) -> Any:  # noqa: ANN401
+    """control/invariants.py's report over the run's import, with the emulator's jobs per task. Its
+    workflows ran on the run's own queue, so their gates are that queue's (`gate-{provider}-{queue}`):
+    the slot rule asks those. Every writer is idle once every task ended, so an object without its
+    row is an orphan at once."""
+    return await check_invariants(settings.model_copy(update={"task_queue": queue}), import_id=import_id,
+                                  provider_jobs=provider_jobs, orphan_safety_s=0)
 
 
 def wasted_spend(settings: Settings, import_id: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -587,19 +596,22 @@ def print_report(report: ChaosReport, console: Any) -> None:  # noqa: ANN401 - a
     for status, n in sorted(report.by_status.items()):
         outcomes.add_row(status, str(n))
     console.print(outcomes)
-    rules = Table("invariant", "checked", "violations", "tasks", title="invariants")
+    rules = Table("invariant", "checked", "violations", "tasks", "detail", title="invariants")
+    rules.columns[4].overflow = "fold"
     for rule in report.invariants:
         style = "" if rule["violations"] == 0 else "[red]"
         rules.add_row(rule["rule"], "yes" if rule["checked"] else "[red]no", f"{style}{rule['violations']}",
-                      ", ".join(rule["task_ids"][:3]))
+                      ", ".join(rule["task_ids"][:3]), rule["detail"])
     console.print(rules)
     spend = report.spend
     console.print(f"spend at the provider {spend['provider_total']}, wasted {spend['wasted']} "
                   f"({spend['wasted_share']:.1%}): " + (", ".join(f"{k} {v}" for k, v in spend["by_cause"].items())
                                                         or "nothing"))
     verdict = ("[bold green]no invariant violated" if report.ok else
-               f"[bold red]{report.violations} violation(s) or a rule not checked")
-    console.print(verdict + ("" if set(report.by_status) <= set(ENDED) else "; [red]tasks still running"))
+               f"[bold red]{report.violations} violation(s), a rule not checked, or a restart failed")
+    failed = sum(r.error is not None for r in report.restarts)
+    console.print(verdict + ("" if set(report.by_status) <= set(ENDED) else "; [red]tasks still running")
+                  + (f"; [red]{failed} restart(s) failed" if failed else ""))
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ChaosOptions, argparse.Namespace]:

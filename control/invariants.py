@@ -4,7 +4,8 @@ control/ledger_audit.py, which also asks Temporal about open reservations); here
 need S3 (asset bytes, orphan objects), Temporal (gate slots) or the provider (its job counts).
 
 A rule whose input is missing is reported `checked: false`, never as passed: the provider's job
-counts (`provider_jobs`, which production does not have), a gate that did not answer, or the object
+counts (`provider_jobs`, which production does not have), a gate that did not answer or that
+Temporal does not know on the queue asked though tasks of the scope took its slots, or the object
 rules when `storage` is off.
 """
 
@@ -42,8 +43,10 @@ ORPHAN_SAFETY_S = 600.0
 HASH_WORKERS = 8  # objects hashed at once (each one streamed, never held whole)
 LIST_WORKERS = 8  # task prefixes listed at once
 GATE_QUERY_S = 5.0
+SHOWN_GATES = 20  # gates named in the slot rule's detail (all are asked)
 
-__all__ = ["ORPHAN_SAFETY_S", "InvariantReport", "RuleResult", "check_invariants", "emulator_jobs_by_task"]
+__all__ = ["ORPHAN_SAFETY_S", "GateAnswer", "InvariantReport", "RuleResult", "check_invariants",
+           "emulator_jobs_by_task"]
 
 
 async def check_invariants(
@@ -67,7 +70,7 @@ async def check_invariants(
     rules = [pg.finished]
     rules.append(inv.provider_jobs_rule(pg.jobs, provider_jobs) if pg.jobs is not None and provider_jobs is not None
                  else RuleResult.not_checked(Invariant.PROVIDER_JOBS, "no job counts from the provider"))
-    slow = [gate_slots(settings, db, import_id, pg.providers, pg.tenants)]  # S3 and Temporal at once
+    slow = [gate_slots(settings, db, import_id, pg.takers)]  # S3 and Temporal at once
     if storage:
         store = ObjectStorage.from_settings(settings)
         slow.append(asyncio.to_thread(asset_hashes, store, pg.assets))
@@ -95,15 +98,12 @@ class _Postgres(BaseModel):
     jobs: dict[str, inv.JobsExpected] | None
     assets: list[AssetRow]
     prefixes: list[str] | None  # task prefixes to list; None: the whole `tenants/` tree
-    providers: list[str]
-    tenants: list[str]
+    takers: dict[str, int]  # gate name -> tasks of the scope that took its slots
 
 
 def _postgres_rules(db: Database, import_id: str | None, provider_jobs: Mapping[str, int] | None,
                     require_finished: bool, storage: bool) -> _Postgres:
     with db.transaction() as session:
-        scope = inv.scoped(select(Task.provider, Task.tenant_id).distinct(), import_id)
-        pairs = session.execute(scope).all()
         prefixes = None
         if storage and import_id is not None:
             prefixes = [f"tenants/{t}/tasks/{i}/" for i, t in session.execute(
@@ -116,7 +116,7 @@ def _postgres_rules(db: Database, import_id: str | None, provider_jobs: Mapping[
             jobs=inv.jobs_expected(session, import_id) if provider_jobs is not None else None,
             assets=inv.asset_rows(session, import_id) if storage else [],
             prefixes=prefixes,
-            providers=sorted({p for p, _ in pairs}), tenants=sorted({t for _, t in pairs}),
+            takers=inv.slot_takers(session, import_id),
         )
 
 
@@ -202,42 +202,74 @@ def _listed(storage: ObjectStorage, prefixes: list[str] | None) -> Iterator[List
 # -- gate slots -------------------------------------------------------------------------------------
 
 
-async def gate_slots(settings: Settings, db: Database, import_id: str | None, providers: list[str],
-                     tenants: list[str]) -> RuleResult:
-    """Ask every provider and tenant gate of the scope who holds a slot; a finished task must not."""
-    gates = [api.gate_id(p, settings.task_queue) for p in providers]
-    gates += [api.gate_id(api.tenant_gate(t), settings.task_queue) for t in tenants]
-    if not gates:
+class GateAnswer(BaseModel):
+    """What one gate said when asked for its holders."""
+
+    gate_id: str
+    holders: list[str] | None = None  # None: no list came (closed, not found, or no answer)
+    closed: bool = False  # it ran and ended: it holds nothing
+    not_found: bool = False  # Temporal never ran it on this queue (or no longer keeps it)
+    error: str | None = None  # it did not answer
+    takers: int = 0  # the scope's tasks that held one of its slots (it must have run for them)
+
+    @property
+    def decided(self) -> bool:
+        """Its answer settles whether it holds a finished task's slot."""
+        return self.error is None and not (self.not_found and self.takers)
+
+    def said(self) -> str:
+        if self.holders is not None:
+            return f"{self.gate_id}: {len(self.holders)} slots held"
+        if self.closed:
+            return f"{self.gate_id}: closed"
+        if self.not_found:
+            return f"{self.gate_id}: not found" + (f", though {self.takers} tasks of the scope took its slots"
+                                                   if self.takers else " (no task of the scope took its slot)")
+        return f"{self.gate_id}: no answer ({self.error})"
+
+
+async def gate_slots(settings: Settings, db: Database, import_id: str | None, takers: Mapping[str, int]) -> RuleResult:
+    """Ask every provider and tenant gate of the scope (`takers`: gate name -> tasks of the scope
+    that took its slots) on `settings.task_queue` who holds a slot; a finished task must not. The
+    detail names each gate and its answer. A gate that does not answer, or that Temporal does not
+    know though tasks of the scope took its slots (they ran on another queue, or it is gone), leaves
+    the rule not checked: it looked at nothing."""
+    asked = {api.gate_id(name, settings.task_queue): n for name, n in sorted(takers.items())}
+    if not asked:
         return RuleResult.found(Invariant.GATE_SLOTS, [], "no gate to ask")
     try:
         client = await asyncio.wait_for(connect(settings), GATE_QUERY_S)
     except (TimeoutError, RuntimeError) as exc:
         return RuleResult.not_checked(Invariant.GATE_SLOTS, f"Temporal not reachable: {exc or 'no answer'}")
-    answers = await asyncio.gather(*(_holders(client, g) for g in gates))
-    mute = [g for g, a in zip(gates, answers, strict=True) if isinstance(a, str)]
-    if mute:
-        return RuleResult.not_checked(Invariant.GATE_SLOTS, f"gate {mute[0]} did not answer: "
-                                                            f"{answers[gates.index(mute[0])]}")
-    holders = sorted({h for a in answers for h in a})
+    answers = await asyncio.gather(*(_holders(client, g, n) for g, n in asked.items()))
+    said = "; ".join(a.said() for a in answers[:SHOWN_GATES])
+    said += f"; and {len(answers) - SHOWN_GATES} more" if len(answers) > SHOWN_GATES else ""
+    undecided = [a for a in answers if not a.decided]
+    if undecided:
+        return RuleResult.not_checked(Invariant.GATE_SLOTS, f"{undecided[0].said()}; {len(asked)} gates asked: {said}")
+    holders = sorted({h for a in answers for h in a.holders or []})
     finished = await asyncio.to_thread(_finished_holders, db, import_id, holders)
-    return RuleResult.found(Invariant.GATE_SLOTS, finished,
-                            f"{len(gates)} gates asked, {len(holders)} slots held, {len(finished)} by finished tasks")
+    detail = f"{len(asked)} gates asked: {said}; {len(holders)} slots held, {len(finished)} by finished tasks"
+    return RuleResult.found(Invariant.GATE_SLOTS, finished, detail)
 
 
-async def _holders(client: Client, gate_id: str) -> list[str] | str:
-    """The gate's holders ([] when it does not run), or why it did not answer."""
+async def _holders(client: Client, gate_id: str, takers: int) -> GateAnswer:
+    """The gate's holders, or what it said instead."""
+    answer = GateAnswer(gate_id=gate_id, takers=takers)
     try:
-        return await client.get_workflow_handle(gate_id).query(
+        answer.holders = await client.get_workflow_handle(gate_id).query(
             api.QUERY_GATE_HOLDERS, result_type=list[str], rpc_timeout=timedelta(seconds=GATE_QUERY_S),
             reject_condition=QueryRejectCondition.NOT_OPEN)
     except WorkflowQueryRejectedError:
-        return []
+        answer.closed = True
     except WorkflowQueryFailedError as exc:  # a gate from before the holders query
-        return str(exc)
+        answer.error = str(exc)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            return []
-        return f"{exc.status.name} (no worker on its task queue?)"
+            answer.not_found = True
+        else:
+            answer.error = f"{exc.status.name} (no worker on its task queue?)"
+    return answer
 
 
 def _finished_holders(db: Database, import_id: str | None, holders: list[str]) -> list[str]:

@@ -21,11 +21,12 @@ from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from contracts.task import TaskEvent, TaskStatus
+from contracts.workflow_api import tenant_gate
 from schema import ledger_check
 from schema import state_machine as sm
 from schema.import_scope import in_import
 from schema.ledger_check import LEDGER_FINAL, Rule, Violation, fmt_amount
-from schema.models import Asset, Attempt, CreditEntry, StateEvent, StrayJob, Task
+from schema.models import Asset, Attempt, CreditEntry, StateEvent, StrayJob, Task, Tenant
 
 SHOWN_IDS = 50  # task ids listed per rule (the count is always complete)
 ATTENTION = TaskStatus.NEEDS_ATTENTION.value
@@ -283,6 +284,29 @@ def state_events(session: Session, import_id: str | None) -> RuleResult:
             first = first or f"{task_id}: {why}"
     return RuleResult.found(Invariant.STATE_EVENTS, bad, f"{events} applied events read"
                                                           + (f"; first: {first}" if first else ""))
+
+
+# -- gate slots -----------------------------------------------------------------------------------
+
+
+def slot_takers(session: Session, import_id: str | None) -> dict[str, int]:
+    """Per gate of the scope (a provider, or a tenant's `tenant_gate` name), the scope's tasks that
+    were granted one of its slots: the gate must have run for them. A task that was ever dispatched
+    held its provider's slot, and its tenant's too when the tenant has a concurrency (today's: a
+    limit set since then names a gate that may never have run, and the slot rule then says "not
+    checked" rather than pass it). Every provider and tenant of the scope is a key, 0 when none of
+    its tasks took a slot."""
+    dispatched = exists().where(StateEvent.task_id == Task.id, StateEvent.applied.is_(True),
+                                StateEvent.event == TaskEvent.DISPATCH_CLAIMED.value)
+    took = func.count().filter(dispatched)
+    rows = session.execute(scoped(select(Task.provider, Task.tenant_id, Tenant.max_concurrent, took)
+                                  .outerjoin(Tenant, Tenant.id == Task.tenant_id)
+                                  .group_by(Task.provider, Task.tenant_id, Tenant.max_concurrent), import_id)).all()
+    takers: dict[str, int] = defaultdict(int)
+    for provider, tenant, limit, n in rows:
+        takers[provider] += n
+        takers[tenant_gate(tenant)] += n if limit is not None else 0
+    return dict(takers)
 
 
 # -- assets ---------------------------------------------------------------------------------------

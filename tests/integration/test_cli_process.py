@@ -25,10 +25,11 @@ pytestmark = pytest.mark.integration
 
 REPEATS = int(os.environ.get("REELQUEUE_CLI_REPEATS", "10"))  # `status` runs; `run` runs half as many
 # `status` reads its gates within 0.5 s (control/gates.py); unbounded, an unanswered gate query takes
-# Temporal's 30 s. The bound asserted here tells those apart on a loaded machine too; the 2-s answer
-# of a quiet one (about 1.4 s, most of it starting Python) is a figure the test prints and
-# docs/architecture.md reports, not a timing the suite bets on.
-STATUS_WITHIN_S = 10.0
+# Temporal's 30 s, on top of the process's start. The bound asserted here is below that 30 s alone,
+# so it tells the two apart however slowly Python starts (11-14 s at load 18 on 2 cores); the
+# 2-s answer of a quiet machine (about 1.4 s, most of it starting Python) is a figure the test
+# prints and docs/architecture.md reports, not a timing the suite bets on.
+STATUS_WITHIN_S = 25.0
 STATUS_KEYS = {"total", "by_status", "providers", "webhooks"}
 GATE_KEYS = {*GateSnapshot.model_fields, "stale", "reason"}
 REELQUEUE = str(Path(sys.executable).with_name("reelqueue"))
@@ -70,7 +71,7 @@ async def test_run_and_status_exit_zero_every_time(stack, task_queue, small_impo
     assert not failures, "\n".join(failures)
 
 
-async def test_status_answers_within_2s_when_no_worker_serves_the_gate(stack, client, tmp_path, small_import):
+async def test_status_does_not_wait_out_a_gate_no_worker_serves(stack, client, tmp_path, small_import):
     """A gate on a queue no worker polls cannot answer its query: `status` says so (stale) in time."""
     queue = f"unserved-{tmp_path.name[-12:]}"
     gate = await client.start_workflow(api.GATE_WORKFLOW_NAME, GateInput(provider="emulator", limit=3),
@@ -104,7 +105,7 @@ async def test_status_reads_a_served_gate_with_the_same_keys(stack, client, task
     assert (emulator["stale"], emulator["limit"], emulator["in_use"], emulator["reason"]) == (False, 3, 0, None)
 
 
-async def test_status_answers_within_2s_when_temporal_is_unreachable(stack, small_import):
+async def test_status_does_not_wait_out_an_unreachable_temporal(stack, small_import):
     done, took = await reelqueue("status", small_import, "--json", REELQUEUE_TEMPORAL_ADDRESS="127.0.0.1:9")
     assert done.returncode == 0 and took < STATUS_WITHIN_S, outcome(done)
     emulator = json.loads(done.stdout)["providers"]["emulator"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -17,6 +17,7 @@ from sqlalchemy import delete, select, update
 from stack_helpers import import_small, run_all, serving
 
 from adapters.storage import ObjectStorage
+from bench.chaos import check_run
 from config.settings import Settings
 from contracts import workflow_api as api
 from contracts.admission import SlotRelease, SlotRequest
@@ -178,27 +179,60 @@ async def test_a_task_in_attention_without_evidence_breaks_task_finished(run):
     assert live.violated() == {"task_finished": 1}  # no evidence is a violation on a live system too
 
 
-async def test_a_slot_held_by_a_finished_task_breaks_gate_slots(run, client):
+@contextlib.asynccontextmanager
+async def _stale_holder(client, gate_id: str, task: Task) -> AsyncIterator[None]:
     """A workflow that runs under a finished task's workflow id asks the gate for a slot: the gate
     grants it (its signal reaches a running workflow), so a SUCCEEDED task holds a slot."""
-    settings, _, tasks = run
-    t = tasks[0]
-    gate = client.get_workflow_handle(api.gate_id(t.provider, settings.task_queue))
-    impostor = await client.start_workflow("NobodyServesThis", id=t.workflow_id,
+    gate = client.get_workflow_handle(gate_id)
+    impostor = await client.start_workflow("NobodyServesThis", id=task.workflow_id,
                                            task_queue=f"nobody-{uuid.uuid4().hex[:8]}")
     try:
-        await gate.signal(api.SIGNAL_GATE_REQUEST, SlotRequest(workflow_id=t.workflow_id, task_id=t.id,
+        await gate.signal(api.SIGNAL_GATE_REQUEST, SlotRequest(workflow_id=task.workflow_id, task_id=task.id,
                                                                requested_at=datetime.now(UTC)))
         for _ in range(100):
-            if t.workflow_id in await gate.query(api.QUERY_GATE_HOLDERS, result_type=list[str]):
+            if task.workflow_id in await gate.query(api.QUERY_GATE_HOLDERS, result_type=list[str]):
                 break
             await asyncio.sleep(0.1)
-        report = await _check(run)
+        yield
     finally:
-        await gate.signal(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=t.workflow_id))
+        await gate.signal(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=task.workflow_id))
         await impostor.terminate("test over")
+
+
+async def test_a_slot_held_by_a_finished_task_breaks_gate_slots(run, client):
+    settings, _, tasks = run
+    t = tasks[0]
+    async with _stale_holder(client, api.gate_id(t.provider, settings.task_queue), t):
+        report = await _check(run)
     assert report.violated() == {"gate_slots": 1} and report.rule("gate_slots").task_ids == [t.id]
     assert (await _check(run)).ok
+
+
+async def test_the_chaos_runs_check_asks_the_gates_of_its_own_queue(run, client, stack):
+    """bench/chaos.py checks with the stack's settings and the run's queue: the slot rule asks that
+    queue's gate, names it with its answer, and a stale holder seeded there is a violation."""
+    settings, import_id, tasks = run
+    t = tasks[0]
+    jobs = await asyncio.to_thread(emulator_jobs_by_task, settings)
+    gate = api.gate_id(t.provider, settings.task_queue)
+    clean = await check_run(stack, settings.task_queue, import_id, jobs)
+    async with _stale_holder(client, gate, t):
+        stale = await check_run(stack, settings.task_queue, import_id, jobs)
+    assert stale.violated() == {"gate_slots": 1} and stale.rule("gate_slots").task_ids == [t.id]
+    assert clean.ok and clean.rule("gate_slots").checked, clean.rule("gate_slots")
+    assert f"{gate}: 0 slots held" in clean.rule("gate_slots").detail
+    assert f"{gate}: 1 slots held" in stale.rule("gate_slots").detail
+
+
+async def test_a_gate_temporal_does_not_know_though_tasks_took_its_slots_is_not_checked(run):
+    """Asked on a queue the tasks never ran on, their provider's gate is NOT_FOUND: the rule looked at
+    nothing, so it is not checked (never "no holders"), and its detail names the gate and why."""
+    settings, import_id, tasks = run
+    elsewhere = settings.model_copy(update={"task_queue": f"nobody-{uuid.uuid4().hex[:8]}"})
+    report = await check_invariants(elsewhere, import_id=import_id, orphan_safety_s=0)
+    rule = report.rule("gate_slots")
+    gate = api.gate_id(tasks[0].provider, elsewhere.task_queue)
+    assert not rule.checked and f"{gate}: not found, though 2 tasks of the scope took its slots" in rule.detail, rule
 
 
 def test_ledger_check_prints_every_rule(run):

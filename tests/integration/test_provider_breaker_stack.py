@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 from cli_helpers import run_cli_async
-from sqlalchemy import select
+from sqlalchemy import func, select
 from stack_helpers import assert_ledger_balanced, import_small, serving, wait_for_status
 
 from config.defaults import BreakerPolicy, ProviderLimits
@@ -25,7 +25,10 @@ from schema.db import Database
 from schema.models import Attempt
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
-POLICY = BreakerPolicy(failures=3, failure_ratio=0.5, window_s=60, cooldown_s=30)
+# A cool-down long enough for the test to see the open breaker settle (waits on state, not sleeps)
+# on a loaded machine; the first jobs outlast it, so they are followed all through the outage.
+POLICY = BreakerPolicy(failures=3, failure_ratio=0.5, window_s=60, cooldown_s=60)
+FIRST_JOB_S = 100
 
 
 def _tasks(settings, import_id: str) -> list:
@@ -52,6 +55,25 @@ async def _gate_until(client, queue: str, check, timeout_s: float = 60) -> GateS
         await asyncio.sleep(0.2)
 
 
+async def _until(check, timeout_s: float, what: str):  # noqa: ANN001, ANN202 - a predicate returning a value or None
+    deadline = time.monotonic() + timeout_s
+    while (value := check()) is None:
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.3)
+    return value
+
+
+def _settled(settings, queued_import: str, running: int, snapshot: GateSnapshot):  # noqa: ANN202
+    """The open breaker's steady state: every queued task back in the gate's line, no slot held but
+    the running jobs', no submit in flight. From here nothing can be sent until the probe."""
+    with Database(settings.database_url).transaction() as session:
+        tasks = queries.list_tasks(session, queued_import)
+        sending = session.scalar(select(func.count()).select_from(Attempt).where(
+            Attempt.task_id.in_([t.id for t in tasks]), Attempt.submit_state == "SENDING"))
+    line = snapshot.in_use == running and snapshot.waiting == len(tasks)
+    return True if line and not sending and {t.status for t in tasks} == {"QUEUED"} else None
+
+
 async def _status_json(import_id: str) -> dict:
     """`reelqueue status --json`; asked again if the gate did not answer within its 0.5 s (a busy machine)."""
     for _ in range(5):
@@ -69,12 +91,13 @@ async def test_a_failing_provider_opens_the_breaker_and_a_probe_closes_it(stack,
                                         "provider_breaker": POLICY, "webhooks_enabled": False})
     queue = f"test-{uuid.uuid4().hex[:12]}"
     monkeypatch.setenv("REELQUEUE_TASK_QUEUE", queue)  # `reelqueue status` reads this queue's gates
-    running = import_small(stack, tmp_path / "running", [(f"R-{i}", f"Lamp {i}", "Warm") for i in range(2)],
+    # Catalog names from the folders: unique per run, so a repeated run imports new tasks.
+    running = import_small(stack, tmp_path / f"running-{queue}", [(f"R-{i}", f"Lamp {i}", "Warm") for i in range(2)],
                            duration_s=1)
-    queued = import_small(stack, tmp_path / "queued", [(f"Q-{i}", f"Chair {i}", "Oak") for i in range(8)],
+    queued = import_small(stack, tmp_path / f"queued-{queue}", [(f"Q-{i}", f"Chair {i}", "Oak") for i in range(8)],
                           duration_s=1)
     httpx.delete(f"{stack.emulator_url}/_sim/stats", timeout=10)
-    _faults(stack, job_seconds=40)  # the first jobs run through the outage
+    _faults(stack, job_seconds=FIRST_JOB_S)  # the first jobs run through the outage
     try:
         async with serving(client, settings, queue):
             first = _tasks(stack, running.import_id)
@@ -85,13 +108,17 @@ async def test_a_failing_provider_opens_the_breaker_and_a_probe_closes_it(stack,
             second = _tasks(stack, queued.import_id)
             await start_workflows(client, second, queued.import_id, queue)
             opened = await _gate_until(client, queue, lambda g: g.breaker is BreakerMode.OPEN)
-            await asyncio.sleep(3)  # a submit granted just before it opened has reached the emulator
+            # Every refused task back in line (its retry wait over), no submit in flight: settled.
+            await _gate_until(client, queue, lambda g: _settled(stack, queued.import_id, len(first), g),
+                              timeout_s=POLICY.cooldown_s)
             before = _stats(stack)
-            await asyncio.sleep(12)  # refused tasks' retry waits (5-10 s) are over: all back in line
-            during = _stats(stack)
+            # The running jobs' status calls go on meanwhile (polling: no webhooks here).
+            during = await _until(lambda: (d := _stats(stack))["status_calls"] > before["status_calls"] and d or None,
+                                  POLICY.cooldown_s, "no status call while the breaker was open")
             waiting = {t.status for t in _tasks(stack, queued.import_id)}
             shown = await _status_json(queued.import_id)
             still_running = {t.status for t in _tasks(stack, running.import_id)}
+            still_open = (await _gate_until(client, queue, lambda g: True)).breaker is BreakerMode.OPEN
             httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)  # the provider is back
             closed = await _gate_until(client, queue, lambda g: g.breaker is BreakerMode.CLOSED and g.in_use == 0
                                        and g.waiting == 0, timeout_s=180)
@@ -100,6 +127,7 @@ async def test_a_failing_provider_opens_the_breaker_and_a_probe_closes_it(stack,
     finally:
         httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
 
+    assert still_open, "the cool-down ended before the open breaker was seen settled: the test saw nothing"
     assert during["submits"] == before["submits"]  # nothing sent while open
     assert during["status_calls"] > before["status_calls"]  # the running jobs are still followed
     assert still_running == {"RUNNING"} and waiting == {"QUEUED"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.chaos import ChaosOptions, parse_args, spend_by_cause
+from bench.chaos import ChaosOptions, Restart, parse_args, run_ok, spend_by_cause
 
 
 def test_kills_and_restarts_scale_with_the_tasks() -> None:
@@ -52,3 +52,15 @@ def test_spend_is_split_by_cause() -> None:
                                  "no_video:FAILED_FINAL": 1.0, "superseded_attempt": 1.0}
     assert spend_by_cause([], {}, {}, {}) == {"provider_total": 0.0, "wasted": 0.0, "wasted_share": 0.0,
                                               "by_cause": {}}
+
+
+def test_a_run_is_ok_only_when_every_rule_was_decided_every_task_ended_and_every_restart_worked() -> None:
+    rules = [{"rule": "gate_slots", "checked": True, "violations": 0}]
+    restarts = [Restart(service=s, at_s=1.0, in_flight=3) for s in ("postgres", "s3")]
+    assert run_ok(True, rules, {"SUCCEEDED": 8}, restarts)
+    failed = [restarts[0], Restart(service="s3", at_s=2.0, in_flight=3, error="StackError: did not come back")]
+    assert not run_ok(True, rules, {"SUCCEEDED": 8}, failed)  # a restart that raised tested nothing
+    assert not run_ok(True, [{**rules[0], "checked": False}], {"SUCCEEDED": 8}, restarts)
+    assert not run_ok(False, rules, {"SUCCEEDED": 8}, restarts)
+    assert not run_ok(True, rules, {"SUCCEEDED": 7, "RUNNING": 1}, restarts)
+    assert not run_ok(True, [], {"SUCCEEDED": 8}, restarts) and not run_ok(True, rules, {}, restarts)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from contracts.task import TaskEvent, TaskStatus
-from control.invariants import jobs_by_task
+from control.invariants import GateAnswer, jobs_by_task
 from schema.invariants import (
     CREATED_AUDIT,
     Invariant,
@@ -128,3 +128,16 @@ def test_a_rule_not_checked_never_passes_for_checked_and_ok_ignores_it():
     broken = RuleResult.found(Invariant.STATE_EVENTS, ["t"] * 3 + [f"t{i}" for i in range(80)], "bad")
     assert broken.violations == 81 and len(broken.task_ids) == 50
     assert not InvariantReport.of(None, 3, [unchecked, broken]).ok
+
+
+def test_a_gate_not_found_is_undecided_when_tasks_of_the_scope_took_its_slots() -> None:
+    """NOT_FOUND is "no holders" only for a gate the scope never needed; otherwise the rule looked at nothing."""
+    needed = GateAnswer(gate_id="gate-emulator", not_found=True, takers=8)
+    assert not needed.decided
+    assert needed.said() == "gate-emulator: not found, though 8 tasks of the scope took its slots"
+    unneeded = GateAnswer(gate_id="gate-tenant:t1", not_found=True)
+    assert unneeded.decided and unneeded.said() == "gate-tenant:t1: not found (no task of the scope took its slot)"
+    assert GateAnswer(gate_id="g", holders=["w1", "w2"], takers=2).said() == "g: 2 slots held"
+    assert GateAnswer(gate_id="g", closed=True, takers=2).decided
+    mute = GateAnswer(gate_id="g", error="DEADLINE_EXCEEDED (no worker on its task queue?)")
+    assert not mute.decided and mute.said() == "g: no answer (DEADLINE_EXCEEDED (no worker on its task queue?))"
