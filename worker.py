@@ -161,11 +161,11 @@ async def serve(settings: Settings, queues: Sequence[str] = QUEUES) -> None:
         _mark_ready(settings)
         log.info("worker serving %s at %s (media slots %d); metrics at %s", ", ".join(served),
                  settings.temporal_address, media_slots(settings) if api.MEDIA in queues else 0, metrics_url or "off")
-        sweeper = asyncio.create_task(_sweeping_outbox(settings, client, stop)) if api.IO in queues else None
+        loops = [asyncio.create_task(_sweeping_outbox(settings, client, stop)),
+                 asyncio.create_task(_backstop(settings, stop))] if api.IO in queues else []
         await workers.until(stop)
         stop.set()  # also when a Worker ended on its own
-        if sweeper is not None:
-            await sweeper
+        await asyncio.gather(*loops)
         log.info("worker draining: running activities have %.0f s to finish", settings.worker_drain_s)
     log.info("worker stopped")
 
@@ -176,6 +176,20 @@ async def _sweeping_outbox(settings: Settings, client: Client, stop: asyncio.Eve
     from schema.db import Database
 
     await run_sweeper(Database(settings.database_url), client, settings.task_queue, stop)
+
+
+async def _backstop(settings: Settings, stop: asyncio.Event) -> None:
+    """Until `stop`: the provider backstop's periodic pass (off with REELQUEUE_BACKSTOP_EVERY_S=0)."""
+    if not settings.backstop_every_s:
+        return
+    from datetime import timedelta
+
+    from adapters.providers import build_providers
+    from control.provider_backstop import run_periodically
+    from schema.db import Database
+
+    await run_periodically(Database(settings.database_url), build_providers(settings), stop,
+                           every_s=settings.backstop_every_s, window=timedelta(hours=settings.backstop_window_h))
 
 
 def _mark_ready(settings: Settings) -> None:

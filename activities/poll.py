@@ -11,8 +11,6 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from sqlalchemy import select, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
 from temporalio import activity
 
 from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
@@ -31,8 +29,9 @@ from contracts.messages import (
 from contracts.provider import TERMINAL_JOB_STATUSES, JobStatus
 from metrics import STATUS_CALLS
 from schema.db import Database
-from schema.models import Attempt, CreditEntry, StrayJob, Task
+from schema.models import Attempt, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, AttemptState
+from schema.strays import book_stray
 from schema.task_store import TaskNotFound
 from telemetry.logs import bind
 from telemetry.tracing import annotate
@@ -104,7 +103,7 @@ class PollActivities:
             stray.provider_status = state.raw_status
             stray.updated_at = datetime.now(UTC)
             if terminal:
-                _book_stray(session, stray, cost, f"duplicate provider job ({stray.found_by})")
+                book_stray(session, stray, cost, f"duplicate provider job ({stray.found_by})")
         if not terminal:
             raise retry_later(f"duplicate job {ref.job_id} is still {state.raw_status}", NOT_YET_CONCLUSIVE, 5.0)
         return StrayJobResult(status=state.status, cost=float(cost))
@@ -135,7 +134,7 @@ class PollActivities:
             if stray.accounted:
                 return float(stray.cost or 0)
             estimate = session.get(Task, ref.task_id).estimated_cost
-            _book_stray(session, stray, estimate,
+            book_stray(session, stray, estimate,
                         f"duplicate provider job ({stray.found_by}): cost unknown, the task's estimate booked; "
                         f"accepted by {decision.by}: {decision.reason}".rstrip(": "))
             return float(estimate)
@@ -164,20 +163,6 @@ class PollActivities:
                 session.execute(update(Task).where(Task.id == ref.task_id, Task.progress < progress)
                                 .values(progress=progress))
             return apply_moves(session, list(moves))
-
-
-def _book_stray(session: Session, stray: StrayJob, cost: Decimal, note: str) -> None:
-    """Mark the duplicate job accounted and record its cost as an ADJUSTMENT carrying its job id
-    (once: the business key is per job)."""
-    task = session.get(Task, stray.task_id)
-    stray.cost, stray.accounted, stray.updated_at = cost, True, datetime.now(UTC)
-    session.execute(
-        insert(CreditEntry)
-        .values(tenant_id=task.tenant_id, task_id=task.id, entry_type="ADJUSTMENT", amount=cost,
-                business_key=f"adjustment:{task.id}:job:{stray.provider_job_id}", attempt_no=stray.attempt_no,
-                provider_job_id=stray.provider_job_id, note=note)
-        .on_conflict_do_nothing(index_elements=["business_key"])
-    )
 
 
 def _stopper(job_id: str) -> Callable[[VideoProvider], JobState]:

@@ -204,6 +204,18 @@ def route_problem(name: str, provider: VideoProvider | None, model: str, duratio
     return None
 
 
+# Validation failures whose cause an operator can fix without a new import (a provider's key set, an
+# image host back): `reelqueue retry --status INVALID` validates these tasks again. The markers are
+# the reasons route_problem, _store_image and _invalid_reason give for those causes.
+REVALIDATABLE_MARKS = ("is not configured: set ", "input image not stored", "no input image stored",
+                       "missing or changed in storage")
+
+
+def revalidatable(reason: str | None) -> bool:
+    """Whether an INVALID task's reason names a cause that can change (see REVALIDATABLE_MARKS)."""
+    return reason is not None and any(mark in reason for mark in REVALIDATABLE_MARKS)
+
+
 def _invalid_reason(
     task: Task, provider: VideoProvider | None, image: Asset | None, storage: ObjectStorage
 ) -> str | None:

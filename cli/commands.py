@@ -370,7 +370,8 @@ def _cancel_import(settings: Settings, db: Database, import_id: str, status_filt
 def retry(
     import_id: str = typer.Argument(..., help="the import whose ended tasks to run again"),
     status_filter: str = typer.Option("FAILED_FINAL,EXPIRED", "--status",
-                                      help="comma-separated: FAILED_FINAL, EXPIRED, CANCELED"),
+                                      help="comma-separated: FAILED_FINAL, EXPIRED, CANCELED, INVALID (those "
+                                           "whose cause can change: a provider key, an image fetch)"),
     task_id: str | None = typer.Option(None, "--task", help="only this task"),
     with_video: bool = typer.Option(False, "--with-video",
                                     help="also tasks that ended with a paid video (expired or cancelled in "
@@ -380,7 +381,8 @@ def retry(
     dry_run: bool = typer.Option(False, "--dry-run", help="list what would be re-run; change nothing"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Re-drive tasks that ended without a video: a new run each (new reservation, attempts continue)."""
+    """Re-drive tasks that ended without a video: a new run each (new reservation, attempts continue);
+    INVALID tasks whose cause can change are validated again."""
     import getpass
 
     from control.redrive import RedriveRefused, redrive

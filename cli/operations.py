@@ -52,8 +52,56 @@ def ledger_check(
         raise typer.Exit(EXIT_FAILURE)
 
 
+@ledger_app.command("reconcile")
+def ledger_reconcile(
+    provider: str | None = typer.Option(None, "--provider", help="only this provider (default: every one)"),
+    since_h: float | None = typer.Option(None, "--since", help="hours back to list jobs from (default 24)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The provider backstop: list the jobs each provider ran in the window and book what the ledger
+    does not account for (orphans, strays, cost differences); exit 1 if a provider could not be asked."""
+    from adapters.providers import build_providers
+    from control.provider_backstop import reconcile, window_start
+
+    if since_h is not None and not 0 < since_h <= MAX_WINDOW_H:
+        fail(f"--since: hours between 0 and {MAX_WINDOW_H}, not {since_h:g}", EXIT_BAD_INPUT, as_json=as_json)
+    settings = get_settings()
+    providers = build_providers(settings)
+    if provider is not None and provider not in providers:
+        fail(f"--provider: no provider {provider!r} (known: {', '.join(sorted(providers))})", EXIT_BAD_INPUT,
+             as_json=as_json)
+    report = reconcile(Database(settings.database_url), providers, since=window_start(since_h), only=provider)
+    failed = [s for s in report.skipped if s.reason.startswith("listing failed")]
+    if as_json:
+        emit_json(report.model_dump(mode="json"))
+    else:
+        _print_backstop(report)
+    if failed:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+MAX_WINDOW_H = 24 * 30  # a month of jobs: longer windows are paged for too long
+
+
+def _print_backstop(report) -> None:  # noqa: ANN001 - control.provider_backstop.BackstopReport
+    if report.findings:
+        table = Table("provider", "job", "status", "cost", "verdict", "task", "attempt", "booked", "detail",
+                      title="provider jobs the ledger did not account for as the provider says")
+        table.columns[8].overflow = "fold"
+        for f in report.findings:
+            table.add_row(f.provider, f.job_id, f.provider_status, "-" if f.cost is None else f"{f.cost:g}",
+                          f.verdict.value, f.task_id or "none", str(f.attempt_no or "-"),
+                          "-" if f.booked is None else f"{f.booked:g}", f.detail)
+        console.print(table)
+    for s in report.skipped:
+        console.print(f"[yellow]{s.provider}[/]: not checked: {s.reason}", soft_wrap=True)
+    console.print(f"{report.listed} jobs listed since {report.since.isoformat(timespec='seconds')}: "
+                  f"{report.known} as the ledger has them, {len(report.findings)} found")
+
+
 def _print_invariants(report, import_id: str | None) -> None:  # noqa: ANN001 - schema.invariants.InvariantReport
     from schema.invariants import LEDGER_RULES
+    from schema.ledger_check import fmt_amount
 
     rules = Table("rule", "violations", "detail", title="invariants")
     rules.columns[2].overflow = "fold"
@@ -66,6 +114,14 @@ def _print_invariants(report, import_id: str | None) -> None:  # noqa: ANN001 - 
         table.columns[3].overflow = "fold"
         for v in report.ledger_violations:
             table.add_row(v.task_id, v.status, v.rule.value, v.detail)
+        console.print(table)
+    if report.orphans:
+        table = Table("provider", "job", "request key", "task", "status", "cost", "booked",
+                      title="jobs found by the provider backstop (ledger reconcile)")
+        for o in report.orphans:
+            table.add_row(o.provider, o.job_id, o.request_key or "-", o.task_id or "none",
+                          o.provider_status or "-", fmt_amount(o.cost) if o.cost is not None else "-",
+                          "yes" if o.accounted else "no")
         console.print(table)
     others = {r.rule: r.task_ids for r in report.rules if r.violations and r.rule not in LEDGER_RULES}
     for rule, ids in others.items():

@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     )
     webhook_orphan_ttl_s: float = Field(default=3600.0, gt=0)  # an unmatched event older than this expired
     webhook_max_body_bytes: int = Field(default=256 * 1024, gt=0)
+    # The provider backstop (control/provider_backstop.py): the io worker lists every listable
+    # provider's jobs of the last `backstop_window_h` hours every `backstop_every_s` (0: off).
+    backstop_every_s: float = Field(default=900.0, ge=0)
+    backstop_window_h: float = Field(default=24.0, gt=0, le=24 * 30)
 
     # Hosts the SSRF-safe fetcher may reach although they resolve to private or loopback
     # addresses (the embedded emulator and S3). Everything else must be a global address.

@@ -87,6 +87,7 @@ async def check_invariants(
     report = InvariantReport.of(import_id, pg.tasks, rules)
     report.ledger_violations = ledger.violations
     report.workflows_described = ledger.workflows_described
+    report.orphans = ledger.orphans
     return report
 
 

@@ -17,7 +17,7 @@ from adapters.temporal_client import connect
 from config.settings import Settings
 from schema import ledger_check
 from schema.db import Database
-from schema.ledger_check import OpenHold, Rule, Violation
+from schema.ledger_check import OpenHold, OrphanJob, Rule, Violation
 
 DESCRIBE_CONCURRENCY = 16
 NOT_FOUND = "NOT_FOUND"
@@ -29,6 +29,7 @@ class LedgerReport(BaseModel):
     workflows_described: int
     violations: list[Violation]
     ok: bool
+    orphans: list[OrphanJob] = []  # jobs the provider backstop found (schema/ledger_check.py)
 
 
 async def audit_ledger(settings: Settings, import_id: str | None = None) -> LedgerReport:
@@ -45,7 +46,8 @@ async def audit_ledger(settings: Settings, import_id: str | None = None) -> Ledg
         violations += [_orphan(hold, closed[hold.task_id]) for hold in still_open]
     violations.sort(key=lambda v: (v.task_id, v.rule))
     return LedgerReport(import_id=import_id, tasks_checked=findings.tasks_checked,
-                        workflows_described=len(findings.open_holds), violations=violations, ok=not violations)
+                        workflows_described=len(findings.open_holds), violations=violations, ok=not violations,
+                        orphans=findings.orphans)
 
 
 async def _workflow_states(client: Client, holds: list[OpenHold]) -> dict[str, str]:

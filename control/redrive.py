@@ -1,5 +1,7 @@
 """`reelqueue retry`: a new run of tasks that ended without a video (FAILED_FINAL, EXPIRED,
-CANCELED). Each redrive is a state event naming who and why; the task goes back to CREATED with its
+CANCELED), or of INVALID tasks whose cause can change (a provider's key, an image fetch): those are
+validated again (a `revalidate` event, INVALID -> VALIDATING) and run on if they pass now. Each
+redrive is a state event naming who and why; the task goes back to CREATED with its
 run number raised, so the new run has its own workflow id (`gen-{task}-run{n}`), its own
 reservation and ledger keys (each run balances on its own) and continues the attempt numbering
 (new request keys). SUCCEEDED and REJECTED tasks are never re-run; a task that ended with a paid
@@ -11,6 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from sqlalchemy import select
 
+from activities.tasks import revalidatable
 from adapters.temporal_client import connect
 from config.settings import Settings
 from contracts import workflow_api as api
@@ -20,6 +23,8 @@ from schema import queries, task_store
 from schema.db import Database
 from schema.models import Task
 from schema.state_machine import REDRIVABLE
+
+RERUNNABLE = frozenset({*(s.value for s in REDRIVABLE), TaskStatus.INVALID.value})
 
 
 class RedriveRefused(ValueError):
@@ -37,10 +42,9 @@ class RedrivePlan(BaseModel):
 def select_tasks(db: Database, import_id: str, statuses: list[str], task_id: str | None, *,
                  with_video: bool = False) -> list[Task]:
     """The tasks to re-run; those with a video (already rendered and paid for) only `with_video`."""
-    wrong = sorted(set(statuses) - {s.value for s in REDRIVABLE})
+    wrong = sorted(set(statuses) - RERUNNABLE)
     if wrong:
-        raise RedriveRefused(f"only {', '.join(sorted(s.value for s in REDRIVABLE))} can be re-run, not "
-                             f"{', '.join(wrong)}")
+        raise RedriveRefused(f"only {', '.join(sorted(RERUNNABLE))} can be re-run, not {', '.join(wrong)}")
     with db.transaction() as session:
         if not queries.import_exists(session, import_id):
             raise RedriveRefused(f"no import {import_id}")
@@ -49,9 +53,13 @@ def select_tasks(db: Database, import_id: str, statuses: list[str], task_id: str
         tasks = [t for t in tasks if t.id == task_id]
         if not tasks:
             raise RedriveRefused(f"task {task_id} is not in {import_id} with status {', '.join(statuses)}")
+        if tasks[0].status == TaskStatus.INVALID.value and not revalidatable(tasks[0].last_error):
+            raise RedriveRefused(f"task {task_id} is INVALID for a cause a new run does not change "
+                                 f"({tasks[0].last_error}): fix the catalog or plan and import again")
         if tasks[0].output_asset_id is not None and not with_video:
             raise RedriveRefused(f"task {task_id} ended with a paid video (it expired or was cancelled in "
                                  f"{TaskStatus.REVIEW.value}); pass --with-video to render and pay for it again")
+    tasks = [t for t in tasks if t.status != TaskStatus.INVALID.value or revalidatable(t.last_error)]
     return [t for t in tasks if with_video or t.output_asset_id is None]
 
 
@@ -66,15 +74,17 @@ async def redrive(settings: Settings, import_id: str, statuses: list[str], *, ta
     moved: list[str] = []
     for task in tasks:  # one short transaction each; the workflow starts after, outside any
         run = task.run_no + 1
+        event, begins = ((TaskEvent.REVALIDATE, TaskStatus.VALIDATING) if task.status == TaskStatus.INVALID.value
+                         else (TaskEvent.REDRIVE, TaskStatus.CREATED))
         with db.transaction() as session:
             out = task_store.transition(
-                session, task.id, TaskEvent.REDRIVE, source="cli", source_event_id=f"{task.id}:redrive:{run}",
+                session, task.id, event, source="cli", source_event_id=f"{task.id}:{event.value}:{run}",
                 payload={"by": by, "reason": reason, "run": run},
                 task_updates={"run_no": run, "workflow_id": api.workflow_id(task.id, run),
                               "last_error": None, "last_error_class": None, "cancel_outcome": None,
                               "finished_at": None},
             )
-        if out.applied and out.status == TaskStatus.CREATED:
+        if out.applied and out.status == begins:
             moved.append(task.id)
     with db.transaction() as session:
         fresh = list(session.scalars(select(Task).where(Task.id.in_(moved))))

@@ -53,7 +53,7 @@ def create_app(config: EmulatorConfig | None = None, **params: Any) -> FastAPI:
     app = FastAPI(title="reelqueue provider emulator", lifespan=lifespan)
     app.state.config = config
     install_error_handlers(app)
-    app.include_router(jobs_router(engine, service, store))
+    app.include_router(jobs_router(engine, service, store, other_keys=[f"{p}:" for p in DIALECTS]))
     for dialect in DIALECTS.values():
         app.include_router(dialect.router(engine))
     app.include_router(files_router(config))

@@ -129,11 +129,18 @@ class JobStore:
             return self._query("SELECT * FROM jobs ORDER BY created_at, id")
         return self._query("SELECT * FROM jobs WHERE request_key = ? ORDER BY created_at, id", (request_key,))
 
+    def created_since(self, since: float, *, offset: int, limit: int, other_prefixes: Sequence[str] = ()
+                      ) -> list[JobRecord]:
+        """A page of the jobs created at or after `since` (epoch seconds), oldest first, without those
+        whose request key starts with one of `other_prefixes` (the dialects' jobs)."""
+        others = "".join(" AND request_key NOT LIKE ? ESCAPE '\\'" for _ in other_prefixes)
+        return self._query(f"SELECT * FROM jobs WHERE created_at >= ?{others} ORDER BY created_at, id LIMIT ? OFFSET ?",
+                           (since, *(_like_prefix(p) for p in other_prefixes), limit, offset))
+
     def list_prefix(self, prefix: str) -> list[JobRecord]:
         """Jobs whose request key starts with `prefix` (a dialect's jobs), oldest first."""
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         return self._query("SELECT * FROM jobs WHERE request_key LIKE ? ESCAPE '\\' ORDER BY created_at, id",
-                           (escaped + "%",))
+                           (_like_prefix(prefix),))
 
     def count(self, *statuses: str) -> int:
         sql = f"SELECT count(*) FROM jobs WHERE status IN ({_marks(statuses)})"
@@ -193,6 +200,11 @@ class JobStore:
                     (error_code, error_message, job_id, self._owner),
                 ).rowcount
             )
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern (escape character backslash) matching the strings that start with `prefix`."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def _marks(values: Sequence[object]) -> str:

@@ -25,7 +25,7 @@ from contracts.workflow_api import tenant_gate
 from schema import ledger_check
 from schema import state_machine as sm
 from schema.import_scope import in_import
-from schema.ledger_check import LEDGER_FINAL, Rule, Violation, fmt_amount
+from schema.ledger_check import LEDGER_FINAL, OrphanJob, Rule, Violation, fmt_amount
 from schema.models import Asset, Attempt, CreditEntry, StateEvent, StrayJob, Task, Tenant
 
 SHOWN_IDS = 50  # task ids listed per rule (the count is always complete)
@@ -49,6 +49,7 @@ class Invariant(StrEnum):
     ATTEMPT_SENDING = Rule.ATTEMPT_SENDING.value
     RESERVATION_WITHOUT_WORKFLOW = Rule.RESERVATION_WITHOUT_WORKFLOW.value
     HELD_PAST_DEADLINE = Rule.HELD_PAST_DEADLINE.value
+    ORPHAN_UNACCOUNTED = Rule.ORPHAN_UNACCOUNTED.value
     STATE_EVENTS = "state_events"  # versions strictly increase, every move is a row of the table
     GATE_SLOTS = "gate_slots"  # no provider or tenant gate slot held by a finished task
 
@@ -83,6 +84,7 @@ class InvariantReport(BaseModel):
     ok: bool  # every checked rule has no violation
     ledger_violations: list[Violation] = []  # schema/ledger_check.py's rows (`ledger check` prints them)
     workflows_described: int = 0  # Temporal asked about open reservations
+    orphans: list[OrphanJob] = []  # jobs the provider backstop found (`ledger check` lists them)
 
     @classmethod
     def of(cls, import_id: str | None, tasks: int, rules: list[RuleResult]) -> InvariantReport:

@@ -9,7 +9,7 @@ The rules are listed in docs/architecture.md ("Money").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 
@@ -32,6 +32,8 @@ BUSINESS_ENTRIES = ("RESERVE", "SETTLE", "RELEASE")
 # its ledger step) the reservation is money nobody will use.
 WAITING: frozenset[str] = frozenset({TaskStatus.QUEUED.value, TaskStatus.RETRY_WAIT.value})
 DEADLINE_SLACK = timedelta(minutes=15)
+BACKSTOP = "backstop"  # stray_jobs.found_by of the jobs the provider backstop found
+NO_TASK = "-"  # a violation's task id when the job has no task
 
 
 class Rule(StrEnum):
@@ -42,6 +44,7 @@ class Rule(StrEnum):
     STRAY_UNACCOUNTED = "stray_unaccounted"  # duplicate provider job without accounted + ADJUSTMENT
     RESERVATION_WITHOUT_WORKFLOW = "reservation_without_workflow"  # open hold, nobody to close it
     HELD_PAST_DEADLINE = "held_past_deadline"  # open hold of a waiting task past its task deadline
+    ORPHAN_UNACCOUNTED = "orphan_unaccounted"  # a job no task knows (provider backstop), cost not booked
 
 
 class Violation(BaseModel):
@@ -60,11 +63,27 @@ class OpenHold(BaseModel):
     held: Decimal
 
 
+class OrphanJob(BaseModel):
+    """A job the provider backstop found that no attempt follows: no task at all (`task_id` None), or
+    a task's job its workflow never accounted (an output after CANCELED, an accepted duplicate risk)."""
+
+    provider: str
+    job_id: str
+    request_key: str | None
+    task_id: str | None
+    attempt_no: int | None
+    provider_status: str | None
+    cost: Decimal | None
+    accounted: bool
+    found_at: datetime
+
+
 class LedgerFindings(BaseModel):
     import_id: str | None
     tasks_checked: int
     violations: list[Violation]
     open_holds: list[OpenHold]  # to be confirmed against Temporal (a running workflow covers them)
+    orphans: list[OrphanJob] = []  # found by the provider backstop (booked ones too: they are reported)
 
 
 def check(session: Session, import_id: str | None = None) -> LedgerFindings:
@@ -73,9 +92,29 @@ def check(session: Session, import_id: str | None = None) -> LedgerFindings:
     violations += _open_attempts(session, import_id)
     violations += _unaccounted_strays(session, import_id)
     violations += _held_past_deadline(session, import_id)
+    orphans = backstop_orphans(session, import_id)
+    violations += [
+        Violation(task_id=NO_TASK, status="-", rule=Rule.ORPHAN_UNACCOUNTED,
+                  detail=f"{o.provider} job {o.job_id} (request key {o.request_key or 'none'}) is "
+                         f"{o.provider_status or 'unknown'}: no task knows it and its cost is not booked yet")
+        for o in orphans if o.task_id is None and not o.accounted
+    ]
     count = _scoped(select(func.count()).select_from(Task), import_id)
     return LedgerFindings(import_id=import_id, tasks_checked=session.scalar(count) or 0,
-                          violations=sorted(violations, key=lambda v: (v.task_id, v.rule)), open_holds=holds)
+                          violations=sorted(violations, key=lambda v: (v.task_id, v.rule)), open_holds=holds,
+                          orphans=orphans)
+
+
+def backstop_orphans(session: Session, import_id: str | None = None) -> list[OrphanJob]:
+    """The jobs the provider backstop recorded, oldest first; with `import_id`, those of its tasks
+    (a job no task knows belongs to no import and is listed only without one)."""
+    stmt = select(StrayJob).where(StrayJob.found_by == BACKSTOP).order_by(StrayJob.id)
+    if import_id is not None:
+        stmt = stmt.join(Task, Task.id == StrayJob.task_id).where(in_import(import_id))
+    return [OrphanJob(provider=s.provider, job_id=s.provider_job_id, request_key=s.request_key, task_id=s.task_id,
+                      attempt_no=s.attempt_no, provider_status=s.provider_status, cost=s.cost, accounted=s.accounted,
+                      found_at=s.created_at)
+            for s in session.scalars(stmt)]
 
 
 def open_holds(session: Session, task_ids: Sequence[str]) -> list[OpenHold]:
@@ -150,8 +189,12 @@ def _open_attempts(session: Session, import_id: str | None) -> list[Violation]:
 
 
 def _unaccounted_strays(session: Session, import_id: str | None) -> list[Violation]:
-    adjusted = exists().where(CreditEntry.task_id == StrayJob.task_id, CreditEntry.entry_type == "ADJUSTMENT",
-                              CreditEntry.provider_job_id == StrayJob.provider_job_id)
+    # An attempt's own job kept as a stray (an output after CANCELED) is paid through that attempt.
+    adjusted = or_(
+        exists().where(CreditEntry.task_id == StrayJob.task_id, CreditEntry.entry_type == "ADJUSTMENT",
+                       CreditEntry.provider_job_id == StrayJob.provider_job_id),
+        exists().where(Attempt.task_id == StrayJob.task_id, Attempt.provider == StrayJob.provider,
+                       Attempt.provider_job_id == StrayJob.provider_job_id))
     stmt = _scoped(
         select(StrayJob.task_id, Task.status, StrayJob.provider_job_id, StrayJob.found_by, StrayJob.provider_status,
                StrayJob.accounted, adjusted.label("adjusted"))

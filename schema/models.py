@@ -455,10 +455,13 @@ class CreditEntry(Base):
         UniqueConstraint("business_key"),
         CheckConstraint("entry_type IN ('RESERVE','SETTLE','RELEASE','REFUND','ADJUSTMENT')"),
         CheckConstraint("amount >= 0 OR entry_type = 'ADJUSTMENT'"),
+        # an orphan job's cost (the provider backstop) is an ADJUSTMENT no task or tenant carries
+        CheckConstraint("(task_id IS NOT NULL AND tenant_id IS NOT NULL) OR entry_type = 'ADJUSTMENT'",
+                        name="ck_credit_ledger_task"),
     )
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
-    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    tenant_id: Mapped[str | None] = mapped_column(ForeignKey("tenants.id"))
+    task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id"), index=True)
     entry_type: Mapped[str] = mapped_column(String(20))
     amount: Mapped[Decimal]
     business_key: Mapped[str] = mapped_column(String(300))
@@ -470,17 +473,24 @@ class CreditEntry(Base):
 
 
 class StrayJob(Base):
-    """A provider job no attempt follows: a duplicate found by reconcile, or a submit answer that
-    arrived after its attempt was concluded. Cancelled where possible; its cost is an ADJUSTMENT."""
+    """A provider job no attempt follows: a duplicate found by reconcile, a submit answer that
+    arrived after its attempt was concluded, or a job the provider backstop found in the provider's
+    listing (an orphan no task knows has no task and no attempt). Cancelled where possible; its cost
+    is an ADJUSTMENT."""
 
     __tablename__ = "stray_jobs"
-    __table_args__ = (UniqueConstraint("provider", "provider_job_id"),)
+    __table_args__ = (
+        UniqueConstraint("provider", "provider_job_id"),
+        CheckConstraint("task_id IS NOT NULL OR found_by = 'backstop'", name="ck_stray_jobs_task"),
+    )
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
-    attempt_no: Mapped[int] = mapped_column(Integer)
+    task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id"), index=True)
+    attempt_no: Mapped[int | None] = mapped_column(Integer)
     provider: Mapped[str] = mapped_column(String(64))
     provider_job_id: Mapped[str] = mapped_column(String(256))
-    found_by: Mapped[str] = mapped_column(String(32))  # reconcile / late_answer
+    found_by: Mapped[str] = mapped_column(String(32))  # reconcile / late_answer / backstop
+    request_key: Mapped[str | None] = mapped_column(String(300))
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSONB)  # the provider's listing of the job
     provider_status: Mapped[str | None] = mapped_column(String(32))
     cost: Mapped[Decimal | None]
     accounted: Mapped[bool] = mapped_column(default=False)  # terminal at the provider, ADJUSTMENT written

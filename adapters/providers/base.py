@@ -126,6 +126,16 @@ class VideoProvider(Protocol):
         """Ask the provider to stop; returns the state after the call."""
 
 
+@runtime_checkable
+class JobLister(Protocol):
+    """Optional provider capability: list the jobs created on our account since a moment (the
+    provider backstop compares them with the ledger). A provider without a listing cannot be
+    checked this way: its jobs are known only through our own submits."""
+
+    def list_jobs(self, since: datetime) -> list[JobState]:
+        """Every job created at or after `since`, oldest first; raises ProviderError."""
+
+
 class WebhookRejected(Exception):
     """A webhook we will not act on. `reason` goes back to the sender, so it never names a secret;
     `malformed` says the delivery was authentic but unusable (400) rather than unauthenticated (401)."""

@@ -8,6 +8,7 @@ before sending again (docs/architecture.md, "Failure paths").
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,7 +25,15 @@ from adapters.providers.base import (
     Usage,
     WebhookRejected,
 )
-from adapters.providers.emulator_api import ASPECT_RATIOS, MAX_DURATION_S, MIN_DURATION_S, ErrorOut, JobList, JobOut
+from adapters.providers.emulator_api import (
+    ASPECT_RATIOS,
+    LIST_PAGE_MAX,
+    MAX_DURATION_S,
+    MIN_DURATION_S,
+    ErrorOut,
+    JobList,
+    JobOut,
+)
 from adapters.providers.http import json_body as _body
 from adapters.providers.http import retry_after, retryable_status
 from adapters.webhooks import StandardWebhookVerifier, verified
@@ -43,7 +52,8 @@ _NON_RETRYABLE_PREFIXES = ("INPUT.", "VALIDATION.")
 # ... except an image the provider could not fetch: it is in our storage (validated on import), and a
 # new attempt sends a freshly signed URL, so a storage restart or an expired link does not end the task.
 _RETRYABLE_INPUT = ("INPUT.IMAGE_UNREACHABLE",)
-_MODERATION_PREFIX = "SAFETY."  # the emulator's content filter refused the prompt
+_MODERATION_PREFIX = "SAFETY."
+MAX_LIST_PAGES = 100  # 10,000 jobs in one backstop window  # the emulator's content filter refused the prompt
 
 
 def _error_text(resp: httpx.Response, body: Any) -> str:
@@ -168,12 +178,28 @@ class EmulatorProvider:
         return self._state(self._call("GET", f"/v1/jobs/{job_id}"))
 
     def find_by_request_key(self, request_key: str) -> list[JobState]:
-        body = self._call("GET", "/v1/jobs", params={"request_key": request_key})
+        jobs = self._job_list(self._call("GET", "/v1/jobs", params={"request_key": request_key}))
+        return [self._job_state(job) for job in jobs.data]
+
+    @staticmethod
+    def _job_list(body: Any) -> JobList:
         try:
-            jobs = JobList.model_validate(body).data
+            return JobList.model_validate(body)
         except ValidationError as exc:
             raise ProviderError(f"unexpected job list: {exc}", retryable=False) from exc
-        return [self._job_state(job) for job in jobs]
+
+    def list_jobs(self, since: datetime) -> list[JobState]:
+        """The jobs created since `since`, a page at a time (JobLister)."""
+        found: list[JobState] = []
+        for page in range(MAX_LIST_PAGES):
+            params = {"created_after": since.isoformat(), "offset": str(page * LIST_PAGE_MAX),
+                      "limit": str(LIST_PAGE_MAX)}
+            jobs = self._job_list(self._call("GET", "/v1/jobs", params=params))
+            found += [self._job_state(job) for job in jobs.data]
+            if not jobs.has_more:
+                return found
+        raise ProviderError(f"more than {MAX_LIST_PAGES} pages of jobs since {since:%Y-%m-%d %H:%M}: "
+                            "ask for a shorter window", retryable=False)
 
     def cancel(self, job_id: str) -> JobState:
         return self._state(self._call("POST", f"/v1/jobs/{job_id}/cancel"))

@@ -75,4 +75,11 @@ class JobOut(BaseModel):
 
 
 class JobList(BaseModel):
+    """`GET /v1/jobs`: by request key (every job, oldest first), or a page of the jobs created at or
+    after `created_after` (oldest first; `has_more` says to ask again with the next `offset`)."""
+
     data: list[JobOut]
+    has_more: bool = False
+
+
+LIST_PAGE_MAX = 100

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from adapters.providers.emulator_api import SubmitIn
 from emulator.clock import JobClock
 from emulator.faults import FaultBoard
 from emulator.service import JobService
 from emulator.stats import StatsBoard
 from emulator.store import JobStore
-from emulator.wire import Faults, SimJobList, SimStats
+from emulator.wire import Faults, SimJobList, SimJobOut, SimStats
 
 
 def sim_router(service: JobService, store: JobStore, stats: StatsBoard, faults: FaultBoard,
@@ -19,6 +20,14 @@ def sim_router(service: JobService, store: JobStore, stats: StatsBoard, faults: 
     @sim.get("/jobs")
     def sim_jobs() -> SimJobList:
         return SimJobList(jobs=[service.sim_view(j) for j in store.list()])
+
+    @sim.post("/jobs", status_code=201)
+    def sim_create(body: SubmitIn) -> SimJobOut:
+        """A job made behind the API's back (no fault, no counter): what a lost submit, another
+        client on the same account or a provider-side replay leaves, for the provider backstop."""
+        job = service.create(body, fail_injected=False)
+        clock.wake()
+        return service.sim_view(job)
 
     @sim.get("/stats")
     def sim_stats() -> SimStats:

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -190,6 +191,28 @@ def test_lists_jobs_by_request_key(provider: EmulatorProvider, rendered: dict[st
     [found] = provider.find_by_request_key("render-1:1")
     assert found.job_id == rendered["1:1"].job_id and found.status == JobStatus.SUCCEEDED
     assert provider.find_by_request_key("no-such-key") == []
+
+
+def test_lists_the_jobs_of_a_window_a_page_at_a_time_without_the_dialects(
+    emu: EmulatorConfig, provider: EmulatorProvider, site: LocalSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider backstop's listing: every job of the emulator's own API created since a moment,
+    across pages, oldest first; a dialect's jobs (another provider's) are not among them."""
+    import adapters.providers.emulator as emulator_module
+
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    mine = [accepted(provider, request(f"window-{i}")) for i in range(3)]
+    runway = httpx.post(f"{emu.base_url}/runway/v1/image_to_video", timeout=10,
+                        headers={"Authorization": "Bearer k", "X-Runway-Version": "2024-11-06"},
+                        json={"model": "gen4_turbo", "promptImage": f"{site.url}/product.png", "promptText": "x",
+                              "ratio": "720:1280", "duration": 5})
+    assert runway.status_code == 200, runway.text
+    monkeypatch.setattr(emulator_module, "LIST_PAGE_MAX", 2)  # two pages for three jobs
+    listed = [j.job_id for j in provider.list_jobs(since)]
+    assert listed == mine and runway.json()["id"] not in listed
+    assert [j.job_id for j in provider.list_jobs(datetime.now(UTC) + timedelta(minutes=1))] == []
+    refused = httpx.get(f"{emu.base_url}/v1/jobs", headers={"Authorization": "Bearer k"}, timeout=10)
+    assert refused.status_code == 400 and "created_after" in refused.text
 
 
 def test_webhooks_are_signed_and_follow_each_status(

@@ -4,6 +4,7 @@ attempt numbers continue, and each run's ledger balances on its own."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import httpx
 import pytest
@@ -87,3 +88,45 @@ async def test_a_task_with_a_paid_video_is_re_run_only_when_asked(stack, tmp_pat
     assert asked.code == 0 and {t["id"] for t in asked.json["tasks"]} == {with_video.id, without.id}, asked.stdout
     named = await run_cli_async("retry", summary.import_id, "--task", with_video.id, "--dry-run", "--json")
     assert named.code == 2 and "--with-video" in named.json["error"], named.stdout
+
+
+async def test_an_invalid_task_whose_provider_key_is_set_since_is_revalidated_to_success(stack, client, tmp_path,
+                                                                                       monkeypatch):
+    """A template routed to a provider without its key ends INVALID; once the key is there,
+    `retry --status INVALID` validates it again (a `revalidate` event) and it runs to SUCCEEDED."""
+    from stack_helpers import serving
+
+    summary = import_small(stack, tmp_path, [("K-1", "Kettle", "A kettle")], duration_s=5,
+                           template_extra='provider = "runway"\nmodel = "gen4_turbo"')
+    unkeyed = stack.model_copy(update={"emulate_providers": False, "runway_api_key": ""})
+    first_queue, second_queue = f"test-nokey-{uuid.uuid4().hex[:8]}", f"test-key-{uuid.uuid4().hex[:8]}"
+    async with serving(client, unkeyed, first_queue):
+        (task,) = await run_all(client, unkeyed, summary.import_id, first_queue, timeout=120)
+    assert task.status == "INVALID" and "REELQUEUE_RUNWAY_API_KEY" in task.last_error
+
+    monkeypatch.setenv("REELQUEUE_TASK_QUEUE", second_queue)
+    async with serving(client, stack, second_queue):  # the key is set now (the emulator's runway dialect)
+        done = await run_cli_async("retry", summary.import_id, "--status", "INVALID", "--by", "test",
+                                   "--reason", "runway key set", "--json")
+        assert done.code == 0 and (done.json["redriven"], done.json["started"]) == (1, 1), done.stdout
+        outcome = await asyncio.wait_for(client.get_workflow_handle(api.workflow_id(task.id, 2)).result(),
+                                         timeout=180)
+    assert outcome["status"] == "SUCCEEDED"
+    with Database(stack.database_url).transaction() as session:
+        detail = queries.task_detail(session, task.id)
+    revalidate = next(e for e in detail["events"] if e["event"] == "revalidate")
+    assert (revalidate["from"], revalidate["to"], revalidate["payload"]["by"]) == ("INVALID", "VALIDATING", "test")
+    check = await run_cli_async("ledger", "check", summary.import_id, "--skip-storage", "--json")
+    assert check.code == 0 and check.json["ok"], check.stdout
+
+
+async def test_an_invalid_task_whose_cause_cannot_change_is_not_revalidated(stack, client, task_queue, tmp_path):
+    """An empty prompt or an unsupported ratio stays what it is: a re-run would end the same way."""
+    summary = import_small(stack, tmp_path, [("K-2", "Kite", "A kite")], duration_s=1,
+                           template_extra='provider = "runway"\nmodel = "gen4_turbo"')  # runway: no 1 s clips
+    (task,) = await run_all(client, stack, summary.import_id, task_queue, timeout=120)
+    assert task.status == "INVALID" and "durations" in task.last_error
+    planned = await run_cli_async("retry", summary.import_id, "--status", "INVALID", "--dry-run", "--json")
+    assert planned.code == 0 and planned.json["tasks"] == []
+    refused = await run_cli_async("retry", summary.import_id, "--status", "INVALID", "--task", task.id, "--json")
+    assert refused.code == 2 and "import again" in refused.json["error"]
