@@ -17,6 +17,7 @@ from test_generation_paths import cancel, cancelled_jobs, closed_as_canceled, en
 from workflow_fakes import (
     CANCELED,
     RUNNING,
+    SUCCEEDED,
     ending,
     job,
     outage,
@@ -38,6 +39,7 @@ from workflows.generation import (
     FAIL_STOPS_JOB,
     LATE_CANCEL_DELIVERS,
     PAUSE_HOLDS_NOTHING,
+    REASK_EVERY,
     TAKEOVER_FOLLOWS,
 )
 
@@ -106,6 +108,34 @@ async def test_a_grant_and_a_cancel_in_one_activation_never_submit(own_env, worl
     assert world.status is S.CANCELED and world.called("submit") == []
     assert world.sums() == {"RESERVE": 4, "RELEASE": 4}
     assert (await snapshot(gate)).waiting == 0
+
+
+async def test_an_ask_whose_answer_was_lost_gets_its_slot_again_at_once(env, world, run_world):
+    """Shown wrong: an ask the gate admitted (the slot is the task's) whose answer was lost falls back to
+    a request signal; the gate sees its holder ask again and grants the same slot again at once, so no
+    slot sits idle until the task's next re-ask."""
+    world.ask_answers_lost = 1
+    handle = await run_world()
+    assert await ending(handle) == "completed"
+    waited = world.times("submit")[0] - world.times("request_slot")[0]
+    assert waited < REASK_EVERY / 10 and len(world.called("request_slot")) == 1
+    gate, _ = await gates(env, handle)
+    now = await snapshot(gate)
+    assert (now.granted, now.in_use) == (1, 0)
+
+
+async def test_a_cancel_during_the_poll_that_sees_success_is_too_late(world, run_world):
+    """Shown wrong: a cancel never moves a paid task (OUTPUT_FETCHING on) to CANCEL_REQUESTED, so a
+    refused COMPLETION_WON cannot leave it there: the poll that saw success wins, SUCCEEDED, TOO_LATE."""
+    world.polls = [SUCCEEDED]
+    world.hold("poll_job")
+    handle = await run_world()
+    await entered(world, "poll_job")
+    await cancel(handle, "signal")
+    world.release("poll_job")
+    assert await ending(handle) == "completed"
+    assert "CANCEL_REQUESTED" not in world.moves() and world.status is S.SUCCEEDED
+    assert world.transitions[-1].cancel_outcome == "TOO_LATE" and cancelled_jobs(world) == []
 
 
 # -- a paused task holds nothing -----------------------------------------------------------------

@@ -166,6 +166,7 @@ class World:
     plan_limits: PlanLimits | None = None  # what validate_task reads from the task's plan
     review: ReviewPolicy | None = None  # what validate_task reads from the task's template
     paused_by: str | None = None  # what validate_task reads from the task's import (import-pause-v1)
+    ask_answers_lost: int = 0  # request_slot: this many asks the gate admitted, their answer lost (then a signal)
     tenant_limit: int | None = None  # the tenant's max_concurrent (tenant-admission-v1); None: no tenant layer
     checks: list[Answer] = field(default_factory=lambda: [CHECKS_PASSED])
     transitions: list[TransitionInput] = field(default_factory=list)  # every applied move, as sent
@@ -418,6 +419,10 @@ class World:
         async def request_slot(inp: AdmissionInput) -> SlotGrant | None:
             await world._enter("request_slot", inp)
             tenant_gate = inp.grant_signal is not None  # its limit is the tenant's, sent as the plan's
+            if world.ask_answers_lost and inp.at_once:  # admitted and answered, the answer lost: ask_gate's fallback
+                world.ask_answers_lost -= 1
+                await ask_gate(world.client, inp, world.limit)
+                return await ask_gate(world.client, inp.model_copy(update={"at_once": False}), world.limit)
             return await ask_gate(world.client, inp if world.carries else inp.model_copy(update={"at_once": False}),
                                   inp.plan_limits.max_concurrent if tenant_gate else world.limit)
 
