@@ -144,6 +144,22 @@ RENEW_IN_SUBMIT = "renew-in-submit-v1"
 # slot is asked with the gate's `ask` update, whose answer is the slot when the gate has one free at once;
 # only a task that waits gets its grant as a signal (and spends a re-ask timer)
 GRANT_AT_ONCE = "grant-at-once-v1"
+# Patches asked where their path begins (none is on the main line, so none costs a common task a marker):
+# a cancel that meets a slot's grant gives the slot back and ends the task before any submit
+CANCEL_BEFORE_SUBMIT = "cancel-before-submit-v1"
+# a paused task holds no slot of any layer: it waits before its tenant's line, and gives its tenant's slot
+# back when a pause finds it asking its provider's gate (it asks both again once resumed)
+PAUSE_HOLDS_NOTHING = "pause-holds-nothing-v1"
+# a takeover cancels the job this run started and follows it until the provider says it ended (the cancel
+# asked again after an outage), so its cost is known before the ledger closes
+TAKEOVER_FOLLOWS = "takeover-follows-job-v1"
+# `resolve --fail` on a task stuck with a live job cancels that job first (abandoned only when it is the
+# cancel itself that cannot be made)
+FAIL_STOPS_JOB = "resolve-fail-stops-job-v1"
+# a cancel that came while a paid video was fetched or transcoded is too late, review templates included
+LATE_CANCEL_DELIVERS = "late-cancel-delivers-v1"
+# a cancel while the task waits for a person about a live job it can stop (stuck at poll) stops it at once
+ATTENTION_TAKES_CANCEL = "attention-takes-cancel-v1"
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
 BASELINES = ((GRANT_AT_ONCE, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT}),
              (RENEW_IN_SUBMIT, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED}),
@@ -234,6 +250,7 @@ class GenerationWorkflow:
         self._tenant_slot: SlotGrant | None = None  # tenant-admission-v1: held while generating
         self._tenant_granted: SlotGrant | None = None
         self._asked_at = None  # when this task first asked its provider's gate (its place in the queue)
+        self._tenant_asked_at = None  # likewise at its tenant's gate
         self._renewed_at = None
         self._task_deadline = None
         self._costs: dict[int, float] = {}  # attempt no -> what the provider reports it charged
@@ -423,6 +440,8 @@ class GenerationWorkflow:
                 await self._end(TaskEvent.DEADLINE_PASSED, error="the task's deadline passed before a job succeeded")
             if not await self._admit():
                 continue
+            if self._cancel_pending() and self._patched(CANCEL_BEFORE_SUBMIT):
+                continue  # the slot came with a cancel: the loop's top ends the task, giving it back
             self._attempt_no += 1
             claim = self._request(TaskEvent.DISPATCH_CLAIMED,
                                   payload={"slot": self._slot.token} if self._slot else None)
@@ -611,24 +630,34 @@ class GenerationWorkflow:
             return final
         await self._end(ending, error=error, payload={"provider_status": final.raw_status, "job_id": job.job_id})
 
-    async def _stop_live(self, job: JobRef) -> PollResult:
-        """Cancel `job` and follow it until the provider says it ended (or a person steps in)."""
+    async def _stop_live(self, job: JobRef, *, person: bool = True) -> PollResult:
+        """Cancel `job` and follow it until the provider says it ended (or a person steps in). Without
+        `person` (a task taken over: nobody can be asked) the cancel is asked again after a quiet
+        round, status calls spaced out, until the job ends: its reservation stays held meanwhile."""
+        first_s = max(self._info.min_poll_interval_s, 2.0)
         while True:
-            state = await self._cancel_job(job)
-            stop_by = workflow.now() + STOP_GRACE
+            state = await self._cancel_job(job, person=person)
+            stop_by, pace = workflow.now() + STOP_GRACE, first_s
             while not state.terminal and workflow.now() < stop_by:
-                await self._pause(max(self._info.min_poll_interval_s, 2.0), wake_on_cancel=False)
+                await self._pause(pace, wake_on_cancel=False)
                 state = await self._poll(job, ask_on_refusal=False) or state
+                pace = pace if person else min(pace * 2, MAX_POLL_INTERVAL_S)
             if state.terminal:
                 return state
-            await self._attention("cancel", f"job {job.job_id} still {state.raw_status} after the cancel call")
+            if person:
+                await self._attention("cancel", f"job {job.job_id} still {state.raw_status} after the cancel call")
+            else:
+                await self._pause(STOP_GRACE.total_seconds(), wake_on_cancel=False)
 
-    async def _cancel_job(self, job: JobRef) -> PollResult:
+    async def _cancel_job(self, job: JobRef, *, person: bool = True) -> PollResult:
         while True:
             try:
                 state = await self._run(PollActivities.cancel_job, job)
             except ActivityError as exc:
-                await self._attention("cancel", f"cannot cancel job {job.job_id}: {_describe(exc)}")
+                if person:
+                    await self._attention("cancel", f"cannot cancel job {job.job_id}: {_describe(exc)}")
+                else:
+                    await self._pause(OUTAGE_PAUSE_S, wake_on_cancel=False)
                 continue
             await self._observe(job, state)
             return state
@@ -693,6 +722,8 @@ class GenerationWorkflow:
         policy = self._info.review
         if policy is None or not self._patched(REVIEW):
             return
+        if self._cancel is not None and self._patched(LATE_CANCEL_DELIVERS):
+            return  # a cancel that came while the paid video was delivered is too late (completion wins)
         self._tell("checking", "automatic checks of the video (black, frozen, duration, audio)")
         checks = await self._run(ReviewActivities.check_output, CheckInput(
             task_id=self._task_id, attempt_no=self._attempt_no, proxy_asset_id=proxy.asset_id,
@@ -804,7 +835,13 @@ class GenerationWorkflow:
                          payload={"stuck": stuck, "evidence": evidence,
                                   "job_id": self._live.job_id if self._live else None,
                                   "unknown_attempt": self._unknown.attempt_no if self._unknown else None, **more})
-        released = await self._wait_for_decision()
+        takes_cancel = stuck == "poll" and self._live is not None and self._patched(ATTENTION_TAKES_CANCEL)
+        released = await self._wait_for_decision(takes_cancel=takes_cancel)
+        if self._resolution is None:  # a cancel came: the job is followed again, and the cancel stops it
+            self._stuck = None
+            await self._move(RESUME_EVENT[stuck], payload={"cancel": self._cancel.reason,
+                                                           "by": self._cancel.requested_by})
+            return ResolveRequest(action=ResolveAction.RETRY, by=self._cancel.requested_by, reason="cancel requested")
         decision, self._stuck = self._resolution, None
         if stuck == STRAY:
             self._resolution = None
@@ -812,7 +849,10 @@ class GenerationWorkflow:
         decided = _decided(decision)
         try:
             if decision.action is ResolveAction.FAIL:
-                await self._abandon_open_attempts()
+                # A job that can still be cancelled is, by `_end` (a cancel that cannot be made comes back
+                # here, stuck at cancel, and the same decision abandons it)
+                stops = stuck != "cancel" and self._live is not None and self._patched(FAIL_STOPS_JOB)
+                await self._abandon_open_attempts(keep_live=stops)
                 await self._end(TaskEvent.FINAL_FAILURE, error=f"failed by {decision.by}: {decision.reason}",
                                 error_class="operator", payload=decided)
             if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK:
@@ -826,9 +866,10 @@ class GenerationWorkflow:
             await self._await_slot(None, reask=True)  # the step runs again under a slot (or a cancel came)
         return decision
 
-    async def _wait_for_decision(self) -> bool:
+    async def _wait_for_decision(self, *, takes_cancel: bool = False) -> bool:
         """Wait for the operator, holding the slot only while a job of this task may be running at the
-        provider; True if the slot was given back meanwhile."""
+        provider; True if the slot was given back meanwhile. With `takes_cancel` (a live job this run
+        can stop) a cancel ends the wait too."""
         hold = self._slot_hold() if self._patched(ADMISSION_BOUNDED) else None
         if self._slot is not None and hold is not None:
             if hold:
@@ -838,7 +879,7 @@ class GenerationWorkflow:
                 await self._release_slot()
                 await workflow.wait_condition(lambda: self._resolution is not None)
                 return True
-        await workflow.wait_condition(lambda: self._resolution is not None)
+        await workflow.wait_condition(lambda: self._resolution is not None or (takes_cancel and self._cancel_pending()))
         return False
 
     def _slot_hold(self) -> timedelta | None:
@@ -872,7 +913,9 @@ class GenerationWorkflow:
         """Someone else ended the task (e.g. `reelqueue cancel` before this run started): start
         nothing new, stop the job this run started, and close the ledger."""
         self._error = f"task ended outside this workflow ({self._status.value})"
-        if self._live is not None:
+        if self._live is not None and self._patched(TAKEOVER_FOLLOWS):
+            await self._stop_live(self._live, person=False)  # its cost known before the ledger closes
+        elif self._live is not None:
             state = await self._run(PollActivities.cancel_job, self._live)
             await self._observe(self._live, state)
         await self._release_slot()
@@ -968,12 +1011,14 @@ class GenerationWorkflow:
             return TaskEvent.CANCEL_CONFIRMED
         return ending if ending in (TaskEvent.FINAL_FAILURE, TaskEvent.DEADLINE_PASSED) else TaskEvent.FINAL_FAILURE
 
-    async def _abandon_open_attempts(self) -> None:
-        for ref in (self._unknown, self._live):
+    async def _abandon_open_attempts(self, *, keep_live: bool = False) -> None:
+        for ref in (self._unknown, None if keep_live else self._live):
             if ref is not None:
                 await self._run(SubmitActivities.abandon_attempt,
                                 AttemptRef(task_id=ref.task_id, attempt_no=ref.attempt_no))
-        self._unknown = self._live = None
+        self._unknown = None
+        if not keep_live:
+            self._live = None
 
     # -- admission ---------------------------------------------------------------------------
 
@@ -998,7 +1043,7 @@ class GenerationWorkflow:
         request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
                               requested_at=self._asked_at)
         while True:
-            if self._paused() and not await self._wait_while_paused(until):
+            if self._paused() and not await self._wait_paused_holding_nothing(until):
                 return None
             self._granted = None
             self._tell("waiting_for_slot", f"waiting for a slot at provider {self._info.provider} (in line since "
@@ -1040,6 +1085,23 @@ class GenerationWorkflow:
         """The task's import is paused (import-pause-v1; runs from before the patch are never paused)."""
         return self._paused_by is not None and self._patched(IMPORT_PAUSE)
 
+    def _pause_holds_nothing(self) -> bool:
+        """Paused, on a run that holds no slot of any layer while paused (pause-holds-nothing-v1, asked
+        only once a pause came: the patch's marker is in paused tasks' histories alone)."""
+        return self._paused() and self._patched(PAUSE_HOLDS_NOTHING)
+
+    async def _wait_paused_holding_nothing(self, until: datetime | None) -> bool:
+        """Wait while paused, the tenant's slot given back meanwhile and asked for again after
+        (pause-holds-nothing-v1); False when a cancel came or `until` passed."""
+        gives_back = self._tenant_slot is not None and self._pause_holds_nothing()
+        if gives_back:
+            await self._give_tenant_slot()
+        if not await self._wait_while_paused(until):
+            return False
+        if gives_back:
+            await self._take_tenant_slot()
+        return True
+
     async def _wait_while_paused(self, until: datetime | None) -> bool:
         """A paused import's task waits here holding no slot; False when a cancel came or `until` passed."""
         self._tell("paused", f"import paused by {self._paused_by}: waits for `reelqueue resume`, holding no slot",
@@ -1051,28 +1113,41 @@ class GenerationWorkflow:
 
     async def _take_tenant_slot(self) -> None:
         """Wait, QUEUED, for one of the tenant's slots (its max_concurrent) before the provider's
-        gate is asked; the task deadline bounds the wait and a cancel ends it (request withdrawn)."""
+        gate is asked; the task deadline bounds the wait and a cancel ends it (request withdrawn). A
+        paused task waits before it asks, and a pause that finds it in line (or just granted) takes it
+        out, keeping its first place for its next ask (pause-holds-nothing-v1)."""
         limit = self._info.tenant_max_concurrent
         if limit is None or self._tenant_slot is not None or not self._patched(TENANT_ADMISSION):
             return
-        self._tenant_granted = None
-        self._tell("waiting_for_slot", f"waiting for one of tenant {self._info.tenant_id}'s {limit} slots")
+        gate = api.tenant_gate(self._info.tenant_id)
+        self._tenant_asked_at = self._tenant_asked_at or workflow.now()
         request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
-                              requested_at=workflow.now())
+                              requested_at=self._tenant_asked_at)
         at_once = self._patched(GRANT_AT_ONCE)
-        granted = await self._run(AdmissionActivities.request_slot, AdmissionInput(
-            provider=api.tenant_gate(self._info.tenant_id), request=request,
-            plan_limits=PlanLimits(max_concurrent=limit), grant_signal=api.SIGNAL_TENANT_SLOT_GRANTED,
-            at_once=at_once))
-        if granted is not None:
-            self._tenant_granted = granted
-        if self._tenant_granted is None or not at_once:
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._tenant_granted is not None or self._cancel_pending(),
-                                              timeout=max(self._task_deadline - workflow.now(), timedelta(seconds=1)))
+        self._tenant_granted = None
+        while not self._pause_holds_nothing() or await self._wait_while_paused(self._task_deadline):
+            self._tenant_granted = None
+            self._tell("waiting_for_slot", f"waiting for one of tenant {self._info.tenant_id}'s {limit} slots")
+            granted = await self._run(AdmissionActivities.request_slot, AdmissionInput(
+                provider=gate, request=request, plan_limits=PlanLimits(max_concurrent=limit),
+                grant_signal=api.SIGNAL_TENANT_SLOT_GRANTED, at_once=at_once))
+            if granted is not None:
+                self._tenant_granted = granted
+            if self._tenant_granted is None or not at_once:
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(
+                        lambda: self._tenant_granted is not None or self._cancel_pending()
+                        or (self._paused_by is not None and self._pause_holds_nothing()),
+                        timeout=max(self._task_deadline - workflow.now(), timedelta(seconds=1)))
+            if self._cancel_pending() or not (self._paused_by is not None and self._pause_holds_nothing()):
+                break
+            kept = self._tenant_granted  # paused: out of the line, a slot just granted given back
+            self._tenant_granted = None
+            await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(
+                workflow_id=request.workflow_id, token=kept.token if kept is not None else None), provider=gate)
         if self._tenant_granted is None:
             await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id),
-                                    provider=api.tenant_gate(self._info.tenant_id))
+                                    provider=gate)
             if self._cancel_pending():
                 await self._end(TaskEvent.CANCEL_REQUESTED, payload=self._cancel_payload())
             await self._end(TaskEvent.DEADLINE_PASSED,

@@ -148,3 +148,43 @@ async def test_cli_cancel_cancels_the_workflow_in_temporal(stack, client, task_q
     assert requested["payload"] == {"reason": "cli: wrong price", "by": "temporal"}
     again = await run_cli_async("cancel", task.id, "--json")
     assert again.json["outcome"] == "workflow already closed (CANCELED)"
+
+
+async def test_tasks_cancelled_while_waiting_for_a_slot_never_reach_the_provider(stack, client, task_queue, tmp_path,
+                                                                                  emulator_jobs):
+    """Six tasks behind one slot with 30-s jobs; every task still waiting is cancelled: none of them
+    has a provider job, and the ledger balances."""
+    from control.cancel import cancel_with
+
+    db = Database(stack.database_url)
+    products = [(f"W-{i}", f"Waiting item {i}", f"Thing {i}") for i in range(6)]
+    summary = import_small(stack, tmp_path, products, duration_s=1,
+                           extra="[providers.emulator]\nmax_concurrent = 1\n")
+    with db.transaction() as session:
+        tasks = queries.list_tasks(session, summary.import_id)
+    _set_faults(stack, job_seconds=30.0)
+    try:
+        await start_workflows(client, tasks, summary.import_id, task_queue)
+        for _ in range(600):
+            with db.transaction() as session:
+                statuses = {t.id: t.status for t in queries.list_tasks(session, summary.import_id)}
+            if list(statuses.values()).count("QUEUED") == 5 and any(emulator_jobs()):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail(f"five tasks never waited behind the one slot: {statuses}")
+        waiting = [t for t in tasks if statuses[t.id] == "QUEUED"]
+        outcomes = await asyncio.gather(*(cancel_with(client, t.workflow_id, "test: cancel the queue", by="test")
+                                          for t in waiting))
+        assert set(outcomes) == {"cancel requested"}
+        await asyncio.wait_for(asyncio.gather(*(client.get_workflow_handle(t.workflow_id).result() for t in tasks),
+                                              return_exceptions=True), timeout=180)
+    finally:
+        httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
+    with db.transaction() as session:
+        ended = {t.id: t.status for t in queries.list_tasks(session, summary.import_id)}
+    keys = [j["request_key"] for j in emulator_jobs()]
+    assert {ended[t.id] for t in waiting} == {"CANCELED"}
+    assert [t.id for t in waiting if any(k.startswith(t.id) for k in keys)] == []
+    check = await run_cli_async("ledger", "check", summary.import_id, "--json")
+    assert check.code == 0 and check.json["ok"], check.stdout

@@ -124,7 +124,8 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
         # clock at its next task); held activities go on so that they end before the terminate.
         for name in list(world.gates):
             world.release(name)
-        await terminate_between_tasks(env, [*handles, env.client.get_workflow_handle(api.gate_id("fake", queue))])
+        gates = [api.gate_id(name, queue) for name in ("fake", api.tenant_gate("default"))]
+        await terminate_between_tasks(env, [*handles, *(env.client.get_workflow_handle(g) for g in gates)])
     finally:
         await asyncio.gather(*(w.shutdown() for w in workers))
         for ended in await asyncio.gather(*running, return_exceptions=True):

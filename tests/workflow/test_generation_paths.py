@@ -230,7 +230,7 @@ async def test_provider_refuses_status_stops_retrying(env, world, run_world):
     assert len(world.called("poll_job")) == 1
     await resolve(handle, ResolveAction.FAIL, "job deleted at the provider")
     assert await ending(handle) == "failed:FAILED_FINAL"
-    assert world.abandoned == [1] and world.balanced()
+    assert cancelled_jobs(world) == ["job-1"] and world.abandoned == [] and world.balanced()  # cancelled first
 
 
 async def test_deadline_cancels_and_accounts_the_job(world, run_world):

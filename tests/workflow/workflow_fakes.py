@@ -166,6 +166,8 @@ class World:
     plan_limits: PlanLimits | None = None  # what validate_task reads from the task's plan
     review: ReviewPolicy | None = None  # what validate_task reads from the task's template
     paused_by: str | None = None  # what validate_task reads from the task's import (import-pause-v1)
+    ask_answers_lost: int = 0  # request_slot: this many asks the gate admitted, their answer lost (then a signal)
+    tenant_limit: int | None = None  # the tenant's max_concurrent (tenant-admission-v1); None: no tenant layer
     checks: list[Answer] = field(default_factory=lambda: [CHECKS_PASSED])
     transitions: list[TransitionInput] = field(default_factory=list)  # every applied move, as sent
     strays: list[StrayJobRef] = field(default_factory=list)  # stray_jobs rows not accounted yet
@@ -301,7 +303,8 @@ class World:
                             model="m", aspect_ratio="9:16", duration_s=2.0, estimated_cost=float(RESERVED),
                             min_poll_interval_s=1.0, deadline_s=world.deadline_s, current_attempt_no=0,
                             task_deadline_s=world.task_deadline_s,
-                            plan_limits=world.plan_limits, review=world.review, paused_by=world.paused_by)
+                            plan_limits=world.plan_limits, review=world.review, paused_by=world.paused_by,
+                            tenant_max_concurrent=world.tenant_limit)
             return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=info)
 
         @activity.defn(name="reserve_credit")
@@ -415,8 +418,13 @@ class World:
         @activity.defn(name="request_slot")
         async def request_slot(inp: AdmissionInput) -> SlotGrant | None:
             await world._enter("request_slot", inp)
+            tenant_gate = inp.grant_signal is not None  # its limit is the tenant's, sent as the plan's
+            if world.ask_answers_lost and inp.at_once:  # admitted and answered, the answer lost: ask_gate's fallback
+                world.ask_answers_lost -= 1
+                await ask_gate(world.client, inp, world.limit)
+                return await ask_gate(world.client, inp.model_copy(update={"at_once": False}), world.limit)
             return await ask_gate(world.client, inp if world.carries else inp.model_copy(update={"at_once": False}),
-                                  world.limit)
+                                  inp.plan_limits.max_concurrent if tenant_gate else world.limit)
 
         return [request_slot, record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
                 abandon_attempt, poll_job, cancel_job, account_stray_job, unaccounted_strays, accept_stray_cost,
