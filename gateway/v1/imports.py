@@ -62,7 +62,8 @@ def create_import(body: ImportRequest, principal: Tenant, deps: Deps, request: R
     the same import. Status REJECTED: see `GET /v1/imports/{id}` for the issues."""
     settings = _settings(request)
     try:
-        return import_upload(settings, deps.db, ObjectStorage.from_settings(settings), principal.tenant_id, body)
+        return import_upload(settings, deps.db, ObjectStorage.from_settings(settings), principal.tenant_id, body,
+                             credits_per_second=deps.api.credits_per_second)
     except CatalogNotReady as exc:
         raise ProblemError(422, "asset_id is not a READY catalog upload", slug="catalog-not-ready") from exc
     except PlanError as exc:
