@@ -26,7 +26,7 @@ def capped_body(request: Request, deps: Annotated[GatewayDeps, Depends(gateway_d
                            slug="body-too-large")
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")  # and lone surrogates (no UTF-8)
 
 
 async def plain_text(request: Request) -> None:
@@ -46,8 +46,8 @@ async def plain_text(request: Request) -> None:
         return  # not JSON, or nested too deeply: the route's own parsing refuses it
     where = _control_in(data)
     if where is not None:
-        raise ProblemError(422, f"{where or 'the body'} contains a control character (only tab and line "
-                                "breaks are allowed)", slug="control-character")
+        raise ProblemError(422, f"{where or 'the body'} contains a control character or a lone surrogate (only "
+                                "tab and line breaks are allowed)", slug="control-character")
 
 
 def _control_in(data: Any) -> str | None:

@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from contracts.task import TaskStatus
 from control import generations
-from control.cancel import cancel_with
+from control.cancel import cancel_task
 from control.outbox import start_pending
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
@@ -155,7 +155,8 @@ async def cancel_generation(generation_id: GenerationId, principal: TenantDep, d
         await _start(deps, task.id)
         try:
             client = await deps.temporal.get()
-            outcome = await cancel_with(client, task.workflow_id, "cancelled through the API", by="api")
+            outcome = await cancel_task(client, deps.db, task.id, task.workflow_id, "cancelled through the API",
+                                        by="api")  # an import's task never run is ended here
         except (RuntimeError, OSError) as exc:
             raise ProblemError(503, "the workflow service is unreachable; try again", slug="temporal-unavailable",
                                headers={"Retry-After": "5"}) from exc

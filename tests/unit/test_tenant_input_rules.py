@@ -116,3 +116,4 @@ def test_control_characters_are_found_wherever_they_sit_in_a_body() -> None:
     assert _control_in({"plan": {"templates": [{"prompts": {"en": "x\x07"}}]}}) == "plan.templates.0.prompts.en"
     assert _control_in({"k\x1b": "v"}) == "k?"
     assert _control_in("\x7f") == ""
+    assert _control_in({"prompt": ["ok", "lone \ud800"]}) == "prompt.1"
