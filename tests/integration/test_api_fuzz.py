@@ -106,18 +106,22 @@ def _linked(doc: dict, image_id: str, catalog_id: str, plan: str) -> dict:
 
 
 def _hostile(case: Any, where: str, value: str) -> None:
-    """Put `value` into the case's first path parameter, a query parameter or a body field (a lone
-    surrogate only into a body: a URL cannot carry one)."""
-    if where != "body":
-        value = value.encode("utf-8", "replace").decode()
+    """Put `value` into the case's first path parameter or a query parameter (a URL cannot carry a
+    lone surrogate: replaced); a body's is put in after serialising (`_hostile_body`)."""
+    value = value.encode("utf-8", "replace").decode()
     if where == "path" and case.path_parameters:
         case.path_parameters[next(iter(case.path_parameters))] = value
     elif where == "query":
         params = case.operation.query
         name = next(iter(params)).name if params else "x"
         case.query = {**(case.query or {}), name: value}
-    elif where == "body" and isinstance(case.body, dict):
-        case.body = {**case.body, next(iter(case.body), "x"): value}  # a copy: the valid body is shared
+
+
+def _hostile_body(kwargs: dict[str, Any], where: str, value: str) -> None:
+    """`value` as the first field of a JSON body (a copy: the valid bodies are shared)."""
+    body = kwargs.get("json")
+    if where == "body" and isinstance(body, dict):
+        kwargs["json"] = {**body, next(iter(body), "x"): value}
 
 
 def _ready_inputs(stack, api: ReelqueueClient, tenant_id: str) -> tuple[str, str]:
@@ -169,11 +173,15 @@ def _fuzz(stack, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         plan = make_plan(tmp_path, duration_s=2).read_text()
         doc = http.get("/openapi.json").json()
 
-        def send(case: Any) -> None:
+        def send(case: Any, where: str = "", value: str = "") -> None:
             kwargs = case.as_transport_kwargs(base_url=url)
+            _hostile_body(kwargs, where, value)
             headers = {**(kwargs.pop("headers", None) or {}), **auth}
             headers.pop("Accept", None)  # never ask for the event stream: it lasts minutes
             target = quote(kwargs.pop("url"), safe=URL_SAFE)  # control characters in a path, percent-encoded
+            if "json" in kwargs:  # a lone surrogate has no UTF-8 form: sent as a JSON escape
+                kwargs["content"] = json.dumps(kwargs.pop("json")).encode()
+                headers["Content-Type"] = "application/json"
             response = http.request(kwargs.pop("method"), target, headers=headers,
                                     **{k: v for k, v in kwargs.items() if k in ("params", "content", "json", "data")})
             statuses[response.status_code] += 1
@@ -190,7 +198,7 @@ def _fuzz(stack, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                    value=st.sampled_from(HOSTILE))
             def call(case: Any, where: str, value: str) -> None:
                 _hostile(case, where, value)
-                send(case)
+                send(case, where, value)
 
             call()
         per_operation = sum(statuses.values())

@@ -195,6 +195,14 @@ def test_hostile_ids_and_text_answer_4xx_and_the_connection_goes_on(stack, tmp_p
             with pytest.raises(ApiProblem) as refused:
                 api.request("POST", "/v1/imports", json={**body, "check_urls": False})
             assert refused.value.status == 422, refused.value
+        # a NUL past the first MiB (the upload's text check reads that far): the row is invalid, no 500
+        long = f"P-0,Lamp,{'x' * (1024 * 1024)},,1,USD,Home\n"  # copy review: too long a description
+        bad = "P-x,La\u0000mp,A lamp,https://example.com/a.png,1,USD,Home\n"  # was a 500 (COPY refused it)
+        nul = upload(api, (CSV_HEAD + long + bad).encode(), "big.csv", "text/csv")
+        assert nul.status == "READY" and nul.size > 1024 * 1024
+        created = api.request("POST", "/v1/imports", json={"asset_id": nul.id, "plan": plan, "check_urls": False})
+        issues = api.request("GET", f"/v1/imports/{created.json()['import_id']}").json()["issues"]
+        assert any("NUL" in i["reason"] for i in issues), (created.json(), issues)
     with Database(stack.database_url).transaction() as session:
         assert session.scalar(select(func.count()).select_from(Task).where(Task.tenant_id == tenant_id)) == 0
 

@@ -117,3 +117,16 @@ def test_control_characters_are_found_wherever_they_sit_in_a_body() -> None:
     assert _control_in({"k\x1b": "v"}) == "k?"
     assert _control_in("\x7f") == ""
     assert _control_in({"prompt": ["ok", "lone \ud800"]}) == "prompt.1"
+
+
+def test_a_catalog_row_with_a_nul_is_invalid_not_a_database_error(tmp_path) -> None:
+    from catalog.readers import read_catalog
+
+    path = tmp_path / "c.csv"
+    path.write_bytes(b"product_id,title,description,image_url,price,currency,category\n"
+                     b"N-1,La\x00mp,A lamp,https://example.com/a.png,1,USD,Home\n"
+                     b"N-2,Vase,A vase,https://example.com/b.png,1,USD,Home\n")
+    read = read_catalog(path)
+    assert [p.product_id for p in read.products] == ["N-2"]
+    (issue,) = read.issues
+    assert (issue.row, issue.action) == (2, IssueAction.ROW_INVALID) and "NUL" in issue.reason
