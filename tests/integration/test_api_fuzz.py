@@ -47,9 +47,10 @@ from schema.models import Task
 from schema.state_machine import TERMINAL
 from schema.uploads import ready_asset
 
-EXAMPLES = int(os.environ.get("REELQUEUE_FUZZ_EXAMPLES", "12"))  # per operation
-SCENARIOS = int(os.environ.get("REELQUEUE_FUZZ_SCENARIOS", "12"))  # stateful runs, up to STEPS calls each
+EXAMPLES = int(os.environ.get("REELQUEUE_FUZZ_EXAMPLES", "8"))  # per operation
+SCENARIOS = int(os.environ.get("REELQUEUE_FUZZ_SCENARIOS", "8"))  # stateful runs, up to STEPS calls each
 STEPS = 6
+SWEEP = ["\x00", "\x1b", "\ud800", "x" * 5000]
 URL_SAFE = ":/?#[]@!$&'()*+,;=%~"
 PNG = (Path(__file__).resolve().parents[2] / "examples" / "images" / "aurora-lamp.png").read_bytes()
 HOSTILE = ["\x00", "a\x00b", "\x01", "\x1b[2J", "\x7f", "\r\n", "\t", "\ud800", "\u202e", "x" * 5000, "%00",
@@ -64,7 +65,15 @@ def _link(doc: dict, method: str, path: str, **parameters: str) -> dict[str, Any
     return {"operationId": _operation_id(doc, method, path), "parameters": parameters}
 
 
-def _linked(doc: dict, image_id: str, catalog_id: str, plan: str) -> dict:
+def _valid_bodies(image_id: str, catalog_id: str, plan: str) -> dict[str, dict[str, Any]]:
+    """A body each create accepts, with the tenant's real ids."""
+    return {"/v1/generations": {"prompt": "A lamp on a desk, slow pan", "image_asset_id": image_id, "duration_s": 1},
+            "/v1/imports": {"asset_id": catalog_id, "plan": plan},
+            "/v1/uploads": {"filename": "shop.csv", "size": 3, "content_type": "text/csv",
+                            "sha256": hashlib.sha256(b"a,b").hexdigest()}}
+
+
+def _linked(doc: dict, bodies: dict[str, dict[str, Any]]) -> dict:
     """The document with links from each create to what takes its id, and a valid body with the
     tenant's real ids among the bodies a create may be generated with (anyOf: valid or generated)."""
     doc = copy.deepcopy(doc)
@@ -91,11 +100,7 @@ def _linked(doc: dict, image_id: str, catalog_id: str, plan: str) -> dict:
     }
     for (method, path, status), found in links.items():
         doc["paths"][path][method]["responses"][status]["links"] = found
-    for path, body in (("/v1/generations", {"prompt": "A lamp on a desk, slow pan", "image_asset_id": image_id,
-                                            "duration_s": 1}),
-                       ("/v1/imports", {"asset_id": catalog_id, "plan": plan}),
-                       ("/v1/uploads", {"filename": "shop.csv", "size": 3, "content_type": "text/csv",
-                                        "sha256": hashlib.sha256(b"a,b").hexdigest()})):
+    for path, body in bodies.items():
         content = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]
         content["schema"] = {"anyOf": [{"const": body}, content["schema"]]}
     for parameter in doc["paths"]["/v1/generations"]["post"]["parameters"]:
@@ -188,7 +193,9 @@ def _fuzz(stack, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             assert response.status_code < 500, (case.method, case.path, case.path_parameters, case.query,
                                                  case.body, response.status_code, response.text)
 
-        schema = schemathesis.openapi.from_dict(_linked(doc, image_id, catalog_id, plan)).include(path_regex="^/v1/")
+        bodies = _valid_bodies(image_id, catalog_id, plan)
+        began = time.monotonic()
+        schema = schemathesis.openapi.from_dict(_linked(doc, bodies)).include(path_regex="^/v1/")
         operations = [result.ok() for result in schema.get_all_operations()]
         assert len(operations) >= 12
         for operation in operations:
@@ -201,7 +208,20 @@ def _fuzz(stack, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                 send(case, where, value)
 
             call()
-        per_operation = sum(statuses.values())
+        # and every operation with each of SWEEP in each place, at least once (one create, then replays)
+        key_of = {"path": "sweep", "query": "sweep", "body": uuid.uuid4().hex}
+        for operation in operations:
+            for where in ("path", "query", "body"):
+                for value in SWEEP:
+                    body = bodies.get(operation.path) if operation.method.upper() == "POST" else None
+                    extra = {"body": body, "media_type": "application/json"} if body or operation.body else {}
+                    case = operation.Case(path_parameters={p.name: "x" for p in operation.path_parameters},
+                                          headers={"Idempotency-Key": key_of[where]}, **extra)
+                    if "body" in extra and extra["body"] is None:
+                        case.body = {"x": "y"}
+                    _hostile(case, where, value)
+                    send(case, where, value)
+        per_operation, times = sum(statuses.values()), [time.monotonic() - began]
 
         session = requests.Session()
 
@@ -222,10 +242,13 @@ def _fuzz(stack, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
         Linked.run(settings=settings(max_examples=SCENARIOS, stateful_step_count=STEPS, derandomize=True,
                                      database=None, deadline=None, suppress_health_check=list(HealthCheck)))
+        times.append(time.monotonic() - began - times[0])
         _end_open_tasks(url, key, db, tenant_id)
+        times.append(time.monotonic() - began - sum(times))
     total = sum(statuses.values())
     print(f"fuzz: {total} requests ({per_operation} per operation, {total - per_operation} stateful), "
-          f"statuses {dict(sorted(statuses.items()))}")
+          f"statuses {dict(sorted(statuses.items()))}; seconds per part, stateful, cleanup "
+          f"{', '.join(f'{t:.0f}' for t in times)}")
     with db.transaction() as session:
         reached = Counter(session.scalars(select(Task.status).where(Task.tenant_id == tenant_id)))
     print(f"fuzz: tasks created {dict(reached)}")
