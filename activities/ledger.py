@@ -106,16 +106,15 @@ SELECT t.tenant_id, t.estimated_cost, c.business_key, c.entry_type, c.amount
   FROM tasks t LEFT JOIN credit_ledger c ON c.task_id = t.id AND c.run_no = :run
  WHERE t.id = :task_id
 """)
-# Credits not available to new work: held reservations plus spending. Read with the tenant row
-# locked (FOR UPDATE), so reservations of one tenant are checked one at a time.
-_AVAILABLE_SQL = """
+# Credits not available to new work: held reservations plus spending. Read after the tenant row is
+# locked (FOR UPDATE, a statement of its own), so reservations of one tenant are checked one at a time.
+_AVAILABLE = text("""
 SELECT t.credit_limit - coalesce((
          SELECT sum(CASE c.entry_type WHEN 'RESERVE' THEN c.amount WHEN 'RELEASE' THEN -c.amount
                                       WHEN 'ADJUSTMENT' THEN c.amount WHEN 'REFUND' THEN -c.amount ELSE 0 END)
            FROM credit_ledger c WHERE c.tenant_id = t.id), 0)
-  FROM tenants t WHERE t.id = :tenant_id"""
-_AVAILABLE = text(_AVAILABLE_SQL + " FOR UPDATE")
-_AVAILABLE_READ = text(_AVAILABLE_SQL)
+  FROM tenants t WHERE t.id = :tenant_id""")
+_LOCK_TENANT = text("SELECT 1 FROM tenants WHERE id = :tenant_id FOR UPDATE")
 
 
 @dataclass
@@ -174,4 +173,9 @@ class _TaskLedger:
 def available_credit(session: Session, tenant_id: str, *, lock: bool = True) -> Decimal:
     """The tenant's credit left for new work; `lock` holds the tenant row to the end of the
     transaction, so that a check and the RESERVE it allows are not interleaved with another's."""
-    return session.scalar(_AVAILABLE if lock else _AVAILABLE_READ, {"tenant_id": tenant_id})
+    if lock:
+        # Its own statement: under READ COMMITTED a statement that waited for the lock still reads the
+        # ledger as it was when the statement began, without the RESERVE of the transaction it waited
+        # for; the sum below, a new statement, sees it (four 2-credit holds passed on 5 credits).
+        session.execute(_LOCK_TENANT, {"tenant_id": tenant_id})
+    return session.scalar(_AVAILABLE, {"tenant_id": tenant_id})

@@ -67,7 +67,8 @@ class TaskActivities:
             image = session.get(Asset, task.image_asset_id) if task.image_asset_id else None
             product = session.get(Product, task.product_ref) if image is None else None
             plan = self._plan(session, task.plan_id)
-            tenant_limit = session.scalar(select(Tenant.max_concurrent).where(Tenant.id == task.tenant_id))
+            tenant_limit = _lowest(session.scalar(select(Tenant.max_concurrent).where(Tenant.id == task.tenant_id)),
+                                   plan.own_limit(task.provider))
             paused_by = import_paused_by(session, task)
         image_error = None
         if product is not None and (product.image_asset_id or (product.image_url and is_url(product.image_url))):
@@ -104,6 +105,11 @@ class TaskActivities:
                                 .values(image_asset_id=asset_id))
             linked = session.get(Task, task.id, populate_existing=True).image_asset_id
             return session.get(Asset, linked), None
+
+
+def _lowest(*limits: int | None) -> int | None:
+    """The tenant layer's limit: the tenant's, lowered by what its plan asked for its own tasks."""
+    return min((limit for limit in limits if limit is not None), default=None)
 
 
 def sampled(task_id: str, rate: float) -> bool:

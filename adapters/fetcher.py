@@ -121,12 +121,26 @@ class FetchError(Exception):
         self.status = status
         self.dns = dns  # the host name did not resolve: every URL on that host will fail the same way
 
+    @property
+    def public(self) -> str:
+        """The reason in words that name nothing inside the network (no address a name resolves to,
+        no connection error's text): what a tenant or a report is told; `reason` goes to the log."""
+        if self.dns:
+            return "the host name did not resolve"
+        if self.status is not None:
+            return f"the server answered HTTP {self.status}"
+        return "the connection failed or timed out"
+
 
 class FetchRefused(FetchError):
     """Security refusal (scheme, address, name, redirect target): never retryable."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason, retryable=False)
+
+    @property
+    def public(self) -> str:
+        return "not allowed: only https URLs of public addresses are fetched"
 
 
 class FetchFailed(FetchError):
@@ -138,6 +152,10 @@ class BodyRejected(FetchFailed):
 
     def __init__(self, reason: str, status: int | None = None) -> None:
         super().__init__(reason, retryable=False, status=status)
+
+    @property
+    def public(self) -> str:
+        return "the server's answer is not a usable file (its type, size or encoding)"
 
 
 class _Frozen(BaseModel):

@@ -19,7 +19,7 @@ from decimal import Decimal
 
 from pydantic import BaseModel
 
-from catalog.plan import LOCALE_RE, Plan, Template, Variant
+from catalog.plan import LOCALE_RE, MAX_PROMPT_CHARS, Plan, Template, Variant, prompt_parts
 from catalog.records import Issue, IssueAction, ProductRecord
 
 # The font the overlay is drawn with: its file name and the start of the file's sha256. A new font
@@ -159,9 +159,11 @@ def _usable(template: Template, locale: str) -> bool:
 
 
 def copy_issues(product: ProductRecord, plan: Plan) -> list[Issue]:
-    """Texts longer than a template allows go to copy review (the product makes no task)."""
+    """Texts longer than a template allows, and prompts that would be longer than MAX_PROMPT_CHARS
+    once filled in, go to copy review (the product makes no task)."""
     issues: list[Issue] = []
     row = product.rows[0] if product.rows else None
+    fields = _fields(product, "")
     for template in plan.templates:
         for field, limit in (("title", template.max_title_chars), ("description", template.max_description_chars)):
             value = getattr(product, field)
@@ -171,7 +173,23 @@ def copy_issues(product: ProductRecord, plan: Plan) -> list[Issue]:
                           reason=f"{len(value)} characters; template {template.id} allows {limit}",
                           action=IssueAction.COPY_REVIEW)
                 )
+        for locale, length in _prompt_lengths(fields, plan, template):
+            if length > MAX_PROMPT_CHARS:
+                issues.append(Issue(row=row, product_id=product.product_id, field="prompt", value=locale,
+                                    reason=f"template {template.id}'s prompt for {locale} would have {length} "
+                                           f"characters; at most {MAX_PROMPT_CHARS}",
+                                    action=IssueAction.COPY_REVIEW))
     return issues
+
+
+def _prompt_lengths(fields: dict[str, str], plan: Plan, template: Template) -> Iterator[tuple[str, int]]:
+    """Each used locale's longest rendered prompt for a product's fields, counted without rendering it."""
+    for locale, text in template.prompts.items():
+        if locale not in plan.locales:
+            continue
+        literal, names = prompt_parts(text)
+        hook = max((len(v.hook.get(locale, "")) for v in plan.variants), default=0)
+        yield locale, literal + sum(hook if name == "hook" else len(fields[name]) for name in names)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

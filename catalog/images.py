@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import mimetypes
 import threading
 import time
@@ -25,6 +26,8 @@ from adapters.fetcher import FetchError, FetchRefused, SafeFetcher
 from adapters.storage import ObjectStorage
 from schema.assets import record_asset
 from schema.models import Asset
+
+log = logging.getLogger(__name__)
 
 MAX_IMAGE_BYTES = 25 * 1024 * 1024
 IMAGE_TIMEOUT_S = 10.0  # per try; a resolve makes up to RETRIES + 1 tries
@@ -75,10 +78,13 @@ def normalised_image(data: bytes) -> tuple[bytes, str]:
                                         f"(at most {MAX_IMAGE_PIXELS:,} pixels)")
                 image.load()
                 clean = ImageOps.exif_transpose(image)  # the pixels as shown, before EXIF is dropped
+        except ImageRejected:
+            raise
         except Image.DecompressionBombError as exc:
             raise ImageRejected(f"image too large: {exc}") from exc
-        except (OSError, SyntaxError, ValueError) as exc:
-            raise ImageRejected(f"not a readable {fmt} image: {exc}") from exc
+        except (OSError, SyntaxError, ValueError) as exc:  # the decoder's text is for the log, not the tenant
+            log.info("%s image not decodable: %s", fmt, exc)
+            raise ImageRejected(f"not a readable {fmt} image") from exc
         return _encoded(clean, fmt)
 
 
@@ -210,13 +216,14 @@ class ImageResolver:
                     self.fetcher.fetch_to(url, sink)
                     return sink.getvalue(), None
                 except FetchRefused as exc:
-                    return None, f"image URL refused: {exc}"
-                except FetchError as exc:
-                    error = f"image unreachable after {attempt} tries: {exc}"
+                    return None, f"image URL refused: {exc.public}"
+                except FetchError as exc:  # the report says `public`; the detail is for the log only
+                    log.info("image fetch failed (try %d): %s", attempt, exc.reason)
+                    error = f"image unreachable after {attempt} tries: {exc.public}"
                     if not exc.retryable:
-                        return None, f"image unreachable: {exc}"
+                        return None, f"image unreachable: {exc.public}"
                     if exc.dns and attempt == RETRIES + 1:
-                        self._dead_hosts[host] = f"image host {host} did not resolve after {attempt} tries: {exc}"
+                        self._dead_hosts[host] = f"image host {host} did not resolve after {attempt} tries"
                 if attempt <= RETRIES:
                     time.sleep(RETRY_PAUSE_S * attempt)
             return None, error

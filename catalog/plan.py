@@ -9,19 +9,54 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import string
 import tomllib
 from decimal import Decimal
 from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from contracts.admission import PlanLimits
+from contracts.admission import OwnLimits, PlanLimits
 
 LOCALE_RE = re.compile(r"^[a-z]{2,3}(-[A-Z][a-z]{3})?(-[A-Z]{2}|-\d{3})?$")
 SUPPORTED_RATIOS = ("9:16", "16:9", "1:1")
 PROMPT_FIELDS = ("title", "description", "price", "currency", "category", "hook", "product_id")
+MAX_PROMPT_TEMPLATE_CHARS = 2000  # a prompt template as written
+MAX_PROMPT_CHARS = 4000  # a prompt once its fields are filled in (longer: the product goes to copy review)
+MAX_DURATION_S = 600  # as POST /v1/generations allows
+MAX_COST_ESTIMATE = 1_000_000
+ID_CHARS = 100
+MAX_HOOK_CHARS = 500
+
+
+def prompt_parts(text: str) -> tuple[int, tuple[str, ...]]:
+    """A prompt template's literal length and the fields it names, in order. ValueError unless it
+    is text with `{name}` placeholders of PROMPT_FIELDS only (`{{` and `}}` are braces): no format
+    spec, no conversion, no attribute or index access. Rendering it with str.format is then safe."""
+    return _prompt_parts(text)
+
+
+@lru_cache(maxsize=1024)
+def _prompt_parts(text: str) -> tuple[int, tuple[str, ...]]:
+    literal, names = 0, []
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:  # a lone `{` or `}`
+        raise ValueError(f"{exc} (write {{{{ or }}}} for a brace)") from None
+    for text_part, name, spec, conversion in parsed:
+        literal += len(text_part)
+        if name is None:
+            continue
+        shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        if name not in PROMPT_FIELDS:
+            raise ValueError(f"{shown[:60]} is not one of {{{'}, {'.join(PROMPT_FIELDS)}}}")
+        if spec or conversion:
+            raise ValueError(f"{shown[:60]}: only {{{name}}} may be written (no format spec or conversion)")
+        names.append(name)
+    return literal, tuple(names)
 
 
 class PlanError(ValueError):
@@ -37,14 +72,16 @@ class ReviewMode(StrEnum):
 
 
 class Template(BaseModel):
-    id: str
-    version: str
-    duration_s: Decimal = Decimal("3")
-    provider: str = "emulator"
-    model: str = "emu-motion-1"
-    cost_estimate: Decimal = Field(description="credits reserved per task before submit")
-    max_title_chars: int = 80
-    max_description_chars: int = 500
+    id: str = Field(min_length=1, max_length=ID_CHARS)
+    version: str = Field(min_length=1, max_length=ID_CHARS)
+    duration_s: Decimal = Field(default=Decimal("3"), gt=0, le=MAX_DURATION_S)
+    provider: str = Field(default="emulator", min_length=1, max_length=64)
+    model: str = Field(default="emu-motion-1", min_length=1, max_length=100)
+    cost_estimate: Decimal = Field(ge=0, le=MAX_COST_ESTIMATE,
+                                   description="credits reserved per task before submit (operator plans; "
+                                               "the server's price for a tenant's)")
+    max_title_chars: int = Field(default=80, ge=1, le=1000)
+    max_description_chars: int = Field(default=500, ge=1, le=10_000)
     prompts: dict[str, str] = Field(description="prompt text per locale, with {title} {price} {hook} ...")
     review: ReviewMode | None = None  # None (absent) is "off"
     sample_rate: float | None = Field(default=None, ge=0, le=1, description="share reviewed under 'sample'")
@@ -57,19 +94,32 @@ class Template(BaseModel):
             raise ValueError(f"template {self.id}: sample_rate applies only to review = \"sample\"")
         return self
 
-    @field_validator("prompts")
-    @classmethod
-    def _known_fields(cls, prompts: dict[str, str]) -> dict[str, str]:
-        for locale, text in prompts.items():
-            for name in re.findall(r"{(\w+)}", text):
-                if name not in PROMPT_FIELDS:
-                    raise ValueError(f"prompt for {locale} uses unknown field {{{name}}}; known: {PROMPT_FIELDS}")
-        return prompts
+    @model_validator(mode="after")
+    def _prompt_templates(self) -> Template:
+        """Only `{name}` placeholders: a format spec (`{title:>5000000}`) would pad each prompt to any
+        size, an attribute (`{title.x}`) fails at expansion."""
+        for locale, text in self.prompts.items():
+            where = f"template {self.id}: prompt for {locale[:20]}"
+            if len(text) > MAX_PROMPT_TEMPLATE_CHARS:
+                raise ValueError(f"{where} has {len(text)} characters; at most {MAX_PROMPT_TEMPLATE_CHARS}")
+            try:
+                prompt_parts(text)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+        return self
 
 
 class Variant(BaseModel):
-    id: str
+    id: str = Field(min_length=1, max_length=ID_CHARS)
     hook: dict[str, str] = Field(default_factory=dict, description="opening hook per locale")
+
+    @field_validator("hook")
+    @classmethod
+    def _short_hooks(cls, hook: dict[str, str]) -> dict[str, str]:
+        for locale, text in hook.items():
+            if len(text) > MAX_HOOK_CHARS:
+                raise ValueError(f"hook for {locale[:20]} has {len(text)} characters; at most {MAX_HOOK_CHARS}")
+        return hook
 
 
 class CatalogOptions(BaseModel):
@@ -93,26 +143,29 @@ class ReviewSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     deadline_hours: float = Field(default=72.0, gt=0, le=24 * 90)
     on_deadline: Literal["expire", "approve"] = "expire"  # EXPIRED, or approved by "review-deadline"
-    duration_tolerance_s: float = Field(default=0.5, ge=0)
+    duration_tolerance_s: float = Field(default=0.5, ge=0, le=60)
     audio_expected: bool = True  # a silent video fails the silence check
     max_black_ratio: float = Field(default=0.3, ge=0, le=1)  # share of the video that may be black
     max_frozen_ratio: float = Field(default=0.5, ge=0, le=1)  # share of the video that may be frozen
 
 
 # Operational settings: absent unless the plan sets them, so plans without them keep their hash.
-_OPERATIONAL = ("deadlines", "providers", "review")
+_OPERATIONAL = ("deadlines", "providers", "tenant_limits", "review")
 _TEMPLATE_OPTIONAL = ("review", "sample_rate")  # likewise per template
 
 
 class Plan(BaseModel):
-    name: str
+    name: str = Field(min_length=1, max_length=200)
     locales: list[str]
     aspect_ratios: list[str]
     templates: list[Template]
     variants: list[Variant] = Field(default_factory=lambda: [Variant(id="default")])
     catalog: CatalogOptions = Field(default_factory=CatalogOptions)
     deadlines: Deadlines | None = None
-    providers: dict[str, PlanLimits] | None = Field(default=None, description="admission limits per provider")
+    providers: dict[str, PlanLimits] | None = Field(default=None, description="admission limits per provider "
+                                                                           "(an operator's plan only)")
+    tenant_limits: dict[str, OwnLimits] | None = Field(
+        default=None, description="a tenant's own limits per provider (what a tenant's `[providers]` becomes)")
     review: ReviewSettings | None = None
 
     @field_validator("aspect_ratios")
@@ -131,9 +184,10 @@ class Plan(BaseModel):
                 raise ValueError(f"duplicate {label} ids: {sorted(dupes)}")
         if not self.templates:
             raise ValueError("a plan needs at least one template")
-        unused = set(self.providers or {}) - {t.provider for t in self.templates}
-        if unused:
-            raise ValueError(f"[providers] names {sorted(unused)}, which no template uses")
+        for section in (self.providers, self.tenant_limits):
+            unused = set(section or {}) - {t.provider for t in self.templates}
+            if unused:
+                raise ValueError(f"[providers] names {sorted(unused)}, which no template uses")
         return self
 
     def canonical_json(self) -> str:
@@ -149,7 +203,13 @@ class Plan(BaseModel):
         return next((t for t in self.templates if t.id == template_id), None)
 
     def limits_for(self, provider: str) -> PlanLimits | None:
+        """The operator plan's limits for the provider's shared gate (a tenant's plan has none)."""
         return (self.providers or {}).get(provider)
+
+    def own_limit(self, provider: str) -> int | None:
+        """The slots a tenant's plan asks for its own tasks of the provider (its tenant layer)."""
+        own = (self.tenant_limits or {}).get(provider)
+        return own.max_concurrent if own else None
 
     @property
     def plan_id(self) -> str:
@@ -170,13 +230,17 @@ def load_plan(path: Path) -> Plan:
 
 def parse_plan(text: str, where: str = "plan") -> Plan:
     """A plan from its TOML text (`where` names it in errors: a file, or an API request)."""
+    return plan_from_data(read_toml(text, where), where)
+
+
+def read_toml(text: str, where: str = "plan") -> dict:
+    """A plan's TOML text as tables, not validated yet."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PlanError(f"{where} is not valid TOML: {exc}") from exc
     except RecursionError as exc:  # tomllib parses nested arrays and tables recursively
         raise PlanError(f"{where} nests arrays or tables too deeply to read") from exc
-    return plan_from_data(data, where)
 
 
 def plan_from_data(data: object, where: str = "plan") -> Plan:

@@ -13,13 +13,24 @@ from pydantic import BaseModel, ConfigDict, Field
 from config.defaults import BreakerPolicy, ProviderLimits
 from contracts.provider import SubmitOutcome
 
+MAX_LIMIT = 10_000  # slots; submits per minute at most 100 times that
+
 
 class PlanLimits(BaseModel):
-    """What a plan's `[providers.NAME]` asks for; an unset field keeps the configured value."""
+    """What an operator plan's `[providers.NAME]` asks for; an unset field keeps the configured value."""
 
     model_config = ConfigDict(extra="forbid")
-    max_concurrent: int | None = Field(default=None, ge=1)
-    submits_per_minute: int | None = Field(default=None, ge=1)
+    max_concurrent: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    submits_per_minute: int | None = Field(default=None, ge=1, le=MAX_LIMIT * 100)
+
+
+class OwnLimits(BaseModel):
+    """What a tenant's plan asks for its own tasks of one provider (`[providers.NAME]` of a plan sent
+    to /v1/imports): fewer of the tenant's slots, in the tenant's own admission layer, never a change
+    of the provider's shared gate."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_concurrent: int = Field(ge=1, le=MAX_LIMIT)
 
 
 def effective_limits(configured: ProviderLimits | None, plan: PlanLimits | None) -> ProviderLimits:

@@ -111,7 +111,7 @@ def create(db: Database, tenant_id: str, key: str, body: GenerationBody, *, prov
     problem = route_problem(body.provider, provider, body.model, body.duration_s, body.aspect_ratio)
     if problem:
         raise Refusal(422, "unsupported-route", problem)
-    cost = (Decimal(str(body.duration_s)) * Decimal(str(credits_per_second))).quantize(CENT)
+    cost = server_price(body.duration_s, credits_per_second)
     try:
         with db.transaction() as session:
             bound_lock_waits(session, CREATE_LOCK_TIMEOUT_S)  # the RESERVE row: a locked ledger refuses, 503
@@ -122,6 +122,12 @@ def create(db: Database, tenant_id: str, key: str, body: GenerationBody, *, prov
         if seen is None:
             raise
         return _replay(seen, request_sha)
+
+
+def server_price(duration_s: float | Decimal, credits_per_second: float) -> Decimal:
+    """What the server reserves for a video of `duration_s` from a tenant (a generation, a task of an
+    imported plan): its duration at the operator's rate, whatever the tenant wrote."""
+    return (Decimal(str(duration_s)) * Decimal(str(credits_per_second))).quantize(CENT)
 
 
 def _replay(seen: IdempotencyRecord, request_sha: str) -> Created:

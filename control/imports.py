@@ -15,10 +15,11 @@ from temporalio.client import Client
 
 from adapters.storage import ObjectStorage
 from catalog.importer import ImportRejected, ImportSummary, import_summary
-from catalog.plan import Plan, PlanError, parse_plan, plan_from_data
+from catalog.plan import Plan, PlanError, plan_from_data, read_toml
 from catalog.readers import read_catalog
 from catalog.service import run_import
 from config.settings import Settings
+from control.generations import server_price
 from schema import queries
 from schema.db import Database
 from schema.models import CatalogImport, ValidationIssue
@@ -62,21 +63,53 @@ class ImportTooLarge(ValueError):
                          f"tasks; an import through the API makes at most {limit} (split the catalog)")
 
 
-def plan_of(request: ImportRequest) -> Plan:
-    """PlanError (with the reason) when the plan does not parse or validate."""
+def plan_of(request: ImportRequest, *, credits_per_second: float) -> Plan:
+    """A tenant's plan (PlanError with the reason when it does not parse or validate), held to what a
+    tenant may say (docs/security.md, "Plans"): each template's cost_estimate is the server's price
+    for its duration, whatever the plan wrote; `[providers.NAME] max_concurrent` becomes the
+    tenant's own limit (its admission layer), never the provider's shared gate, and nothing else
+    of a provider's limits may be set."""
     if isinstance(request.plan, str):
         if len(request.plan) > MAX_PLAN_CHARS:
             raise PlanError(f"the plan is limited to {MAX_PLAN_CHARS} characters")
-        return parse_plan(request.plan, "plan")
-    return plan_from_data(request.plan, "plan")
+        data: Any = read_toml(request.plan, "plan")
+    else:
+        data = dict(request.plan)
+    if isinstance(data, dict):
+        data = _tenant_sections(data)
+    plan = plan_from_data(data, "plan")
+    priced = [t.model_copy(update={"cost_estimate": server_price(t.duration_s, credits_per_second)})
+              for t in plan.templates]
+    return plan.model_copy(update={"templates": priced})
+
+
+def _tenant_sections(data: dict[str, Any]) -> dict[str, Any]:
+    """The tenant's plan with its operator-only sections turned into what a tenant may ask for."""
+    if "tenant_limits" in data:
+        raise PlanError("plan: tenant_limits is the server's; ask with [providers.NAME] max_concurrent")
+    templates = data.get("templates")
+    if isinstance(templates, list):  # a placeholder: the server's price replaces it after validation
+        data["templates"] = [{**t, "cost_estimate": 0} if isinstance(t, dict) else t for t in templates]
+    providers = data.pop("providers", None)
+    if isinstance(providers, dict):
+        for name, asked in providers.items():
+            extra = sorted(set(asked) - {"max_concurrent"}) if isinstance(asked, dict) else ["(not a table)"]
+            if extra:
+                raise PlanError(f"plan: [providers.{str(name)[:40]}] {', '.join(map(str, extra))[:80]}: only the "
+                                "operator sets a provider's limits; a tenant's plan may ask for fewer slots for "
+                                "its own tasks with max_concurrent")
+        data["tenant_limits"] = providers
+    elif providers is not None:
+        data["tenant_limits"] = providers  # not a table: validation names it
+    return data
 
 
 def import_upload(settings: Settings, db: Database, storage: ObjectStorage, tenant_id: str,
-                  request: ImportRequest, *, max_tasks: int) -> ImportSummary:
+                  request: ImportRequest, *, credits_per_second: float, max_tasks: int) -> ImportSummary:
     """`reelqueue import` on an uploaded catalog, for `tenant_id`. A stop-the-import issue answers the
     summary too (status REJECTED), as the CLI prints it; the same file and plan again is the same import.
     ImportTooLarge, before anything is written, when it could make more than `max_tasks` tasks."""
-    plan = plan_of(request)
+    plan = plan_of(request, credits_per_second=credits_per_second)
     with db.transaction() as session:
         asset = ready_asset(session, tenant_id, request.asset_id, kind="CATALOG")
         if asset is None:

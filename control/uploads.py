@@ -12,6 +12,7 @@ Anything else is REJECTED with a reason and its bytes removed.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import re
 import secrets
@@ -22,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from minio.error import S3Error
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from adapters.media.ffmpeg_tools import MediaError, MediaLimits
+from adapters.media.ffmpeg_tools import MediaError, MediaLimitExceeded, MediaLimits
 from adapters.media.transcode import check_input_caps, probe
 from adapters.storage import ObjectStorage, file_sha256
 from catalog.images import (
@@ -35,6 +36,8 @@ from catalog.images import (
 from schema import uploads as rows
 from schema.db import Database
 from schema.models import Asset, Upload
+
+log = logging.getLogger(__name__)
 
 IMAGE, VIDEO, CATALOG = "IMAGE", "VIDEO", "CATALOG"
 # Declared types we take, and what the bytes must then turn out to be.
@@ -278,8 +281,12 @@ class Uploads:
                                     "the uploaded bytes do not have the declared sha256")
             try:
                 asset_fields = self._validated(upload, path, sha)
-            except (AssetRejected, ImageRejected, MediaError) as exc:
+            except (AssetRejected, ImageRejected, MediaLimitExceeded) as exc:  # our own words
                 self._reject(upload, str(exc))
+                return self.view(upload.tenant_id, upload.id)
+            except MediaError as exc:  # ffprobe's output and a path on this server: logged, not told
+                log.info("upload %s: the video could not be probed: %s", upload.id, exc)
+                self._reject(upload, "not a readable video: its streams could not be read")
                 return self.view(upload.tenant_id, upload.id)
         with self.db.transaction() as session:
             asset = rows.record_upload_asset(session, upload, bucket=self.storage.bucket, **asset_fields)

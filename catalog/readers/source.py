@@ -151,6 +151,9 @@ def iter_records(path: Path, layout: Layout, report: Report) -> Iterator[RawRow]
             if not any(cell.strip() for cell in cells):
                 continue
             report.rows += 1
+            if any("\x00" in cell for cell in cells):  # no text field may hold one (Postgres refuses it)
+                report.reject_row(start, "", "a cell contains a NUL character: not text")
+                continue
             if len(cells) != width:
                 reason = f"expected {width} fields as in the header, got {len(cells)}"
                 report.reject_row(start, layout.delimiter.join(cells), reason)

@@ -16,14 +16,14 @@ import time
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from pydantic import BaseModel
 from sqlalchemy import and_, or_, select, text
 from starlette.concurrency import run_in_threadpool
 
 from contracts.task import TaskStatus
 from control import generations
-from control.cancel import cancel_with
+from control.cancel import cancel_task
 from control.outbox import start_pending
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
@@ -37,6 +37,8 @@ DepsDep = Annotated[GatewayDeps, Depends(gateway_deps)]
 MEDIA_KINDS = ("PROXY", "HLS", "THUMBNAIL", "RAW_OUTPUT")  # under the task's own key folder
 KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no blanks
 LINK_TTL_S = 3600.0
+MAX_CURSOR_CHARS = 200  # what _encode_cursor writes is about 90
+GenerationId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="a generation (task) id")]
 BACKLOG_CACHE_S = 2.0
 # The oldest wait for platform capacity: a start (an outbox row), or a provider slot (QUEUED since
 # updated_at). A tenant's QUEUED tasks count only while it is below its own max_concurrent: at its
@@ -118,7 +120,7 @@ async def create_generation(body: generations.GenerationBody, principal: TenantD
 
 
 @router.get("/generations/{generation_id}", response_model=GenerationOut)
-def get_generation(generation_id: str, principal: TenantDep, deps: DepsDep) -> dict[str, Any]:
+def get_generation(generation_id: GenerationId, principal: TenantDep, deps: DepsDep) -> dict[str, Any]:
     """Status, attempts, cost, and the task's media as signed links."""
     with deps.db.transaction() as session:
         task = _owned(session, principal.tenant_id, generation_id)
@@ -129,8 +131,12 @@ def get_generation(generation_id: str, principal: TenantDep, deps: DepsDep) -> d
 
 
 @router.get("/generations", response_model=GenerationPageOut)
-def list_generations(principal: TenantDep, deps: DepsDep, status: str | None = None, import_id: str | None = None,
-                     cursor: str | None = None, limit: Annotated[int, Query(ge=1, le=100)] = 50) -> dict[str, Any]:
+def list_generations(principal: TenantDep, deps: DepsDep,
+                     status: Annotated[str | None, Query(max_length=40, pattern=r"^[A-Z_]+$")] = None,
+                     import_id: Annotated[str | None, Query(pattern=r"^imp_[0-9a-f]{20}$")] = None,
+                     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS,
+                                                         pattern=r"^[A-Za-z0-9_-]+$")] = None,
+                     limit: Annotated[int, Query(ge=1, le=100)] = 50) -> dict[str, Any]:
     """The tenant's tasks, newest first, `limit` at a time; `next_cursor` fetches the next page."""
     stmt = select(Task).where(Task.tenant_id == principal.tenant_id)
     if status is not None:
@@ -150,7 +156,7 @@ def list_generations(principal: TenantDep, deps: DepsDep, status: str | None = N
 
 
 @router.post("/generations/{generation_id}/cancel", status_code=202, response_model=GenerationOut)
-async def cancel_generation(generation_id: str, principal: TenantDep, deps: DepsDep) -> dict[str, Any]:
+async def cancel_generation(generation_id: GenerationId, principal: TenantDep, deps: DepsDep) -> dict[str, Any]:
     """The CLI's cancel path: the workflow finishes its step, stops the job, closes the ledger. A
     task whose workflow was not started yet is started first, so that the same path ends it."""
     task = await run_in_threadpool(_read_owned, deps, principal.tenant_id, generation_id)
@@ -160,7 +166,8 @@ async def cancel_generation(generation_id: str, principal: TenantDep, deps: Deps
         await _start(deps, task.id)
         try:
             client = await deps.temporal.get()
-            outcome = await cancel_with(client, task.workflow_id, "cancelled through the API", by="api")
+            outcome = await cancel_task(client, deps.db, task.id, task.workflow_id, "cancelled through the API",
+                                        by="api")  # an import's task never run is ended here
         except (RuntimeError, OSError) as exc:
             raise ProblemError(503, "the workflow service is unreachable; try again", slug="temporal-unavailable",
                                headers={"Retry-After": "5"}) from exc
@@ -220,8 +227,15 @@ def _encode_cursor(at: datetime, task_id: str) -> str:
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The position a cursor names; 400 for anything _encode_cursor did not write (nesting included:
+    the JSON must be a flat list of two strings)."""
     try:
-        at, task_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        return datetime.fromisoformat(at), str(task_id)
-    except (ValueError, TypeError, binascii.Error) as exc:
+        decoded = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        if decoded.count(b"[") != 1:
+            raise ValueError("not a flat list")
+        at, task_id = json.loads(decoded)
+        if not isinstance(at, str) or not isinstance(task_id, str):
+            raise TypeError("not two strings")
+        return datetime.fromisoformat(at), task_id
+    except (ValueError, TypeError, binascii.Error, RecursionError) as exc:
         raise ProblemError(400, "the cursor is not one this API gave", slug="bad-cursor") from exc

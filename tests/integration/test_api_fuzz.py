@@ -1,55 +1,256 @@
-"""Schemathesis against the live gateway: requests generated from the /v1 OpenAPI document, as an
-authenticated tenant, must never answer 5xx. Fixed seed and a small budget in the suite;
-`REELQUEUE_FUZZ_EXAMPLES=400` (per operation) for a larger run on demand."""
+"""Schemathesis against a live gateway with Temporal and a worker behind it: requests generated
+from the /v1 OpenAPI document, as a tenant that has a READY image and a READY catalog, must never
+answer 5xx. Two parts, seeded:
+
+- every operation on its own, each generated case sometimes carrying a hostile string (NUL,
+  control characters, a lone surrogate, an over-long value, a format string) in a path parameter,
+  a query parameter or a body field;
+- stateful: the document's operations joined by OpenAPI links (create a generation, an import or an
+  upload, then read, list, follow, run, cancel and complete them with the returned ids), with the
+  tenant's real asset ids and a valid plan among the generated values, so creates, imports and runs
+  reach their real paths (workflows start, reservations are made, the worker runs them).
+
+The suite's budget is small; `REELQUEUE_FUZZ_EXAMPLES` (per operation) and
+`REELQUEUE_FUZZ_SCENARIOS` make a larger run on demand (docs/security.md has the figure)."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import hashlib
+import json
 import os
+import time
 import uuid
 from collections import Counter
 from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
+import requests
 import schemathesis
-from asgi_server import serving
+from api_helpers import api_server
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import select
+from stack_helpers import make_plan
 
-from adapters.providers import build_providers
-from config.settings import Settings
-from gateway.app import create_app
-from gateway.deps import GatewayDeps
+from adapters.storage import ObjectStorage
+from reelqueue_client import ReelqueueClient
+from reelqueue_client.transfer import upload
 from schema import tenants
 from schema.db import Database
+from schema.models import Task
+from schema.state_machine import TERMINAL
+from schema.uploads import ready_asset
 
-EXAMPLES = int(os.environ.get("REELQUEUE_FUZZ_EXAMPLES", "25"))  # per operation
+EXAMPLES = int(os.environ.get("REELQUEUE_FUZZ_EXAMPLES", "8"))  # per operation
+SCENARIOS = int(os.environ.get("REELQUEUE_FUZZ_SCENARIOS", "8"))  # stateful runs, up to STEPS calls each
+STEPS = 6
+SWEEP = ["\x00", "\x1b", "\ud800", "x" * 5000]
+URL_SAFE = ":/?#[]@!$&'()*+,;=%~"
+PNG = (Path(__file__).resolve().parents[2] / "examples" / "images" / "aurora-lamp.png").read_bytes()
+HOSTILE = ["\x00", "a\x00b", "\x01", "\x1b[2J", "\x7f", "\r\n", "\t", "\ud800", "\u202e", "x" * 5000, "%00",
+           "../../etc/passwd", "[" * 3000, "{title:>5000000}", "{title.__class__}", "' OR 1=1 --", "1:1:", ""]
 
 
-@pytest.mark.timeout(600)
-def test_generated_requests_never_answer_5xx(stack: Settings) -> None:
+def _operation_id(doc: dict, method: str, path: str) -> str:
+    return doc["paths"][path][method]["operationId"]
+
+
+def _link(doc: dict, method: str, path: str, **parameters: str) -> dict[str, Any]:
+    return {"operationId": _operation_id(doc, method, path), "parameters": parameters}
+
+
+def _valid_bodies(image_id: str, catalog_id: str, plan: str) -> dict[str, dict[str, Any]]:
+    """A body each create accepts, with the tenant's real ids."""
+    return {"/v1/generations": {"prompt": "A lamp on a desk, slow pan", "image_asset_id": image_id, "duration_s": 1},
+            "/v1/imports": {"asset_id": catalog_id, "plan": plan},
+            "/v1/uploads": {"filename": "shop.csv", "size": 3, "content_type": "text/csv",
+                            "sha256": hashlib.sha256(b"a,b").hexdigest()}}
+
+
+def _linked(doc: dict, bodies: dict[str, dict[str, Any]]) -> dict:
+    """The document with links from each create to what takes its id, and a valid body with the
+    tenant's real ids among the bodies a create may be generated with (anyOf: valid or generated)."""
+    doc = copy.deepcopy(doc)
+    generation, imports = "/v1/generations/{generation_id}", "/v1/imports/{import_id}"
+    links = {
+        ("post", "/v1/generations", "202"): {
+            "read": _link(doc, "get", generation, generation_id="$response.body#/id"),
+            "cancel": _link(doc, "post", generation + "/cancel", generation_id="$response.body#/id"),
+            "list": _link(doc, "get", "/v1/generations", import_id="$response.body#/import_id"),
+            "events": _link(doc, "get", "/v1/events", task_id="$response.body#/id"),
+        },
+        ("post", "/v1/imports", "201"): {
+            "read": _link(doc, "get", imports, import_id="$response.body#/import_id"),
+            "run": _link(doc, "post", imports + "/run", import_id="$response.body#/import_id"),
+            "cancel": _link(doc, "post", imports + "/cancel", import_id="$response.body#/import_id"),
+            "export": _link(doc, "get", imports + "/export", import_id="$response.body#/import_id"),
+            "list": _link(doc, "get", "/v1/generations", import_id="$response.body#/import_id"),
+            "events": _link(doc, "get", "/v1/events", import_id="$response.body#/import_id"),
+        },
+        ("post", "/v1/uploads", "201"): {
+            "complete": _link(doc, "post", "/v1/uploads/{asset_id}/complete", asset_id="$response.body#/id"),
+            "read": _link(doc, "get", "/v1/assets/{asset_id}", asset_id="$response.body#/id"),
+        },
+    }
+    for (method, path, status), found in links.items():
+        doc["paths"][path][method]["responses"][status]["links"] = found
+    for path, body in bodies.items():
+        content = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        content["schema"] = {"anyOf": [{"const": body}, content["schema"]]}
+    for parameter in doc["paths"]["/v1/generations"]["post"]["parameters"]:
+        if parameter["name"] == "Idempotency-Key":  # mostly usable keys, a new one each time
+            parameter["required"] = True
+            parameter["schema"] = {"anyOf": [{"type": "string", "pattern": "^[a-z0-9]{12}$"}, parameter["schema"]]}
+    return doc
+
+
+def _hostile(case: Any, where: str, value: str) -> None:
+    """Put `value` into the case's first path parameter or a query parameter (a URL cannot carry a
+    lone surrogate: replaced); a body's is put in after serialising (`_hostile_body`)."""
+    value = value.encode("utf-8", "replace").decode()
+    if where == "path" and case.path_parameters:
+        case.path_parameters[next(iter(case.path_parameters))] = value
+    elif where == "query":
+        params = case.operation.query
+        name = next(iter(params)).name if params else "x"
+        case.query = {**(case.query or {}), name: value}
+
+
+def _hostile_body(kwargs: dict[str, Any], where: str, value: str) -> None:
+    """`value` as the first field of a JSON body (a copy: the valid bodies are shared)."""
+    body = kwargs.get("json")
+    if where == "body" and isinstance(body, dict):
+        kwargs["json"] = {**body, next(iter(body), "x"): value}
+
+
+def _ready_inputs(stack, api: ReelqueueClient, tenant_id: str) -> tuple[str, str]:
+    """A READY image and a READY one-product catalog whose image is that image (its presigned URL)."""
+    image = upload(api, PNG, "lamp.png", "image/png")
+    with Database(stack.database_url).transaction() as session:
+        key = ready_asset(session, tenant_id, image.id).key
+    url = ObjectStorage.from_settings(stack).presigned_url(key)
+    csv = f"product_id,title,description,image_url,price,currency,category\nF-1,Lamp,A lamp,{url},9.99,USD,Home\n"
+    catalog = upload(api, csv.encode(), "shop.csv", "text/csv")
+    assert (image.status, catalog.status) == ("READY", "READY"), (image.reason, catalog.reason)
+    return image.id, catalog.id
+
+
+def _end_open_tasks(url: str, key: str, db: Database, tenant_id: str, timeout_s: float = 180) -> None:
+    """Cancel what the run left open and wait for every task to end while the worker still runs
+    (so the suite's ledger check finds every reservation closed)."""
+    api = ReelqueueClient(url, key)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with db.transaction() as session:
+            open_ids = list(session.scalars(select(Task.id).where(
+                Task.tenant_id == tenant_id, Task.status.not_in([s.value for s in TERMINAL]))))
+        if not open_ids:
+            return
+        for task_id in open_ids:
+            api.http.post(f"/v1/generations/{task_id}/cancel", headers=api.headers)
+        time.sleep(1)
+    pytest.fail(f"tasks still open after the fuzz run: {open_ids}")
+
+
+@pytest.mark.timeout(1200)
+async def test_generated_requests_never_answer_5xx(stack, task_queue, tmp_path, monkeypatch) -> None:
+    """The requests go from a thread: the worker runs on this test's event loop meanwhile."""
+    await asyncio.to_thread(_fuzz, stack, task_queue, tmp_path, monkeypatch)
+
+
+def _fuzz(stack, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("REELQUEUE_FETCH_ALLOWED_HOSTS", json.dumps([stack.s3_endpoint]))  # the importer's
     db = Database(stack.database_url)
-    with db.transaction() as session:
-        key = tenants.create_tenant(session, f"fuzz-{uuid.uuid4().hex[:8]}", tenants.TenantLimits(
-            credits=Decimal(10), rate_per_minute=1_000_000)).api_key
-    app = create_app(GatewayDeps(db=db, providers=build_providers(stack), signaler=None), settings=stack)
-    schema = schemathesis.openapi.from_dict(app.openapi()).include(path_regex="^/v1/")
+    tenant_id = f"fuzz-{uuid.uuid4().hex[:8]}"
+    with db.transaction() as session:  # a few real jobs' worth of credit; 2 running at a time
+        key = tenants.create_tenant(session, tenant_id, tenants.TenantLimits(
+            credits=Decimal(20), rate_per_minute=1_000_000, max_concurrent=2)).api_key
     statuses: Counter[int] = Counter()
-    with serving(app) as port, httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+    with api_server(stack, task_queue) as url, httpx.Client(base_url=url, timeout=30) as http:
+        auth = {"Authorization": f"Bearer {key}"}
+        image_id, catalog_id = _ready_inputs(stack, ReelqueueClient(url, key), tenant_id)
+        plan = make_plan(tmp_path, duration_s=2).read_text()
+        doc = http.get("/openapi.json").json()
+
+        def send(case: Any, where: str = "", value: str = "") -> None:
+            kwargs = case.as_transport_kwargs(base_url=url)
+            _hostile_body(kwargs, where, value)
+            headers = {**(kwargs.pop("headers", None) or {}), **auth}
+            headers.pop("Accept", None)  # never ask for the event stream: it lasts minutes
+            target = quote(kwargs.pop("url"), safe=URL_SAFE)  # control characters in a path, percent-encoded
+            if "json" in kwargs:  # a lone surrogate has no UTF-8 form: sent as a JSON escape
+                kwargs["content"] = json.dumps(kwargs.pop("json")).encode()
+                headers["Content-Type"] = "application/json"
+            response = http.request(kwargs.pop("method"), target, headers=headers,
+                                    **{k: v for k, v in kwargs.items() if k in ("params", "content", "json", "data")})
+            statuses[response.status_code] += 1
+            assert response.status_code < 500, (case.method, case.path, case.path_parameters, case.query,
+                                                 case.body, response.status_code, response.text)
+
+        bodies = _valid_bodies(image_id, catalog_id, plan)
+        began = time.monotonic()
+        schema = schemathesis.openapi.from_dict(_linked(doc, bodies)).include(path_regex="^/v1/")
         operations = [result.ok() for result in schema.get_all_operations()]
-        assert len(operations) >= 5
+        assert len(operations) >= 12
         for operation in operations:
             @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
                       suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
-            @given(case=operation.as_strategy())
-            def call(case) -> None:  # noqa: ANN001
-                kwargs = case.as_transport_kwargs(base_url=str(http.base_url))
-                headers = {**(kwargs.pop("headers", None) or {}), "Authorization": f"Bearer {key}"}
-                response = http.request(kwargs.pop("method"), kwargs.pop("url"), headers=headers,
-                                        **{k: v for k, v in kwargs.items() if k in ("params", "content", "json",
-                                                                                    "data")})
-                statuses[response.status_code] += 1
-                assert response.status_code < 500, (case.method, case.path, response.status_code, response.text)
+            @given(case=operation.as_strategy(), where=st.sampled_from(["", "", "path", "query", "body"]),
+                   value=st.sampled_from(HOSTILE))
+            def call(case: Any, where: str, value: str) -> None:
+                _hostile(case, where, value)
+                send(case, where, value)
 
             call()
-    print(f"fuzz: {sum(statuses.values())} requests, statuses {dict(sorted(statuses.items()))}")
-    assert sum(statuses.values()) >= len(operations) * min(EXAMPLES, 10)
+        # and every operation with each of SWEEP in each place, at least once (one create, then replays)
+        key_of = {"path": "sweep", "query": "sweep", "body": uuid.uuid4().hex}
+        for operation in operations:
+            for where in ("path", "query", "body"):
+                for value in SWEEP:
+                    body = bodies.get(operation.path) if operation.method.upper() == "POST" else None
+                    extra = {"body": body, "media_type": "application/json"} if body or operation.body else {}
+                    case = operation.Case(path_parameters={p.name: "x" for p in operation.path_parameters},
+                                          headers={"Idempotency-Key": key_of[where]}, **extra)
+                    if "body" in extra and extra["body"] is None:
+                        case.body = {"x": "y"}
+                    _hostile(case, where, value)
+                    send(case, where, value)
+        per_operation, times = sum(statuses.values()), [time.monotonic() - began]
+
+        session = requests.Session()
+
+        class Linked(schema.as_state_machine()):  # type: ignore[misc]
+            def call(self, case: Any, **kwargs: Any) -> Any:
+                headers = {**(case.headers or {}), **auth}
+                headers.pop("Accept", None)
+                case.headers = headers
+                return case.call(base_url=url, session=session, **kwargs)
+
+            def after_call(self, response: Any, case: Any) -> None:
+                statuses[response.status_code] += 1
+                assert response.status_code < 500, (case.method, case.path, case.body, response.status_code,
+                                                     response.text)
+
+            def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
+                """Only the 5xx rule (after_call) is this test's: the rest is the contract tests' job."""
+
+        Linked.run(settings=settings(max_examples=SCENARIOS, stateful_step_count=STEPS, derandomize=True,
+                                     database=None, deadline=None, suppress_health_check=list(HealthCheck)))
+        times.append(time.monotonic() - began - times[0])
+        _end_open_tasks(url, key, db, tenant_id)
+        times.append(time.monotonic() - began - sum(times))
+    total = sum(statuses.values())
+    print(f"fuzz: {total} requests ({per_operation} per operation, {total - per_operation} stateful), "
+          f"statuses {dict(sorted(statuses.items()))}; seconds per part, stateful, cleanup "
+          f"{', '.join(f'{t:.0f}' for t in times)}")
+    with db.transaction() as session:
+        reached = Counter(session.scalars(select(Task.status).where(Task.tenant_id == tenant_id)))
+    print(f"fuzz: tasks created {dict(reached)}")
+    assert per_operation >= len(operations) * min(EXAMPLES, 10)
+    assert statuses[202] + statuses[201] > 0 and sum(reached.values()) > 0  # creates reached their real paths
