@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import urllib3
 from minio import Minio
 from minio.commonconfig import CopySource
 from minio.datatypes import Part
@@ -25,6 +27,8 @@ from adapters.hashing import BackgroundSha256
 
 SHA_META = "sha256"
 PART_SIZE = 8 * 1024 * 1024
+# S3 error codes that say the credentials are wrong: waiting will not change them.
+REFUSED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch")
 
 
 class StoredObject(BaseModel):
@@ -94,13 +98,27 @@ class ObjectStorage:
             region=settings.s3_region,
         )
 
-    def ensure_bucket(self) -> None:
-        if not self.client.bucket_exists(self.bucket):
+    def ensure_bucket(self, *, wait_s: float = 0.0) -> bool:
+        """Make the bucket unless it exists; True when this call made it. Safe to repeat and to race.
+
+        `wait_s`: keep trying that long while the server does not answer yet (a one-shot job started
+        together with S3, or a filer a moment behind its S3 port); refused credentials end it at once."""
+        deadline = time.monotonic() + wait_s
+        while True:
             try:
+                if self.client.bucket_exists(self.bucket):
+                    return False
                 self.client.make_bucket(self.bucket)
-            except S3Error as exc:  # another process created it first
-                if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                return True
+            except S3Error as exc:
+                if exc.code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):  # another process first
+                    return False
+                if exc.code in REFUSED or time.monotonic() > deadline:
                     raise
+            except (OSError, urllib3.exceptions.HTTPError):  # not listening yet, or reset while it starts
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.3)
 
     def stat(self, key: str) -> StoredObject | None:
         try:

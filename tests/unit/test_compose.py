@@ -24,7 +24,7 @@ from contracts import workflow_api as api
 from devstack import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[2]
-REQUIRED = {"postgres", "temporal-postgres", "temporal", "temporal-ui", "minio", "emulator", "gateway", "worker-io",
+REQUIRED = {"postgres", "temporal-postgres", "temporal", "temporal-ui", "seaweedfs", "emulator", "gateway", "worker-io",
             "worker-media", "migrate", "prometheus", "grafana"}
 WORKERS = {"worker-io": "io", "worker-media": "media"}  # scaled with --scale: no host port, no container name
 # The Temporal client's own variables (temporalio.envconfig), besides Settings' REELQUEUE_* ones.
@@ -32,8 +32,8 @@ TEMPORAL_CLIENT_ENV = re.compile(r"TEMPORAL_(ADDRESS|NAMESPACE|API_KEY|PROFILE|C
 LOCAL_HOSTS = {"localhost", "127.0.0.1"}
 # Published only these, and only on loopback; never a database, S3, Temporal, emulator or metrics port.
 PUBLISHED = {"gateway", "temporal-ui", "grafana"}
-INTERNAL_PORTS = {5432: "Postgres", 9000: "S3", 9001: "MinIO console", 7233: "Temporal", 9464: "metrics",
-                  8900: "emulator", 9090: "metrics"}
+INTERNAL_PORTS = {5432: "Postgres", 8333: "S3", 9333: "SeaweedFS master", 8888: "SeaweedFS filer",
+                  7233: "Temporal", 9464: "metrics", 8900: "emulator", 9090: "metrics"}
 SECRET_NAME = re.compile(r"(SECRET|PASSWORD|_PWD|TOKEN|API_KEY|ACCESS_KEY|ROOT_USER)")
 _REFERENCE = re.compile(r"\$\{([A-Z0-9_]+)(?::?([-?])([^}]*))?\}")
 
@@ -290,7 +290,7 @@ def _depends(svc: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 def test_every_server_has_a_healthcheck_and_restarts_and_every_job_retries(services) -> None:
     jobs = _one_shots(services)
-    assert jobs >= {"migrate", "temporal-schema", "temporal-namespace", "temporal-setup", "minio-bucket"}
+    assert jobs >= {"migrate", "temporal-schema", "temporal-namespace", "temporal-setup", "s3-bucket"}
     for name, svc in services.items():
         if name in jobs:
             assert re.fullmatch(r"on-failure(:\d+)?", str(svc.get("restart"))), f"{name}: a job retries on failure"

@@ -1,0 +1,68 @@
+"""`reelqueue storage setup`, the compose file's bucket job, against a real SeaweedFS (the embedded
+stack's S3 alone): it makes the bucket once, finds it after, and stops at once on refused keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from config.settings import Settings, get_settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def s3_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    import devstack
+
+    home = str(tmp_path_factory.mktemp("storage-home"))
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("REELQUEUE_") or k == "DATABASE_URL"}
+    os.environ["REELQUEUE_HOME"] = home
+    try:
+        devstack.up(Settings(), services=["s3"])
+        yield home
+    finally:
+        devstack.down(Settings())
+        os.environ.pop("REELQUEUE_HOME", None)
+        os.environ.update(saved)
+
+
+def _setup(*args: str, **env: str) -> tuple[int, str]:
+    from starter import app
+
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["storage", "setup", "--json", *args], env=env)
+    finally:
+        get_settings.cache_clear()
+    return result.exit_code, result.stdout
+
+
+def test_setup_makes_the_bucket_once_and_then_finds_it(s3_home: str) -> None:
+    first = _setup("--wait", "30", REELQUEUE_S3_BUCKET="made-by-setup")
+    assert first[0] == 0 and json.loads(first[1])["created"] is True, first
+    again = _setup(REELQUEUE_S3_BUCKET="made-by-setup")
+    assert again[0] == 0 and json.loads(again[1])["created"] is False, again
+
+
+def test_refused_keys_end_the_wait_at_once_naming_the_bucket(s3_home: str) -> None:
+    started = time.monotonic()
+    code, out = _setup("--wait", "60", REELQUEUE_S3_BUCKET="never-made", REELQUEUE_S3_SECRET_KEY="wrong-secret-key")
+    assert code == 1 and "never-made" in json.loads(out)["error"], out
+    assert time.monotonic() - started < 30, "refused credentials do not wait out --wait"
+
+
+def test_no_server_is_an_error_after_the_wait(s3_home: str) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    code, out = _setup("--wait", "1", REELQUEUE_S3_ENDPOINT=f"127.0.0.1:{port}")
+    assert code == 1 and f"127.0.0.1:{port}" in json.loads(out)["error"], out
+    assert time.monotonic() - started >= 1
