@@ -137,7 +137,8 @@ async def test_setup_on_cloud_without_leave_reports_what_to_add_instead_of_faili
 
 # Every optional variable the Kubernetes Secret and the compose env may hold, empty unless a case sets it.
 _OPTIONAL = ("TEMPORAL_API_KEY", "TEMPORAL_TLS", "TEMPORAL_TLS_SERVER_NAME", "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
-             "TEMPORAL_TLS_CLIENT_CERT_PATH", "TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_PROFILE", "TEMPORAL_CONFIG_FILE")
+             "TEMPORAL_TLS_CLIENT_CERT_PATH", "TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_PROFILE",
+             "TEMPORAL_CONFIG_FILE")
 
 
 def _certificates(folder: Path) -> dict[str, str]:
