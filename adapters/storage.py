@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import urllib3
 from minio import Minio
@@ -68,6 +69,14 @@ class WriteConflict(Exception):
         self.kept_at = kept_at
 
 
+def public_host(endpoint: str, secure: bool) -> tuple[str, bool]:
+    """(host:port, https?) of REELQUEUE_S3_PUBLIC_ENDPOINT: a URL, or host:port with the internal scheme."""
+    if "://" not in endpoint:
+        return endpoint.rstrip("/"), secure
+    parts = urlsplit(endpoint)
+    return parts.netloc, parts.scheme == "https"
+
+
 def conflict_key(final_key: str, sha256: str) -> str:
     """Where the bytes that lost a write-once conflict are kept (deterministic: a retry finds them)."""
     return f"{final_key}.conflict-{sha256[:16]}"
@@ -83,9 +92,17 @@ class ObjectStorage:
         *,
         secure: bool = False,
         region: str = "us-east-1",
+        public_endpoint: str = "",
     ):
         self.bucket = bucket
         self.client = Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region)
+        # Presigned URLs for clients outside our network are signed for the host they reach S3 by
+        # (signing is offline: the region is known, so no request goes to that host).
+        self.signer = self.client
+        if public_endpoint:
+            host, public_secure = public_host(public_endpoint, secure)
+            self.signer = Minio(host, access_key=access_key, secret_key=secret_key, secure=public_secure,
+                                region=region)
 
     @classmethod
     def from_settings(cls, settings) -> ObjectStorage:  # noqa: ANN001 - config.Settings
@@ -96,6 +113,7 @@ class ObjectStorage:
             settings.s3_bucket,
             secure=settings.s3_secure,
             region=settings.s3_region,
+            public_endpoint=settings.s3_public_endpoint,
         )
 
     def ensure_bucket(self, *, wait_s: float = 0.0) -> bool:
@@ -223,20 +241,22 @@ class ObjectStorage:
             if not obj.is_dir:
                 yield ListedObject(key=obj.object_name, size=obj.size or 0, last_modified=obj.last_modified)
 
-    def presigned_url(self, key: str, expires: timedelta = timedelta(hours=12)) -> str:
-        return self.client.presigned_get_object(self.bucket, key, expires=expires)
+    def presigned_url(self, key: str, expires: timedelta = timedelta(hours=12), *, internal: bool = False) -> str:
+        """A GET link on the public endpoint; `internal`: on the endpoint our own services use (the
+        emulator, which runs beside us where the public address may not resolve)."""
+        return (self.client if internal else self.signer).presigned_get_object(self.bucket, key, expires=expires)
 
     # Direct uploads by clients (control/uploads.py): the server picks the key, a signed URL allows
-    # one method on that key for a short time, multipart for large files.
+    # one method on that key for a short time, multipart for large files; on the public endpoint.
     def presigned_put_url(self, key: str, expires: timedelta) -> str:
-        return self.client.presigned_put_object(self.bucket, key, expires=expires)
+        return self.signer.presigned_put_object(self.bucket, key, expires=expires)
 
     def start_multipart(self, key: str, content_type: str) -> str:
         """A new multipart upload at `key`; its upload id."""
         return self.client._create_multipart_upload(self.bucket, key, {"Content-Type": content_type})
 
     def presigned_part_url(self, key: str, upload_id: str, number: int, expires: timedelta) -> str:
-        return self.client.get_presigned_url("PUT", self.bucket, key, expires=expires,
+        return self.signer.get_presigned_url("PUT", self.bucket, key, expires=expires,
                                              extra_query_params={"partNumber": str(number), "uploadId": upload_id})
 
     def uploaded_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:

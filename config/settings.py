@@ -46,6 +46,11 @@ class Settings(BaseSettings):
     s3_bucket: str = "reelqueue"
     s3_secure: bool = False
     s3_region: str = "us-east-1"
+    # The S3 address presigned URLs name, for whoever uses them outside our network: a tenant's
+    # browser uploading (/v1/uploads) and a hosted provider reading a task's input image. A URL
+    # (`https://s3.example.com`) or host:port (then s3_secure says the scheme); empty: s3_endpoint.
+    # The signature covers the host, so it must be the address the client reaches S3 by.
+    s3_public_endpoint: str = Field(default="", pattern=r"^((https?://)?[A-Za-z0-9.\-\[\]:]+/?)?$")
 
     emulator_url: str = "http://127.0.0.1:8900"
     # How `reelqueue dev up` runs the emulator: render "fast" (tiny clips) for load tests.

@@ -66,3 +66,26 @@ def test_no_server_is_an_error_after_the_wait(s3_home: str) -> None:
     code, out = _setup("--wait", "1", REELQUEUE_S3_ENDPOINT=f"127.0.0.1:{port}")
     assert code == 1 and f"127.0.0.1:{port}" in json.loads(out)["error"], out
     assert time.monotonic() - started >= 1
+
+
+def test_a_url_signed_for_the_public_endpoint_works_there_and_nowhere_else(s3_home: str) -> None:
+    """The signature covers the host: signed for the public name, the URL works when S3 is reached
+    by that name (here `localhost` for the stack's 127.0.0.1) and is refused under another."""
+    from datetime import timedelta
+
+    import httpx
+
+    from adapters.storage import ObjectStorage
+
+    internal = Settings()
+    port = internal.s3_endpoint.rpartition(":")[2]
+    public = internal.model_copy(update={"s3_public_endpoint": f"http://localhost:{port}"})
+    storage = ObjectStorage.from_settings(public)
+    url = storage.presigned_put_url("uploads/public-check.txt", timedelta(minutes=5))
+    assert url.startswith(f"http://localhost:{port}/")
+    assert httpx.put(url, content=b"through the public name").status_code == 200
+    assert storage.read_bytes("uploads/public-check.txt") == b"through the public name"
+    elsewhere = url.replace(f"localhost:{port}", f"127.0.0.1:{port}")
+    assert httpx.put(elsewhere, content=b"x").status_code == 403
+    got = httpx.get(storage.presigned_url("uploads/public-check.txt", timedelta(minutes=5), internal=True))
+    assert got.content == b"through the public name"

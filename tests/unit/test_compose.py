@@ -30,9 +30,10 @@ WORKERS = {"worker-io": "io", "worker-media": "media"}  # scaled with --scale: n
 # The Temporal client's own variables (temporalio.envconfig), besides Settings' REELQUEUE_* ones.
 TEMPORAL_CLIENT_ENV = re.compile(r"TEMPORAL_(ADDRESS|NAMESPACE|API_KEY|PROFILE|CONFIG_FILE|TLS(_[A-Z_]+)?)")
 LOCAL_HOSTS = {"localhost", "127.0.0.1"}
-# Published only these, and only on loopback; never a database, S3, Temporal, emulator or metrics port.
-PUBLISHED = {"gateway", "temporal-ui", "grafana"}
-INTERNAL_PORTS = {5432: "Postgres", 8333: "S3", 9333: "SeaweedFS master", 8888: "SeaweedFS filer",
+# Published only these, and only on loopback; never a database, Temporal, emulator or metrics port. S3 is,
+# for presigned URLs (uploads from a browser, input images for a provider), and checks every signature.
+PUBLISHED = {"gateway", "seaweedfs", "temporal-ui", "grafana"}
+INTERNAL_PORTS = {5432: "Postgres", 9333: "SeaweedFS master", 8888: "SeaweedFS filer",
                   7233: "Temporal", 9464: "metrics", 8900: "emulator", 9090: "metrics"}
 SECRET_NAME = re.compile(r"(SECRET|PASSWORD|_PWD|TOKEN|API_KEY|ACCESS_KEY|ROOT_USER)")
 _REFERENCE = re.compile(r"\$\{([A-Z0-9_]+)(?::?([-?])([^}]*))?\}")
@@ -259,7 +260,7 @@ def _published(entry: Any) -> tuple[str, int | None, int]:
     return ip, int(parts[-2]) if len(parts) > 1 else None, int(parts[-1])
 
 
-def test_only_the_gateway_the_temporal_ui_and_grafana_are_published_on_loopback(services) -> None:
+def test_only_the_gateway_s3_the_temporal_ui_and_grafana_are_published_on_loopback(services) -> None:
     for name, svc in services.items():
         for entry in svc.get("ports") or []:
             ip, host_port, target = _published(entry)
@@ -386,3 +387,27 @@ def test_monitoring_runs_only_in_its_profile_with_files_from_the_repo(services) 
             if source.startswith("./"):
                 assert (ROOT / source).exists(), f"{name} mounts missing {source}"
     assert "metrics_token" in services["prometheus"]["secrets"]
+
+
+def test_presigned_urls_under_compose_name_the_public_s3_endpoint(services, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Uploads (a browser) and input images (a hosted provider) are signed for the S3 address the
+    outside reaches, published on this host by default; the emulator, beside us, gets the internal one."""
+    from datetime import timedelta
+
+    from adapters.storage import ObjectStorage
+
+    env = _env(services["gateway"])
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    storage = ObjectStorage.from_settings(Settings())
+    default = urlsplit(storage.presigned_put_url("uploads/t/a.png", timedelta(minutes=10)))
+    assert (default.scheme, default.hostname) == ("http", "localhost")
+    assert default.port in {host for host, target in _port_pairs(services["seaweedfs"]) if target == 8333}
+    assert urlsplit(storage.presigned_part_url("uploads/t/b.mp4", "u1", 1, timedelta(minutes=10))).netloc == \
+        default.netloc
+    inside = urlsplit(storage.presigned_url("images/t/a.png", timedelta(hours=2), internal=True))
+    assert inside.netloc == env["REELQUEUE_S3_ENDPOINT"] == "seaweedfs:8333"
+    monkeypatch.setenv("REELQUEUE_S3_PUBLIC_ENDPOINT", "https://s3.reels.example")
+    hosted = urlsplit(ObjectStorage.from_settings(Settings()).presigned_url("images/t/a.png", timedelta(hours=2)))
+    assert (hosted.scheme, hosted.netloc) == ("https", "s3.reels.example")
+    assert "X-Amz-Signature=" in hosted.query

@@ -199,6 +199,7 @@ def test_the_config_map_holds_settings_and_no_secret() -> None:
             patch.setenv(key, value)
         settings = Settings()
     assert settings.public_url.startswith("https://") and settings.worker_metrics_port == 9464
+    assert settings.s3_public_endpoint.startswith("https://")  # presigned URLs a browser or provider can reach
     assert settings.webhook_url("runway").startswith(settings.public_url)
 
 
