@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test test-fast install lint lock secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api chaos down
+.PHONY: demo test test-fast install lint lock secrets image bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api chaos down
 
 # Python 3.11+ (README, "Platforms"). The versions come from requirements.lock (`make lock` after
 # editing pyproject.toml); the package itself goes in editable, without resolving anything again.
@@ -33,6 +33,13 @@ demo: install
 # Random secrets for docker compose in .env (mode 0600; usable values already there are kept).
 secrets: install
 	$(BIN)/reelqueue secrets init --env-file .env
+
+# The image of docker/Dockerfile, for your registry (docs/deploy.md, "Kubernetes"; needs a Docker engine):
+#   make image IMAGE=registry.example.com/reelqueue TAG=$$(git rev-parse --short HEAD)
+IMAGE ?= reelqueue
+TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+image:
+	docker build -f docker/Dockerfile -t $(IMAGE):$(TAG) .
 
 down: install
 	$(BIN)/reelqueue dev down

@@ -38,6 +38,12 @@ def connect_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+def namespace_of(settings: Settings) -> str:
+    """The namespace this process connects to (the profile's TEMPORAL_NAMESPACE, else the setting):
+    the one to name in Temporal UI links."""
+    return str(connect_options(settings)["namespace"])
+
+
 def profile_options() -> dict[str, Any]:
     """The profile named by TEMPORAL_PROFILE (else "default") with the `TEMPORAL_*` overrides, as
     `Client.connect` arguments (certificates read from their files).

@@ -174,3 +174,13 @@ def test_an_empty_optional_variable_is_unset_in_every_combination(
     else:
         assert isinstance(tls, TLSConfig) and options == {}
         assert (tls.client_cert, tls.server_root_ca_cert, tls.domain) == (None, None, None)
+
+
+def test_temporal_ui_links_name_the_namespace_the_process_connects_to(temporal_env: pytest.MonkeyPatch) -> None:
+    """On Kubernetes the namespace comes from TEMPORAL_NAMESPACE (the profile), not REELQUEUE_*."""
+    from gateway.review import review_deps_from_settings
+
+    temporal_env.setenv("TEMPORAL_NAMESPACE", "reelqueue-prod")
+    temporal_env.setenv("REELQUEUE_TEMPORAL_UI_URL", "https://temporal-ui.example.com")
+    deps = review_deps_from_settings()
+    assert (deps.namespace, deps.temporal_ui_url) == ("reelqueue-prod", "https://temporal-ui.example.com")
