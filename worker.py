@@ -78,9 +78,8 @@ def build_worker(client: Client, settings: Settings, *, task_queue: str | None =
         settings = settings.model_copy(update={"worker_id": f"{socket.gethostname()}:{os.getpid()}"})
     queue = task_queue or settings.task_queue
     activities = build_activities(settings, client)
-    io_slots = settings.worker_max_activities if api.IO in queues else 0
     media = media_slots(settings) if api.MEDIA in queues else 0
-    metrics = ActivityMetrics(io_slots + media, media)
+    metrics = ActivityMetrics(activity_slots(settings, queues), media)
     drain = timedelta(seconds=settings.worker_drain_s)
     workers = []
     if api.IO in queues:
@@ -108,8 +107,16 @@ def worker_tuning(settings: Settings, metrics: ActivityMetrics | None = None) ->
         "max_concurrent_activities": slots,
         "max_concurrent_local_activities": local_slots,
         "max_concurrent_workflow_tasks": settings.worker_max_workflow_tasks,
-        "interceptors": [metrics or ActivityMetrics(slots, 0)],
+        "interceptors": [metrics or ActivityMetrics(activity_slots(settings, (api.IO,)), 0)],
     }
+
+
+def activity_slots(settings: Settings, queues: Sequence[str]) -> int:
+    """Every activity this process may run at once, the denominator of slot use: the io queue's
+    activities and local activities (the interceptor counts `record_transition` in flight too, so
+    leaving its slots out put io workers over 100 %), and the media queue's."""
+    io = settings.worker_max_activities + settings.worker_max_local_activities if api.IO in queues else 0
+    return io + (media_slots(settings) if api.MEDIA in queues else 0)
 
 
 def media_steps(activities: list[Callable[..., Any]]) -> list[Callable[..., Any]]:

@@ -20,12 +20,14 @@ _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
 
 
 def _exported() -> set[str]:
-    """Every series name the worker and the gateway export (metrics/ and metrics/collector.py), and the
-    Temporal SDK's worker-tuning series the worker passes on (metrics/sdk.py)."""
+    """Every series name the worker and the gateway export (metrics/ and metrics/collector.py), the
+    Temporal SDK's worker-tuning series the worker passes on (metrics/sdk.py) and the provider gate's
+    breaker series."""
     import metrics
     from metrics.collector import PostgresCollector, snapshot_metrics
     from metrics.sdk import TUNING_SIGNALS
     from schema.db import Database
+    from workflows.provider_gate import BREAKER_OPENS, BREAKER_STATE
 
     families = [m for m in vars(metrics).values() if hasattr(m, "describe") and hasattr(m, "_name")]
     families = [f for metric in families for f in metric.describe()]
@@ -33,6 +35,7 @@ def _exported() -> set[str]:
     families += list(PostgresCollector(Database(NOWHERE_DB), {}, []).collect())  # reelqueue_database_up
     names = {family.name + suffix for family in families for suffix in _SUFFIXES.get(family.type, ("",))}
     names |= {name + suffix for name, kind in TUNING_SIGNALS.items() for suffix in _SUFFIXES[kind]}
+    names |= {BREAKER_STATE, BREAKER_OPENS + "_total"}  # the gate's, through the SDK's meter (metrics/sdk.py)
     assert {"reelqueue_submits_total", "reelqueue_queue_depth", "reelqueue_database_up",
             "reelqueue_webhook_lag_seconds_bucket", "reelqueue_credit_spent_total"} <= names
     return names
@@ -122,3 +125,23 @@ def test_prometheus_loads_the_rules_and_grafana_the_dashboard() -> None:
     for panel in dashboard["panels"]:
         if panel["type"] != "row":
             assert panel["datasource"]["uid"] == uid and panel["targets"], panel["title"]
+
+
+def _database_gauges() -> set[str]:
+    """The gauges the gateway reads from Postgres: every gateway replica reports the same values."""
+    from metrics.collector import PostgresCollector, snapshot_metrics
+    from schema.db import Database
+
+    families = [*snapshot_metrics([], {}, ["emulator"]), *PostgresCollector(Database(NOWHERE_DB), {}, []).collect()]
+    return {family.name for family in families}
+
+
+def test_no_database_gauge_is_summed_over_gateway_replicas() -> None:
+    """Two gateways report the same queue depth: summing it doubles it. Take it with max (then sum
+    over a label of its own, such as the providers of a status, if the panel wants that)."""
+    gauges = _database_gauges()
+    assert {"reelqueue_queue_depth", "reelqueue_tasks", "reelqueue_reserved_credit"} <= gauges
+    names = "|".join(sorted(gauges, key=len, reverse=True))
+    summed = re.compile(rf"\b(sum|count)\s*(by\s*\([^)]*\))?\s*\(\s*({names})\b")
+    for expr in [rule["expr"] for rule in _alert_rules()] + _dashboard_queries():
+        assert not summed.search(expr), expr

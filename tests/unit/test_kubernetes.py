@@ -236,7 +236,11 @@ def test_production_is_scraped_by_the_operator_with_the_alert_rules_of_the_compo
         "selector"].items()
     workers = objects(PRODUCTION, "PodMonitor")["reelqueue-workers"]["spec"]
     assert workers["selector"]["matchExpressions"][0]["values"] == sorted(WORKERS)
-    assert workers["podMetricsEndpoints"][0]["relabelings"][0]["targetLabel"] == "queue"
+    relabel = {r["targetLabel"]: r for r in workers["podMetricsEndpoints"][0]["relabelings"]}
+    assert relabel["queue"]["sourceLabels"] == ["__meta_kubernetes_pod_label_reelqueue_io_queue"]
+    # the target alerts (up{job=~"gateway|worker"}) see the same job names as under compose
+    assert (relabel["job"]["replacement"], gateway["endpoints"][0]["relabelings"][0]["replacement"]) == (
+        "worker", "gateway")
 
 
 def test_the_image_is_the_release_and_production_names_a_registry() -> None:

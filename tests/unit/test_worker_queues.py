@@ -45,3 +45,15 @@ def test_a_bad_queue_is_refused_with_exit_2(capsys) -> None:
     with pytest.raises(SystemExit) as exited:
         worker.main(["--queues", "gpu"])
     assert exited.value.code == 2 and "--queues takes io and/or media" in capsys.readouterr().err
+
+
+def test_slot_use_counts_local_activities_on_both_sides() -> None:
+    """In flight counts every execution the interceptor sees, local activities (record_transition)
+    included; the slots it is divided by must count theirs too, or an io worker shows over 100 %."""
+    settings = Settings(worker_max_activities=8, worker_max_local_activities=8, media_max_activities=3)
+    assert worker.activity_slots(settings, ("io",)) == 16
+    assert worker.activity_slots(settings, ("media",)) == 3
+    assert worker.activity_slots(settings, ("io", "media")) == 19
+    tuning = worker.worker_tuning(settings)
+    assert tuning["interceptors"][0].slots == tuning["max_concurrent_activities"] + \
+        tuning["max_concurrent_local_activities"]
