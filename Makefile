@@ -14,17 +14,17 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	       "Run with one, e.g. make $(MAKECMDGOALS) PYTHON=python3.12" >&2; exit 2; }
 	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..." >&2
 	@$(PYTHON) -m venv $(VENV)
-	@{ $(BIN)/pip install -r requirements.lock && $(BIN)/pip install --no-deps -e '.[embedded,test,bench]'; } \
+	@{ $(BIN)/pip install -r requirements.lock && $(BIN)/pip install --no-deps -e '.[embedded,test]'; } \
 	  > $(VENV)/install.log 2>&1 || { tail -30 $(VENV)/install.log >&2; exit 1; }
 	@touch $@
 
 install: $(VENV)/.installed
 
 # requirements.lock: every platform's pins (uv's universal resolution) of the runtime and the
-# embedded, test and bench extras; CI and `make install` install exactly these.
+# embedded and test extras; CI and `make install` install exactly these.
 lock: install
 	$(BIN)/pip install -q 'uv>=0.5'
-	$(BIN)/uv pip compile pyproject.toml --extra embedded --extra test --extra bench --universal \
+	$(BIN)/uv pip compile pyproject.toml --extra embedded --extra test --universal \
 	  --python-version 3.11 -o requirements.lock
 
 demo: install
