@@ -1,4 +1,5 @@
-"""`python -m gateway --host H --port P` (or `reelqueue-gateway`): the gateway under uvicorn, once its secrets are checked (exit 2)."""
+"""`python -m gateway --host H --port P` (or `reelqueue-gateway`): the gateway under uvicorn, once its
+secrets are checked (exit 2)."""
 
 from __future__ import annotations
 
