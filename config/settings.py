@@ -162,6 +162,10 @@ class Settings(BaseSettings):
     worker_queues: str = "io,media"
     media_max_activities: int = Field(default=0, ge=0)
     worker_drain_s: float = Field(default=60.0, ge=0)
+    # Worker Versioning (docs/deploy.md, "Rolling deploys"): the Worker Deployment this worker belongs to
+    # and its build (the image tag); empty name: unversioned (the embedded stack, the tests).
+    worker_deployment_name: str = ""
+    worker_build_id: str = ""
     # A worker that starts while Temporal does not answer (started together, or during its restart)
     # keeps trying this long before it exits.
     worker_connect_wait_s: float = Field(default=120.0, ge=0)

@@ -203,13 +203,14 @@ def test_base_scales_workers_on_cpu_and_production_on_their_queues_backlog_with_
     scaled = objects(PRODUCTION, "ScaledObject")
     for queue, task_queue in WORKERS.items():
         name = f"reelqueue-worker-{queue}"
+        release = f"{name}-{_version()}"  # production's worker objects are named after their build
         hpa = base[name]["spec"]
         assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
         assert [m["resource"]["name"] for m in hpa["metrics"]] == ["cpu"]
         assert 1 <= hpa["minReplicas"] < hpa["maxReplicas"]
         assert "replicas" not in objects(BASE, "Deployment")[name]["spec"], "the autoscaler owns the replica count"
-        spec = scaled[name]["spec"]
-        assert spec["scaleTargetRef"]["name"] == name and spec["fallback"]["replicas"] >= spec["minReplicaCount"]
+        spec = scaled[release]["spec"]
+        assert spec["scaleTargetRef"]["name"] == release and spec["fallback"]["replicas"] >= spec["minReplicaCount"]
         triggers = {t["type"]: t for t in spec["triggers"]}
         assert set(triggers) == {"temporal", "cpu"}
         temporal = triggers["temporal"]["metadata"]
@@ -243,10 +244,36 @@ def test_production_is_scraped_by_the_operator_with_the_alert_rules_of_the_compo
         "worker", "gateway")
 
 
-def test_the_image_is_the_release_and_production_names_a_registry() -> None:
+def _version() -> str:
     import tomllib
 
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_production_runs_each_build_s_workers_as_their_own_versioned_deployments() -> None:
+    """Worker Versioning: applying the next release adds Deployments named after its build beside
+    these (pinned runs finish on their build), each pod knows its Worker Deployment and build, and
+    budgets and autoscalers follow their own build's pods. The base stays unversioned."""
+    build = _version()
+    deployments, budgets = objects(PRODUCTION, "Deployment"), objects(PRODUCTION, "PodDisruptionBudget")
+    scaled = objects(PRODUCTION, "ScaledObject")
+    for queue in WORKERS:
+        name = f"reelqueue-worker-{queue}-{build}"
+        spec = deployments[name]["spec"]
+        assert spec["selector"]["matchLabels"]["reelqueue.io/build"] == build
+        assert spec["template"]["metadata"]["labels"]["reelqueue.io/build"] == build
+        env = _env(spec["template"]["spec"]["containers"][0])
+        assert (env["REELQUEUE_WORKER_DEPLOYMENT_NAME"]["value"], env["REELQUEUE_WORKER_BUILD_ID"]["value"]) == (
+            "reelqueue", build)
+        assert budgets[name]["spec"]["selector"]["matchLabels"].items() <= spec["selector"]["matchLabels"].items()
+        temporal = next(t for t in scaled[name]["spec"]["triggers"] if t["type"] == "temporal")["metadata"]
+        assert (temporal["workerDeploymentName"], temporal["workerDeploymentBuildId"]) == ("reelqueue", build)
+        assert "REELQUEUE_WORKER_DEPLOYMENT_NAME" not in _env(pods(BASE)[f"reelqueue-worker-{queue}"]["containers"][0])
+    assert deployments["reelqueue-gateway"]["spec"]["replicas"] == 2  # the gateway rolls as before
+
+
+def test_the_image_is_the_release_and_production_names_a_registry() -> None:
+    version = _version()
     assert {c["image"] for _, c in containers(BASE)} == {f"reelqueue:{version}"}
     images = {c["image"] for _, c in containers(PRODUCTION)}
     assert len(images) == 1 and images.pop().endswith(f"/reelqueue:{version}")
