@@ -83,9 +83,9 @@ def build_worker(client: Client, settings: Settings, *, task_queue: str | None =
     media = media_slots(settings) if api.MEDIA in queues else 0
     metrics = ActivityMetrics(activity_slots(settings, queues), media)
     drain = timedelta(seconds=settings.worker_drain_s)
+    versioning = deployment_config(settings)
     workers = []
     if api.IO in queues:
-        versioning = deployment_config(settings)
         workers.append(Worker(client, task_queue=queue, workflows=VERSIONED_WORKFLOWS if versioning else WORKFLOWS,
                               activities=activities, graceful_shutdown_timeout=drain, deployment_config=versioning,
                               **worker_tuning(settings, metrics)))
@@ -93,14 +93,14 @@ def build_worker(client: Client, settings: Settings, *, task_queue: str | None =
         workers.append(Worker(
             client, task_queue=api.media_queue(queue), activities=media_steps(activities),
             activity_executor=ThreadPoolExecutor(media, thread_name_prefix="media"), max_concurrent_activities=media,
-            graceful_shutdown_timeout=drain, interceptors=[metrics], deployment_config=deployment_config(settings)))
+            graceful_shutdown_timeout=drain, interceptors=[metrics], deployment_config=versioning))
     return QueueWorkers(workers)
 
 
 def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
     """Worker Versioning for both queues' Workers (a pinned run's activities go to its own build's media
-    workers too); None, unversioned, without REELQUEUE_WORKER_DEPLOYMENT_NAME. Each workflow type
-    says how it moves between builds (`versioning_behavior` on its definition)."""
+    workers too); None, unversioned, without REELQUEUE_WORKER_DEPLOYMENT_NAME. Versioned workers register
+    workflows/versioned.py's classes, which say how each workflow type moves between builds."""
     if not settings.worker_deployment_name:
         return None
     version = WorkerDeploymentVersion(deployment_name=settings.worker_deployment_name,
