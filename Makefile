@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test test-fast install lint lock secrets bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api chaos down
+.PHONY: demo test test-fast install lint lock secrets image bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api chaos down
 
 # Python 3.11+ (README, "Platforms"). The versions come from requirements.lock (`make lock` after
 # editing pyproject.toml); the package itself goes in editable, without resolving anything again.
@@ -14,17 +14,17 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	       "Run with one, e.g. make $(MAKECMDGOALS) PYTHON=python3.12" >&2; exit 2; }
 	@echo "installing into $(VENV) (log: $(VENV)/install.log) ..." >&2
 	@$(PYTHON) -m venv $(VENV)
-	@{ $(BIN)/pip install -r requirements.lock && $(BIN)/pip install --no-deps -e '.[embedded,test,bench]'; } \
+	@{ $(BIN)/pip install -r requirements.lock && $(BIN)/pip install --no-deps -e '.[embedded,test]'; } \
 	  > $(VENV)/install.log 2>&1 || { tail -30 $(VENV)/install.log >&2; exit 1; }
 	@touch $@
 
 install: $(VENV)/.installed
 
 # requirements.lock: every platform's pins (uv's universal resolution) of the runtime and the
-# embedded, test and bench extras; CI and `make install` install exactly these.
+# embedded and test extras; CI and `make install` install exactly these.
 lock: install
 	$(BIN)/pip install -q 'uv>=0.5'
-	$(BIN)/uv pip compile pyproject.toml --extra embedded --extra test --extra bench --universal \
+	$(BIN)/uv pip compile pyproject.toml --extra embedded --extra test --universal \
 	  --python-version 3.11 -o requirements.lock
 
 demo: install
@@ -33,6 +33,13 @@ demo: install
 # Random secrets for docker compose in .env (mode 0600; usable values already there are kept).
 secrets: install
 	$(BIN)/reelqueue secrets init --env-file .env
+
+# The image of docker/Dockerfile, for your registry (docs/deploy.md, "Kubernetes"; needs a Docker engine):
+#   make image IMAGE=registry.example.com/reelqueue TAG=$$(git rev-parse --short HEAD)
+IMAGE ?= reelqueue
+TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+image:
+	docker build -f docker/Dockerfile -t $(IMAGE):$(TAG) .
 
 down: install
 	$(BIN)/reelqueue dev down

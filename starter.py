@@ -15,6 +15,7 @@ from cli.providers import providers_app
 from cli.review import overview, review
 from cli.secrets import secrets_app
 from cli.spend import spend
+from cli.storage import storage_app
 from cli.temporal import temporal_app
 from cli.tenants import tenants_app
 
@@ -46,6 +47,7 @@ app.add_typer(providers_app, name="providers")
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(temporal_app, name="temporal")
 app.add_typer(db_app, name="db")
+app.add_typer(storage_app, name="storage")
 app.add_typer(tenants_app, name="tenants")
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from activities import build_activities
 from adapters.temporal_client import connect
@@ -35,6 +36,7 @@ from metrics.server import serve_metrics
 from workflows.generation import GenerationWorkflow
 from workflows.provider_gate import ProviderGateWorkflow
 from workflows.renditions import RenditionsWorkflow
+from workflows.versioned import VERSIONED_WORKFLOWS
 
 WORKFLOWS = [GenerationWorkflow, ProviderGateWorkflow, RenditionsWorkflow]
 QUEUES = (api.IO, api.MEDIA)
@@ -78,20 +80,33 @@ def build_worker(client: Client, settings: Settings, *, task_queue: str | None =
         settings = settings.model_copy(update={"worker_id": f"{socket.gethostname()}:{os.getpid()}"})
     queue = task_queue or settings.task_queue
     activities = build_activities(settings, client)
-    io_slots = settings.worker_max_activities if api.IO in queues else 0
     media = media_slots(settings) if api.MEDIA in queues else 0
-    metrics = ActivityMetrics(io_slots + media, media)
+    metrics = ActivityMetrics(activity_slots(settings, queues), media)
     drain = timedelta(seconds=settings.worker_drain_s)
+    versioning = deployment_config(settings)
     workers = []
     if api.IO in queues:
-        workers.append(Worker(client, task_queue=queue, workflows=WORKFLOWS, activities=activities,
-                              graceful_shutdown_timeout=drain, **worker_tuning(settings, metrics)))
+        workers.append(Worker(client, task_queue=queue, workflows=VERSIONED_WORKFLOWS if versioning else WORKFLOWS,
+                              activities=activities, graceful_shutdown_timeout=drain, deployment_config=versioning,
+                              **worker_tuning(settings, metrics)))
     if api.MEDIA in queues:
         workers.append(Worker(
             client, task_queue=api.media_queue(queue), activities=media_steps(activities),
             activity_executor=ThreadPoolExecutor(media, thread_name_prefix="media"), max_concurrent_activities=media,
-            graceful_shutdown_timeout=drain, interceptors=[metrics]))
+            graceful_shutdown_timeout=drain, interceptors=[metrics], deployment_config=versioning))
     return QueueWorkers(workers)
+
+
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """Worker Versioning for both queues' Workers (a pinned run's activities go to its own build's media
+    workers too); None, unversioned, without REELQUEUE_WORKER_DEPLOYMENT_NAME. Versioned workers register
+    workflows/versioned.py's classes, which say how each workflow type moves between builds."""
+    if not settings.worker_deployment_name:
+        return None
+    version = WorkerDeploymentVersion(deployment_name=settings.worker_deployment_name,
+                                      build_id=settings.worker_build_id)
+    return WorkerDeploymentConfig(version=version, use_worker_versioning=True,
+                                  default_versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 
 
 def worker_tuning(settings: Settings, metrics: ActivityMetrics | None = None) -> dict[str, Any]:
@@ -108,8 +123,16 @@ def worker_tuning(settings: Settings, metrics: ActivityMetrics | None = None) ->
         "max_concurrent_activities": slots,
         "max_concurrent_local_activities": local_slots,
         "max_concurrent_workflow_tasks": settings.worker_max_workflow_tasks,
-        "interceptors": [metrics or ActivityMetrics(slots, 0)],
+        "interceptors": [metrics or ActivityMetrics(activity_slots(settings, (api.IO,)), 0)],
     }
+
+
+def activity_slots(settings: Settings, queues: Sequence[str]) -> int:
+    """Every activity this process may run at once, the denominator of slot use: the io queue's
+    activities and local activities (the interceptor counts `record_transition` in flight too, so
+    leaving its slots out put io workers over 100 %), and the media queue's."""
+    io = settings.worker_max_activities + settings.worker_max_local_activities if api.IO in queues else 0
+    return io + (media_slots(settings) if api.MEDIA in queues else 0)
 
 
 def media_steps(activities: list[Callable[..., Any]]) -> list[Callable[..., Any]]:
@@ -219,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         queues = parse_queues(args.queues)
     except ValueError as exc:
         parser.error(str(exc))
+    if settings.worker_deployment_name and not settings.worker_build_id:
+        parser.error("REELQUEUE_WORKER_DEPLOYMENT_NAME is set: REELQUEUE_WORKER_BUILD_ID must name this build")
     require(settings, "worker")
     setup_tracing("worker")
     asyncio.run(serve(settings, queues))

@@ -38,7 +38,8 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     tasks = TaskActivities(db, storage, providers, image_fetcher(settings, timeout_s=VALIDATION_IMAGE_TIMEOUT_S))
     ledger = LedgerActivities(db)
     submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker",
-                              webhook_url=settings.webhook_url, gate=GateNotices.on_running_loop(client))
+                              webhook_url=settings.webhook_url, gate=GateNotices.on_running_loop(client),
+                              inside=settings.emulated)
     poll = PollActivities(db, providers)
     fetch = FetchActivities(db, storage, providers, fetcher, url_refreshes=settings.fetch_url_refreshes,
                             expiry_margin_s=settings.fetch_expiry_margin_s)

@@ -90,6 +90,7 @@ class SubmitActivities:
         worker_id: str,
         webhook_url: Callable[[str], str | None] | None = None,
         gate: GateNotices | None = None,
+        inside: Callable[[str], bool] | None = None,
     ):
         self.db = db
         self.storage = storage
@@ -97,6 +98,9 @@ class SubmitActivities:
         self.worker_id = worker_id
         self._webhook_url = webhook_url or (lambda _provider: None)  # Settings.webhook_url: None when off
         self.gate = gate or GateNotices(None, None)  # renew-in-submit-v1: tells the gate of an acceptance
+        # Settings.emulated: a provider on our own network gets its input image on the internal S3
+        # endpoint; every other one on the public endpoint (REELQUEUE_S3_PUBLIC_ENDPOINT) it can reach.
+        self._inside = inside or (lambda _provider: False)
 
     def webhook_url(self, provider: str) -> str | None:
         """Where this provider should send its webhooks, if it offers them and they are on."""
@@ -251,7 +255,7 @@ class SubmitActivities:
         image_url = None
         if task.image_asset_id:
             image = session.get(Asset, task.image_asset_id)
-            image_url = self.storage.presigned_url(image.key, INPUT_URL_TTL)
+            image_url = self.storage.presigned_url(image.key, INPUT_URL_TTL, internal=self._inside(task.provider))
         overlay = [task.overlay.get(k, "") for k in OVERLAY_FIELDS]
         return GenerationRequest(
             request_key=key, model=task.model, prompt=task.prompt_override or task.prompt, image_url=image_url,

@@ -12,10 +12,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import urllib3
 from minio import Minio
 from minio.commonconfig import CopySource
 from minio.datatypes import Part
@@ -27,6 +30,8 @@ from adapters.presign import presign
 
 SHA_META = "sha256"
 PART_SIZE = 8 * 1024 * 1024
+# S3 error codes that say the credentials are wrong: waiting will not change them.
+REFUSED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch")
 
 
 class StoredObject(BaseModel):
@@ -66,6 +71,14 @@ class WriteConflict(Exception):
         self.kept_at = kept_at
 
 
+def public_host(endpoint: str, secure: bool) -> tuple[str, bool]:
+    """(host:port, https?) of REELQUEUE_S3_PUBLIC_ENDPOINT: a URL, or host:port with the internal scheme."""
+    if "://" not in endpoint:
+        return endpoint.rstrip("/"), secure
+    parts = urlsplit(endpoint)
+    return parts.netloc, parts.scheme == "https"
+
+
 def conflict_key(final_key: str, sha256: str) -> str:
     """Where the bytes that lost a write-once conflict are kept (deterministic: a retry finds them)."""
     return f"{final_key}.conflict-{sha256[:16]}"
@@ -81,11 +94,20 @@ class ObjectStorage:
         *,
         secure: bool = False,
         region: str = "us-east-1",
+        public_endpoint: str = "",
     ):
         self.bucket = bucket
         self.client = Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region)
-        self._signing = {"scheme": "https" if secure else "http", "host": endpoint, "access_key": access_key,
-                         "secret_key": secret_key, "region": region}
+        # Presigned URLs for clients outside our network are signed for the host they reach S3 by
+        # (signing is offline: the region is known, so no request goes to that host).
+        self.signer = self.client
+        signed_host, signed_secure = endpoint, secure
+        if public_endpoint:
+            signed_host, signed_secure = public_host(public_endpoint, secure)
+            self.signer = Minio(signed_host, access_key=access_key, secret_key=secret_key, secure=signed_secure,
+                                region=region)
+        self._signing = {"scheme": "https" if signed_secure else "http", "host": signed_host,
+                         "access_key": access_key, "secret_key": secret_key, "region": region}
 
     @classmethod
     def from_settings(cls, settings) -> ObjectStorage:  # noqa: ANN001 - config.Settings
@@ -96,15 +118,30 @@ class ObjectStorage:
             settings.s3_bucket,
             secure=settings.s3_secure,
             region=settings.s3_region,
+            public_endpoint=settings.s3_public_endpoint,
         )
 
-    def ensure_bucket(self) -> None:
-        if not self.client.bucket_exists(self.bucket):
+    def ensure_bucket(self, *, wait_s: float = 0.0) -> bool:
+        """Make the bucket unless it exists; True when this call made it. Safe to repeat and to race.
+
+        `wait_s`: keep trying that long while the server does not answer yet (a one-shot job started
+        together with S3, or a filer a moment behind its S3 port); refused credentials end it at once."""
+        deadline = time.monotonic() + wait_s
+        while True:
             try:
+                if self.client.bucket_exists(self.bucket):
+                    return False
                 self.client.make_bucket(self.bucket)
-            except S3Error as exc:  # another process created it first
-                if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                return True
+            except S3Error as exc:
+                if exc.code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):  # another process first
+                    return False
+                if exc.code in REFUSED or time.monotonic() > deadline:
                     raise
+            except (OSError, urllib3.exceptions.HTTPError):  # not listening yet, or reset while it starts
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.3)
 
     def stat(self, key: str) -> StoredObject | None:
         try:
@@ -226,11 +263,13 @@ class ObjectStorage:
             if not obj.is_dir:
                 yield ListedObject(key=obj.object_name, size=obj.size or 0, last_modified=obj.last_modified)
 
-    def presigned_url(self, key: str, expires: timedelta = timedelta(hours=12)) -> str:
-        return self.client.presigned_get_object(self.bucket, key, expires=expires)
+    def presigned_url(self, key: str, expires: timedelta = timedelta(hours=12), *, internal: bool = False) -> str:
+        """A GET link on the public endpoint; `internal`: on the endpoint our own services use (the
+        emulator, which runs beside us where the public address may not resolve)."""
+        return (self.client if internal else self.signer).presigned_get_object(self.bucket, key, expires=expires)
 
     # Direct uploads by clients (control/uploads.py): the server picks the key, a signed URL allows
-    # one method on that key for a short time, multipart for large files.
+    # one method on that key for a short time, multipart for large files; on the public endpoint.
     def presigned_put(self, key: str, expires: timedelta, *, size: int, sha256: str) -> tuple[str, dict[str, str]]:
         """A PUT URL for `key` that takes only `size` bytes whose sha256 (hex) is `sha256`, and the
         headers the client must send with it: Content-Length and x-amz-checksum-sha256 are signed, and

@@ -38,17 +38,26 @@ def connect_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+def namespace_of(settings: Settings) -> str:
+    """The namespace this process connects to (the profile's TEMPORAL_NAMESPACE, else the setting):
+    the one to name in Temporal UI links."""
+    return str(connect_options(settings)["namespace"])
+
+
 def profile_options() -> dict[str, Any]:
     """The profile named by TEMPORAL_PROFILE (else "default") with the `TEMPORAL_*` overrides, as
     `Client.connect` arguments (certificates read from their files).
 
     The SDK treats a TEMPORAL_CONFIG_FILE that does not exist as an empty file, which would send a
-    production worker to 127.0.0.1 quietly: here it is an error."""
-    path = os.environ.get("TEMPORAL_CONFIG_FILE")
+    production worker to 127.0.0.1 quietly: here it is an error. And it reads an empty variable as a
+    value (an empty TEMPORAL_API_KEY switches TLS on): here an empty `TEMPORAL_*` is unset, as a
+    Secret or env file listing an optional key without a value means."""
+    env = {key: value for key, value in os.environ.items() if value or not key.startswith("TEMPORAL_")}
+    path = env.get("TEMPORAL_CONFIG_FILE")
     if path and not Path(path).is_file():
         raise TemporalConfigError(f"TEMPORAL_CONFIG_FILE={path}: no such file")
     try:
-        return dict(ClientConfigProfile.load().to_client_connect_config())
+        return dict(ClientConfigProfile.load(override_env_vars=env).to_client_connect_config())
     except Exception as exc:  # the SDK's loader raises its own ConfigError, OSError for a certificate
         raise TemporalConfigError(f"Temporal client profile: {exc}") from exc
 

@@ -122,7 +122,9 @@ def demo(
         polls = queries.status_calls_per_task(session, summary.import_id)
     links = _sample_links(settings, detail)
     ledger = asyncio.run(audit_ledger(settings, summary.import_id))
-    ui = (f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows?query="
+    from adapters.temporal_client import namespace_of
+
+    ui = (f"{settings.temporal_ui_url}/namespaces/{namespace_of(settings)}/workflows?query="
           + quote(f"ImportId=\"{summary.import_id}\""))
     result = {
         "import_id": summary.import_id, "tasks": total, "by_status": counts, **starts,

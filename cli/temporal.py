@@ -51,3 +51,37 @@ def _print(report) -> None:  # noqa: ANN001 - control.temporal_setup.TemporalSet
                       "(the server refused to add them); to add them:")
     for line in report.instructions:
         console.print(f"  {line}", soft_wrap=True, highlight=False)
+
+
+@temporal_app.command("promote")
+def promote_build(
+    build_id: str = typer.Argument(..., help="the build new workflow runs start on from now (the image tag)"),
+    deployment_name: str = typer.Option("", "--deployment-name",
+                                        help="default: REELQUEUE_WORKER_DEPLOYMENT_NAME"),
+    wait: float = typer.Option(0.0, "--wait", min=0, help="seconds to keep trying while the build is unknown"),
+    allow_no_pollers: bool = typer.Option(False, "--allow-no-pollers",
+                                          help="promote a build none of whose workers polls yet"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Make BUILD_ID the current version of the Worker Deployment: new runs start there, pinned runs stay
+    on the build they started on until they finish (docs/deploy.md, "Rolling deploys")."""
+    from adapters.temporal_client import connect
+    from control.worker_versions import PromotionError, promote
+
+    settings = get_settings()
+    name = deployment_name or settings.worker_deployment_name
+    if not name:
+        fail("no Worker Deployment: pass --deployment-name or set REELQUEUE_WORKER_DEPLOYMENT_NAME", 2,
+             as_json=as_json)
+
+    async def run() -> str | None:
+        return await promote(await connect(settings), name, build_id, wait_s=wait, allow_no_pollers=allow_no_pollers)
+
+    try:
+        previous = asyncio.run(run())
+    except PromotionError as exc:
+        fail(str(exc), as_json=as_json)
+    if as_json:
+        emit_json({"deployment_name": name, "current": build_id, "previous": previous})
+        return
+    console.print(f"{name}: build {build_id} is current (was {previous or 'none'})")

@@ -46,6 +46,11 @@ class Settings(BaseSettings):
     s3_bucket: str = "reelqueue"
     s3_secure: bool = False
     s3_region: str = "us-east-1"
+    # The S3 address presigned URLs name, for whoever uses them outside our network: a tenant's
+    # browser uploading (/v1/uploads) and a hosted provider reading a task's input image. A URL
+    # (`https://s3.example.com`) or host:port (then s3_secure says the scheme); empty: s3_endpoint.
+    # The signature covers the host, so it must be the address the client reaches S3 by.
+    s3_public_endpoint: str = Field(default="", pattern=r"^((https?://)?[A-Za-z0-9.\-\[\]:]+/?)?$")
 
     emulator_url: str = "http://127.0.0.1:8900"
     # How `reelqueue dev up` runs the emulator: render "fast" (tiny clips) for load tests.
@@ -161,6 +166,10 @@ class Settings(BaseSettings):
     worker_queues: str = "io,media"
     media_max_activities: int = Field(default=0, ge=0)
     worker_drain_s: float = Field(default=60.0, ge=0)
+    # Worker Versioning (docs/deploy.md, "Rolling deploys"): the Worker Deployment this worker belongs to
+    # and its build (the image tag); empty name: unversioned (the embedded stack, the tests).
+    worker_deployment_name: str = ""
+    worker_build_id: str = ""
     # A worker that starts while Temporal does not answer (started together, or during its restart)
     # keeps trying this long before it exits.
     worker_connect_wait_s: float = Field(default=120.0, ge=0)

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from config.settings import Settings
@@ -85,30 +84,15 @@ def command(datadir: Path, ports: dict[str, int], identity: Path) -> list[str]:
 
 def ensure_bucket(settings: Settings, timeout: float = 30.0) -> None:
     """Create settings.s3_bucket; retried because the filer may lag the S3 port by a moment."""
-    from minio import Minio
     from minio.error import S3Error
 
-    client = Minio(
-        settings.s3_endpoint,
-        access_key=settings.s3_access_key,
-        secret_key=settings.s3_secret_key,
-        secure=settings.s3_secure,
-        region=settings.s3_region,
-    )
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if not client.bucket_exists(settings.s3_bucket):
-                client.make_bucket(settings.s3_bucket, location=settings.s3_region)
-            return
-        except S3Error as exc:
-            if exc.code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
-                return
-            if exc.code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-                raise StackError(f"s3: credentials refused creating bucket: {exc.code}") from exc
-            error: Exception = exc
-        except Exception as exc:  # connection reset while weed finishes starting
-            error = exc
-        if time.monotonic() > deadline:
-            raise StackError(f"s3: could not create bucket {settings.s3_bucket!r}: {error}") from error
-        time.sleep(0.3)
+    from adapters.storage import REFUSED, ObjectStorage
+
+    try:
+        ObjectStorage.from_settings(settings).ensure_bucket(wait_s=timeout)
+    except S3Error as exc:
+        if exc.code in REFUSED:
+            raise StackError(f"s3: credentials refused creating bucket: {exc.code}") from exc
+        raise StackError(f"s3: could not create bucket {settings.s3_bucket!r}: {exc}") from exc
+    except Exception as exc:
+        raise StackError(f"s3: could not create bucket {settings.s3_bucket!r}: {exc}") from exc

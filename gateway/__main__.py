@@ -1,8 +1,10 @@
-"""`python -m gateway --host H --port P`: the gateway under uvicorn, once its secrets are checked (exit 2)."""
+"""`python -m gateway --host H --port P` (or `reelqueue-gateway`): the gateway under uvicorn, once its
+secrets are checked (exit 2)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import uvicorn
 
@@ -11,7 +13,8 @@ from config.settings import Settings
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m gateway")
+    # `python -m gateway` or the `reelqueue-gateway` console script
+    parser = argparse.ArgumentParser(prog="python -m gateway" if sys.argv[0].endswith("__main__.py") else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()

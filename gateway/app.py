@@ -19,6 +19,7 @@ from starlette.types import Scope
 from config.settings import Settings
 from gateway.deps import GatewayDeps, LazyDeps, deps_from_settings
 from gateway.guards import BodyLimit, check_metrics_access, install_log_redaction
+from gateway.health import router as health_router
 from gateway.media import router as media_router
 from gateway.overview import router as overview_router
 from gateway.problems import install_problem_handlers
@@ -76,10 +77,12 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
     application.include_router(review_router)
     application.include_router(overview_router)
     application.include_router(v1_router)
+    application.include_router(health_router)
 
     @application.get("/healthz")
     def healthz() -> dict[str, bool]:
-        """Liveness for `reelqueue dev up` and load balancers: answers without touching the DB."""
+        """Liveness for `reelqueue dev up` and load balancers: answers without touching the DB
+        (readiness, which does: /readyz, gateway/health.py)."""
         return {"ok": True}
 
     @application.get("/metrics", include_in_schema=False)

@@ -67,14 +67,14 @@ class ReviewDeps:
 
 
 def review_deps_from_settings() -> ReviewDeps:
-    from adapters.temporal_client import connect
+    from adapters.temporal_client import connect, namespace_of
     from config.settings import Settings
 
     settings = Settings()
     return ReviewDeps(db=Database(settings.database_url), signer=LinkSigner.from_settings(settings),
                       secret=settings.review_secret, previous_secret=settings.review_secret_previous,
                       public_url=settings.public_url, page_size=settings.review_page_size,
-                      temporal_ui_url=settings.temporal_ui_url, namespace=settings.temporal_namespace,
+                      temporal_ui_url=settings.temporal_ui_url, namespace=namespace_of(settings),
                       connect=lambda: connect(settings))
 
 

@@ -51,8 +51,9 @@ async def test_worker_and_gateway_metrics_follow_the_run(stack, client, tmp_path
     assert moved("reelqueue_activity_seconds_count", activity="fetch_output", result="ok") == 4
     assert moved("reelqueue_task_state_seconds_count", state="QUEUED") >= 4  # each task left QUEUED
     assert moved("reelqueue_transitions_total", applied="true") >= 4 * 8
-    # `dev up`'s worker serves both queues: its io slots and its media slots
-    assert total(worker_after, "reelqueue_activity_slots") == settings.worker_max_activities + media_slots(settings)
+    # `dev up`'s worker serves both queues: its io slots (activities and local activities) and its media slots
+    assert total(worker_after, "reelqueue_activity_slots") == settings.worker_max_activities + \
+        settings.worker_max_local_activities + media_slots(settings)
     assert total(worker_after, "reelqueue_media_utilisation") == 0  # nothing in flight any more
     assert moved("reelqueue_status_calls_total", provider="emulator", result="ok") >= 4  # each ending confirmed
 

@@ -24,16 +24,17 @@ from contracts import workflow_api as api
 from devstack import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[2]
-REQUIRED = {"postgres", "temporal-postgres", "temporal", "temporal-ui", "minio", "emulator", "gateway", "worker-io",
+REQUIRED = {"postgres", "temporal-postgres", "temporal", "temporal-ui", "seaweedfs", "emulator", "gateway", "worker-io",
             "worker-media", "migrate", "prometheus", "grafana"}
 WORKERS = {"worker-io": "io", "worker-media": "media"}  # scaled with --scale: no host port, no container name
 # The Temporal client's own variables (temporalio.envconfig), besides Settings' REELQUEUE_* ones.
 TEMPORAL_CLIENT_ENV = re.compile(r"TEMPORAL_(ADDRESS|NAMESPACE|API_KEY|PROFILE|CONFIG_FILE|TLS(_[A-Z_]+)?)")
 LOCAL_HOSTS = {"localhost", "127.0.0.1"}
-# Published only these, and only on loopback; never a database, S3, Temporal, emulator or metrics port.
-PUBLISHED = {"gateway", "temporal-ui", "grafana"}
-INTERNAL_PORTS = {5432: "Postgres", 9000: "S3", 9001: "MinIO console", 7233: "Temporal", 9464: "metrics",
-                  8900: "emulator", 9090: "metrics"}
+# Published only these, and only on loopback; never a database, Temporal, emulator or metrics port. S3 is,
+# for presigned URLs (uploads from a browser, input images for a provider), and checks every signature.
+PUBLISHED = {"gateway", "seaweedfs", "temporal-ui", "grafana"}
+INTERNAL_PORTS = {5432: "Postgres", 9333: "SeaweedFS master", 8888: "SeaweedFS filer",
+                  7233: "Temporal", 9464: "metrics", 8900: "emulator", 9090: "metrics"}
 SECRET_NAME = re.compile(r"(SECRET|PASSWORD|_PWD|TOKEN|API_KEY|ACCESS_KEY|ROOT_USER)")
 _REFERENCE = re.compile(r"\$\{([A-Z0-9_]+)(?::?([-?])([^}]*))?\}")
 
@@ -241,7 +242,7 @@ def test_the_secrets_compose_requires_are_the_ones_make_secrets_writes() -> None
     assert set(example) >= {m.group(1) for m in _REFERENCE.finditer(text)}
     assert not any(example.values()), ".env.example holds a value"
     assert ".env" in (ROOT / ".gitignore").read_text().split()
-    assert ".env" in (ROOT / "docker" / "Dockerfile.dockerignore").read_text().split()
+    assert "**/.env" in (ROOT / ".dockerignore").read_text().split()
     from config.secrets import problem
 
     for name in COMPOSE_SECRETS:
@@ -259,7 +260,7 @@ def _published(entry: Any) -> tuple[str, int | None, int]:
     return ip, int(parts[-2]) if len(parts) > 1 else None, int(parts[-1])
 
 
-def test_only_the_gateway_the_temporal_ui_and_grafana_are_published_on_loopback(services) -> None:
+def test_only_the_gateway_s3_the_temporal_ui_and_grafana_are_published_on_loopback(services) -> None:
     for name, svc in services.items():
         for entry in svc.get("ports") or []:
             ip, host_port, target = _published(entry)
@@ -290,7 +291,7 @@ def _depends(svc: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 def test_every_server_has_a_healthcheck_and_restarts_and_every_job_retries(services) -> None:
     jobs = _one_shots(services)
-    assert jobs >= {"migrate", "temporal-schema", "temporal-namespace", "temporal-setup", "minio-bucket"}
+    assert jobs >= {"migrate", "temporal-schema", "temporal-namespace", "temporal-setup", "s3-bucket"}
     for name, svc in services.items():
         if name in jobs:
             assert re.fullmatch(r"on-failure(:\d+)?", str(svc.get("restart"))), f"{name}: a job retries on failure"
@@ -386,3 +387,27 @@ def test_monitoring_runs_only_in_its_profile_with_files_from_the_repo(services) 
             if source.startswith("./"):
                 assert (ROOT / source).exists(), f"{name} mounts missing {source}"
     assert "metrics_token" in services["prometheus"]["secrets"]
+
+
+def test_presigned_urls_under_compose_name_the_public_s3_endpoint(services, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Uploads (a browser) and input images (a hosted provider) are signed for the S3 address the
+    outside reaches, published on this host by default; the emulator, beside us, gets the internal one."""
+    from datetime import timedelta
+
+    from adapters.storage import ObjectStorage
+
+    env = _env(services["gateway"])
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    storage = ObjectStorage.from_settings(Settings())
+    default = urlsplit(storage.presigned_put("uploads/t/a.png", timedelta(minutes=10), size=3, sha256="00" * 32)[0])
+    assert (default.scheme, default.hostname) == ("http", "localhost")
+    assert default.port in {host for host, target in _port_pairs(services["seaweedfs"]) if target == 8333}
+    assert urlsplit(storage.presigned_part_url("uploads/t/b.mp4", "u1", 1, timedelta(minutes=10), size=3)).netloc == \
+        default.netloc
+    inside = urlsplit(storage.presigned_url("images/t/a.png", timedelta(hours=2), internal=True))
+    assert inside.netloc == env["REELQUEUE_S3_ENDPOINT"] == "seaweedfs:8333"
+    monkeypatch.setenv("REELQUEUE_S3_PUBLIC_ENDPOINT", "https://s3.reels.example")
+    hosted = urlsplit(ObjectStorage.from_settings(Settings()).presigned_url("images/t/a.png", timedelta(hours=2)))
+    assert (hosted.scheme, hosted.netloc) == ("https", "s3.reels.example")
+    assert "X-Amz-Signature=" in hosted.query

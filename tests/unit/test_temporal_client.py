@@ -133,3 +133,54 @@ async def test_setup_on_cloud_without_leave_reports_what_to_add_instead_of_faili
     assert cloud.add_requests == 1
     assert (report.cloud, report.ok, report.added, report.missing) == (True, False, [], list(REQUIRED))
     assert report.instructions[0].startswith("tcld namespace search-attributes add --namespace prod.a1b2c ")
+
+
+# Every optional variable the Kubernetes Secret and the compose env may hold, empty unless a case sets it.
+_OPTIONAL = ("TEMPORAL_API_KEY", "TEMPORAL_TLS", "TEMPORAL_TLS_SERVER_NAME", "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+             "TEMPORAL_TLS_CLIENT_CERT_PATH", "TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_PROFILE",
+             "TEMPORAL_CONFIG_FILE")
+
+
+def _certificates(folder: Path) -> dict[str, str]:
+    client = trustme.CA().issue_cert("worker")
+    cert, key = folder / "client.pem", folder / "client-key.pem"
+    client.cert_chain_pems[0].write_to_path(str(cert))
+    client.private_key_pem.write_to_path(str(key))
+    return {"TEMPORAL_TLS_CLIENT_CERT_PATH": str(cert), "TEMPORAL_TLS_CLIENT_KEY_PATH": str(key)}
+
+
+@pytest.mark.parametrize("case", ["none", "api key", "mtls", "tls without key"])
+def test_an_empty_optional_variable_is_unset_in_every_combination(
+    temporal_env: pytest.MonkeyPatch, tmp_path: Path, case: str,
+) -> None:
+    """A Secret or env file that lists an optional key with no value means "not set": an empty
+    TEMPORAL_API_KEY (or TLS variable) must not switch TLS on against a plaintext frontend."""
+    given = {name: "" for name in _OPTIONAL}
+    given |= {"TEMPORAL_ADDRESS": "temporal-frontend.temporal:7233", "TEMPORAL_NAMESPACE": "reelqueue"}
+    given |= {"none": {}, "api key": {"TEMPORAL_API_KEY": "key-1"}, "mtls": _certificates(tmp_path),
+              "tls without key": {"TEMPORAL_TLS": "true"}}[case]
+    for name, value in given.items():
+        temporal_env.setenv(name, value)
+    options = connect_options(Settings())
+    assert (options.pop("target_host"), options.pop("namespace")) == ("temporal-frontend.temporal:7233", "reelqueue")
+    tls = options.pop("tls", False)
+    if case == "none":
+        assert (tls, options) == (False, {})
+    elif case == "api key":
+        assert (tls, options) == (True, {"api_key": "key-1"})
+    elif case == "mtls":
+        assert isinstance(tls, TLSConfig) and options == {}
+        assert (tls.client_cert, tls.domain) == (Path(given["TEMPORAL_TLS_CLIENT_CERT_PATH"]).read_bytes(), None)
+    else:
+        assert isinstance(tls, TLSConfig) and options == {}
+        assert (tls.client_cert, tls.server_root_ca_cert, tls.domain) == (None, None, None)
+
+
+def test_temporal_ui_links_name_the_namespace_the_process_connects_to(temporal_env: pytest.MonkeyPatch) -> None:
+    """On Kubernetes the namespace comes from TEMPORAL_NAMESPACE (the profile), not REELQUEUE_*."""
+    from gateway.review import review_deps_from_settings
+
+    temporal_env.setenv("TEMPORAL_NAMESPACE", "reelqueue-prod")
+    temporal_env.setenv("REELQUEUE_TEMPORAL_UI_URL", "https://temporal-ui.example.com")
+    deps = review_deps_from_settings()
+    assert (deps.namespace, deps.temporal_ui_url) == ("reelqueue-prod", "https://temporal-ui.example.com")

@@ -1,0 +1,29 @@
+"""`reelqueue storage setup`: the S3 bucket this deployment writes to (a one-shot job before a deploy)."""
+
+from __future__ import annotations
+
+import typer
+
+from cli.output import console, emit_json, fail
+from config.settings import get_settings
+
+storage_app = typer.Typer(help="The S3 object storage this deployment writes to.", no_args_is_help=True)
+
+
+@storage_app.command("setup")
+def setup(
+    wait: float = typer.Option(0.0, "--wait", min=0, help="seconds to keep trying while S3 does not answer"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Make REELQUEUE_S3_BUCKET unless it exists, with the services' own keys; safe to repeat."""
+    from adapters.storage import ObjectStorage
+
+    settings = get_settings()
+    try:
+        created = ObjectStorage.from_settings(settings).ensure_bucket(wait_s=wait)
+    except Exception as exc:  # refused keys (S3Error), or no answer within --wait
+        fail(f"s3 at {settings.s3_endpoint}: bucket {settings.s3_bucket!r}: {exc}", as_json=as_json)
+    if as_json:
+        emit_json({"endpoint": settings.s3_endpoint, "bucket": settings.s3_bucket, "created": created})
+        return
+    console.print(f"bucket {settings.s3_bucket} at {settings.s3_endpoint}: {'created' if created else 'exists'}")
