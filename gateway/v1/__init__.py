@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Request
 
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
-from gateway.v1 import account, events, generations, imports, uploads
+from gateway.v1 import account, events, generations, imports, providers, sessions, uploads
 
 
 def capped_body(request: Request, deps: Annotated[GatewayDeps, Depends(gateway_deps)]) -> None:
@@ -24,6 +24,8 @@ def capped_body(request: Request, deps: Annotated[GatewayDeps, Depends(gateway_d
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(capped_body)])
 router.include_router(account.router)
+router.include_router(sessions.router)
+router.include_router(providers.router)
 router.include_router(generations.router)
 router.include_router(uploads.router)
 router.include_router(imports.router)
