@@ -33,8 +33,9 @@ def browser_origins(*urls: str) -> list[str]:
         origin = origin_of(url)
         if origin is None:
             continue
-        twins = [origin, origin.replace("://127.0.0.1", "://localhost")]
-        found += [o for o in twins if o not in found]
+        for twin in (origin, origin.replace("://127.0.0.1", "://localhost")):
+            if twin not in found:
+                found.append(twin)
     return found
 
 

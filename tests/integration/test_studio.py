@@ -287,6 +287,28 @@ async def test_studio_cancels_a_running_generation(stack, browser, gateway_worke
     await context.close()
 
 
+async def test_studio_uploads_a_large_image_in_parts(stack, browser, tmp_path) -> None:
+    """Over 16 MiB an upload is multipart: each part PUT straight to S3, its ETag read back through
+    the bucket's CORS (ExposeHeaders), the parts named on complete."""
+    from PIL import Image
+    from playwright.async_api import expect
+
+    noise = tmp_path / "noise.png"
+    Image.frombytes("RGB", (2400, 2400), os.urandom(2400 * 2400 * 3)).save(noise, compress_level=0)
+    assert noise.stat().st_size > 16 * 1024 * 1024
+    _, key = await _tenant()
+    context, page, seen = await _signed_in(browser, stack, key)
+    await page.get_by_test_id("image-file").set_input_files(str(noise))
+    await expect(page.get_by_test_id("upload-status")).to_contain_text("READY", timeout=120_000)
+    parts = [r for r in seen.requests if r.method == "PUT"]
+    assert len(parts) == 3 and all("partNumber=" in r.url and urlsplit(r.url).netloc == stack.s3_endpoint
+                                   for r in parts)
+    [complete] = [r for r in seen.requests if r.method == "POST" and r.url.endswith("/complete")]
+    sent = complete.post_data_json["parts"]
+    assert [p["part_number"] for p in sent] == [1, 2, 3] and all(p["etag"] for p in sent)
+    await context.close()
+
+
 async def test_studio_shows_refusals_with_their_problem_type(stack, browser) -> None:
     from playwright.async_api import expect
 
