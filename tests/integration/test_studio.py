@@ -14,6 +14,7 @@ them the tests skip. `REELQUEUE_DOCS_SCREENSHOT=1` also writes docs/studio.png.
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import shutil
 import time
@@ -27,7 +28,7 @@ import pytest
 from cli_helpers import run_cli_async
 from cut_proxy import CuttableProxy
 from sqlalchemy import func, select
-from stack_helpers import gateway_log_after, serving
+from stack_helpers import gateway_log_after, serving, wait_for_status
 from test_review_gallery import BROWSER_ARGS, CHROMIUM, _browser_or_skip
 
 from schema.db import Database
@@ -37,6 +38,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 IMAGE = Path(__file__).resolve().parents[2] / "examples" / "images" / "aurora-lamp.png"
 DOCS_SHOT = Path(__file__).resolve().parents[2] / "docs" / "studio.png"
+WRITE_DOCS_SHOT = os.environ.get("REELQUEUE_DOCS_SCREENSHOT") == "1"  # read now: the stack fixture clears REELQUEUE_*
 PHONE = {"width": 360, "height": 780}
 TERMINAL = {"SUCCEEDED", "CANCELED", "REJECTED", "FAILED_FINAL", "EXPIRED"}
 
@@ -98,6 +100,17 @@ async def _upload(page) -> str:  # noqa: ANN001
     return await page.evaluate("() => document.querySelector('#upload-progress').value")
 
 
+async def _drop(page, name: str, data: bytes, mime: str) -> None:  # noqa: ANN001
+    """A file dropped on the page's drop zone, as a drag from the desktop delivers it."""
+    await page.evaluate("""([name, b64, mime]) => {
+        const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+        const files = new DataTransfer();
+        files.items.add(new File([bytes], name, {type: mime}));
+        document.querySelector('#drop').dispatchEvent(
+            new DragEvent('drop', {dataTransfer: files, bubbles: true, cancelable: true}));
+    }""", [name, base64.b64encode(data).decode(), mime])
+
+
 async def _states_until_end(page, timeout_s: float = 120) -> list[str]:  # noqa: ANN001
     """The status element's values as the test saw them change (sampled every 20 ms)."""
     seen: list[str] = []
@@ -117,6 +130,14 @@ def _events(db: Database, task_id: str) -> list[str]:
         return list(session.scalars(select(StateEvent.to_status).where(StateEvent.task_id == task_id,
                                                                        StateEvent.applied)
                                     .order_by(StateEvent.id)))
+
+
+async def _fits(page) -> None:  # noqa: ANN001
+    """Nothing wider than the phone's screen (no sideways scrolling); names what sticks out."""
+    wide = await page.evaluate("""() => [...document.querySelectorAll('body *')]
+        .filter(e => e.getBoundingClientRect().right > window.innerWidth + 0.5 && e.getClientRects().length)
+        .map(e => `${e.tagName}#${e.id}.${e.className}: ${e.getBoundingClientRect().right}`)""")
+    assert await page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"], wide
 
 
 async def _moved_on(db: Database, task_id: str, shown: int, timeout_s: float = 60) -> None:
@@ -155,7 +176,7 @@ async def test_studio_uploads_creates_once_follows_and_plays(stack, browser, gat
     stored = await page.evaluate("() => JSON.stringify(sessionStorage)")
     assert key not in stored and "rqs_" in stored  # a session token, never the key
     assert await page.get_by_test_id("api-key").input_value() == ""
-    assert await page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+    await _fits(page)
 
     # Upload: sha256 in the page, PUT straight to S3 (CORS), complete; the gateway sees no PUT.
     assert await _upload(page) == 100
@@ -209,10 +230,11 @@ async def test_studio_uploads_creates_once_follows_and_plays(stack, browser, gat
     await expect(page.get_by_test_id("cost")).to_contain_text("credits")
     await expect(page.get_by_test_id("cancel")).to_be_hidden()
     await expect(page.locator("#list li")).to_have_count(1)
-    assert await page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+    await _fits(page)
     shot = tmp_path / "studio.png"
+    await page.set_viewport_size({"width": 960, "height": 900})
     await page.screenshot(path=str(shot), full_page=True)
-    if os.environ.get("REELQUEUE_DOCS_SCREENSHOT") == "1":
+    if WRITE_DOCS_SHOT:
         shutil.copy(shot, DOCS_SHOT)
     await context.close()
 
@@ -237,7 +259,8 @@ async def test_studio_resumes_the_stream_after_the_network_is_cut(stack, browser
     try:
         async with CuttableProxy() as network:
             context, page, seen = await _signed_in(browser, stack, key, proxy=network.url)
-            await _upload(page)
+            await _drop(page, "lamp.png", IMAGE.read_bytes(), "image/png")  # drag and drop, this time
+            await expect(page.get_by_test_id("upload-status")).to_contain_text("READY", timeout=60_000)
             await page.get_by_test_id("prompt").fill("A scarf in the wind")
             await page.get_by_test_id("create").click()
             await expect(page.get_by_test_id("status")).to_have_text("RUNNING", timeout=60_000)
@@ -316,7 +339,49 @@ async def test_studio_shows_refusals_with_their_problem_type(stack, browser) -> 
     page = await context.new_page()
     await page.goto(f"{stack.gateway_url}/app")
     await page.get_by_test_id("api-key").fill("rq_" + "x" * 43)
-    await page.keyboard.press("Enter")
+    await page.keyboard.press("Enter")  # the form submits from the keyboard
     await expect(page.get_by_test_id("error")).to_contain_text("urn:reelqueue:problem:unauthorized")
     await expect(page.get_by_test_id("image-file")).to_be_hidden()
     await context.close()
+
+    _, key = await _tenant()
+    context, page, _ = await _signed_in(browser, stack, key)
+    await page.get_by_test_id("prompt").fill("no image yet")
+    await page.get_by_test_id("create").click()
+    await expect(page.get_by_test_id("error")).to_contain_text("urn:reelqueue:problem:unknown-asset")
+    await _drop(page, "notes.txt", b"not an image", "application/pdf")  # the API's 415
+    await expect(page.get_by_test_id("error")).to_contain_text("urn:reelqueue:problem:upload-type")
+    await _drop(page, "page.png", b"<html><script>alert(1)</script></html>", "image/png")
+    await expect(page.get_by_test_id("upload-status")).to_contain_text("REJECTED: not an image")
+    await context.close()
+
+
+async def test_studio_lists_generations_a_page_at_a_time(stack, browser, gateway_worker) -> None:
+    """Twelve generations (made through the API's create, not started): ten, then the next page;
+    then cancelled through the API, which starts each workflow to end it (the ledger closes)."""
+    from playwright.async_api import expect
+    from test_api_generations import _image
+
+    from adapters.providers import build_providers
+    from control import generations
+
+    db = Database(stack.database_url)
+    tenant, key = await _tenant()
+    image = _image(stack, db, tenant)
+    made = [generations.create(db, tenant, f"list-{n}", generations.GenerationBody(
+                prompt=f"video {n:02d}", image_asset_id=image, duration_s=1),
+                provider=build_providers(stack)["emulator"], credits_per_second=1.0).task_id for n in range(12)]
+    context, page, _ = await _signed_in(browser, stack, key)
+    await expect(page.locator("#list li")).to_have_count(10)
+    await expect(page.get_by_test_id("list")).to_contain_text("video 11")  # newest first
+    await page.get_by_test_id("more").focus()
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#list li")).to_have_count(12)
+    await expect(page.get_by_test_id("list")).to_contain_text("video 00")
+    await expect(page.get_by_test_id("more")).to_be_hidden()
+    await context.close()
+    with httpx.Client(base_url=stack.gateway_url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
+        for task_id in made:
+            assert http.post(f"/v1/generations/{task_id}/cancel").status_code == 202
+    for task_id in made:
+        await wait_for_status(stack, task_id, TERMINAL, timeout_s=60)

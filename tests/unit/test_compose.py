@@ -386,3 +386,10 @@ def test_monitoring_runs_only_in_its_profile_with_files_from_the_repo(services) 
             if source.startswith("./"):
                 assert (ROOT / source).exists(), f"{name} mounts missing {source}"
     assert "metrics_token" in services["prometheus"]["secrets"]
+
+
+def test_minio_answers_cors_for_the_public_url_only(services) -> None:
+    """MinIO keeps no per-bucket CORS rules: its server-wide origin list is the gateway's public URL
+    (its default is any origin), which the studio page's presigned uploads come from."""
+    env = services["minio"]["environment"]
+    assert env["MINIO_API_CORS_ALLOW_ORIGIN"] == "${REELQUEUE_PUBLIC_URL:-http://localhost:8000}"

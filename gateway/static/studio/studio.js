@@ -6,7 +6,6 @@ const $ = (id) => document.getElementById(id);
 const SESSION = "reelqueue.session"; // sessionStorage: the session token (never the API key)
 const CURRENT = "reelqueue.current"; // sessionStorage: the generation on screen, reopened on reload
 const TERMINAL = new Set(["SUCCEEDED", "CANCELED", "REJECTED", "FAILED_FINAL", "EXPIRED"]);
-const IMAGE_TYPES = ["image/png", "image/jpeg", "image/webp"];
 const MAX_IMAGE_BYTES = 25 * 1024 * 1024;
 const RETRIES = 6; // a create or a PUT retried this many times on a network error, 5xx or 429
 const POLL_MS = 2000;
@@ -31,6 +30,11 @@ async function problemOf(res) {
   try { body = await res.json(); } catch { /* not problem+json */ }
   return new Problem(res.status, body.type || "about:blank", body.title || res.statusText, body.detail || "",
     Number(res.headers.get("retry-after")) || 0);
+}
+
+// Checked here before anything is sent: named with the problem type the API gives the same refusal.
+function localProblem(status, slug, title, detail) {
+  return new Problem(status, `urn:reelqueue:problem:${slug}`, title, detail, 0);
 }
 
 function networkProblem(err) {
@@ -94,7 +98,7 @@ async function signIn(event) {
   clearError();
   const key = $("api-key").value.trim();
   $("api-key").value = ""; // the key leaves the page as soon as it is exchanged
-  if (!key) return showError(new Problem(400, "missing-key", "No API key", "paste your API key", 0));
+  if (!key) return showError(localProblem(401, "unauthorized", "No API key", "paste your API key"));
   let res;
   try {
     res = await fetch("/v1/sessions", { method: "POST", cache: "no-store",
@@ -194,17 +198,15 @@ function put(url, blob, headers, onProgress) {
 async function upload(file) {
   clearError();
   assetId = null;
-  if (!IMAGE_TYPES.includes(file.type)) {
-    return showError(new Problem(415, "upload-type", "Unsupported file", "choose a PNG, JPEG or WebP image", 0));
-  }
-  if (file.size > MAX_IMAGE_BYTES) {
-    return showError(new Problem(413, "upload-too-large", "File too large", "images are limited to 25 MiB", 0));
+  if (file.size > MAX_IMAGE_BYTES) { // refused before hashing it: the API would refuse it too
+    return showError(localProblem(413, "upload-too-large", "File too large", "images are limited to 25 MiB"));
   }
   try {
     uploadStatus("Computing the checksum…");
     const digest = await sha256(await file.arrayBuffer());
     const ticket = (await api("/v1/uploads", { method: "POST",
-      body: { filename: file.name, size: file.size, content_type: file.type, sha256: digest } })).body;
+      body: { filename: file.name, size: file.size, content_type: file.type || "application/octet-stream",
+        sha256: digest } })).body;
     uploadStatus("Uploading…");
     progress(0, file.size);
     let complete;
@@ -255,10 +257,10 @@ function submission() {
 function create(event) {
   event.preventDefault();
   clearError();
-  if (!assetId) return showError(new Problem(422, "unknown-asset", "No image", "upload a reference image first", 0));
+  if (!assetId) return showError(localProblem(422, "unknown-asset", "No image", "upload a reference image first"));
   if (!$("prompt").value.trim()) {
     $("prompt").focus();
-    return showError(new Problem(400, "invalid-request", "No prompt", "write a prompt", 0));
+    return showError(localProblem(400, "invalid-request", "No prompt", "write a prompt"));
   }
   const json = JSON.stringify(submission());
   if (pending && pending.json === json && pending.promise) return pending.promise;
