@@ -152,12 +152,16 @@ async def _timeline(page) -> list[str]:  # noqa: ANN001
     return await page.locator("#timeline li").evaluate_all("items => items.map(i => i.dataset.state)")
 
 
-async def _plays(page, seconds: float = 0.3, timeout_s: float = 30) -> None:  # noqa: ANN001
-    """The video element's currentTime advances past `seconds`."""
-    await page.evaluate("() => document.querySelector('[data-testid=player]').play()")
+async def _plays(page, seconds: float = 0.3, timeout_s: float = 60) -> None:  # noqa: ANN001
+    """The video element's currentTime advances past `seconds` (its state named if it does not)."""
+    video = "document.querySelector('[data-testid=player]')"
+    await page.evaluate(f"() => {video}.play()")
     deadline = time.monotonic() + timeout_s
-    while (await page.evaluate("() => document.querySelector('[data-testid=player]').currentTime")) <= seconds:
-        assert time.monotonic() < deadline, "the video did not play"
+    while (await page.evaluate(f"() => {video}.currentTime")) <= seconds:
+        state = await page.evaluate("() => { const v = document.querySelector('[data-testid=player]'); return {"
+                                    "src: v.currentSrc.slice(0, 60), ready: v.readyState, network: v.networkState,"
+                                    " paused: v.paused, error: v.error && v.error.message} }")
+        assert time.monotonic() < deadline, f"the video did not play: {state}"
         await asyncio.sleep(0.1)
 
 
@@ -281,6 +285,8 @@ async def test_studio_resumes_the_stream_after_the_network_is_cut(stack, browser
             resumed = [r for r in seen.requests[before:] if urlsplit(r.url).path == "/v1/events"
                        and r.headers.get("accept") == "text/event-stream" and r.headers.get("last-event-id")]
             assert resumed, "the page did not resume the stream with Last-Event-ID"
+            await expect(page.get_by_test_id("cost")).to_contain_text("credits")  # read again once back
+            await expect(page.get_by_test_id("error")).to_be_hidden()
             await _plays(page)
             await context.close()
     finally:

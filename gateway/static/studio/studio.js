@@ -53,6 +53,7 @@ function clearError() { $("error").hidden = true; }
 
 // ---- the API -----------------------------------------------------------------------------------
 async function api(path, { method = "GET", body, headers = {} } = {}) {
+  if (!session) throw localProblem(401, "unauthorized", "Signed out", "sign in again");
   const sent = { Authorization: `Bearer ${session.token}`, ...headers };
   if (body !== undefined) sent["Content-Type"] = "application/json";
   let res;
@@ -332,7 +333,7 @@ async function read(id) {
     $("cancel").hidden = TERMINAL.has(g.status);
     play(g.assets);
   } catch (err) {
-    showError(err);
+    if (!(err instanceof Problem && err.status === 0)) showError(err); // offline: the next event reads again
   }
 }
 
@@ -409,6 +410,7 @@ class Follower {
     } catch (err) {
       throw networkProblem(err);
     }
+    if (res.status === 401) signedOut();
     if (!res.ok) throw await problemOf(res);
     return res;
   }
