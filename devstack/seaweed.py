@@ -96,3 +96,13 @@ def ensure_bucket(settings: Settings, timeout: float = 30.0) -> None:
         raise StackError(f"s3: could not create bucket {settings.s3_bucket!r}: {exc}") from exc
     except Exception as exc:
         raise StackError(f"s3: could not create bucket {settings.s3_bucket!r}: {exc}") from exc
+
+
+def allow_browser_uploads(settings: Settings) -> None:
+    """CORS on the bucket for the studio page's direct uploads: the gateway's origins only (its
+    public URL and the embedded gateway's own); weed answers any origin without it."""
+    from adapters.storage import ObjectStorage
+    from adapters.storage_cors import allow_browser_uploads as allow
+    from adapters.storage_cors import browser_origins
+
+    allow(ObjectStorage.from_settings(settings), browser_origins(settings.public_url, settings.gateway_url))

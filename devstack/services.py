@@ -151,6 +151,7 @@ class S3(Service):
 
     def after_up(self, settings: Settings) -> None:
         seaweed.ensure_bucket(settings)
+        seaweed.allow_browser_uploads(settings)
 
 
 class Temporal(Service):

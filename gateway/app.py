@@ -1,6 +1,6 @@
 """The HTTP gateway (FastAPI): health, provider webhooks (gateway/webhooks.py), media behind
 signed links (gateway/media.py), the review gallery (gateway/review.py), the tenant API under /v1
-(gateway/v1/) and /metrics.
+(gateway/v1/), the tenant studio page at /app (gateway/studio.py) and /metrics.
 
 `create_app` is a small factory: tests hand it their dependencies; `app`, which uvicorn serves
 (`python -m gateway`: `reelqueue dev up`, docker-compose), builds them from Settings on the first
@@ -26,6 +26,7 @@ from gateway.problems import install_problem_handlers
 from gateway.request_ids import RequestIds, install_request_log
 from gateway.review import ReviewDeps, review_deps_from_settings
 from gateway.review import router as review_router
+from gateway.studio import router as studio_router
 from gateway.v1 import router as v1_router
 from gateway.webhooks import router as webhooks_router
 from telemetry.tracing import instrument_app
@@ -76,6 +77,7 @@ def create_app(deps: GatewayDeps | Callable[[], GatewayDeps] | None = None,
     application.include_router(media_router)
     application.include_router(review_router)
     application.include_router(overview_router)
+    application.include_router(studio_router)
     application.include_router(v1_router)
     application.include_router(health_router)
 

@@ -1,5 +1,5 @@
-"""Who is calling: `require_tenant` turns `Authorization: Bearer <api key>` into a Principal, and
-counts the call against the tenant's request rate (429 with Retry-After past it).
+"""Who is calling: `require_tenant` turns `Authorization: Bearer <api key or browser session token>`
+into a Principal, and counts the call against the tenant's request rate (429 with Retry-After past it).
 
 Every /v1 route depends on it and scopes every query by `principal.tenant_id`: an object of another
 tenant is answered exactly like one that does not exist (404), never 403 (docs/security.md).
@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.problems import ProblemError
+from schema import browser_sessions
 from schema.db import Database
 from schema.tenants import KEY_PREFIX, hash_key
 
@@ -65,7 +66,8 @@ def bearer_key(request: Request) -> str:
     value = value.strip()
     if scheme.lower() != "bearer" or not value:
         raise _unauthorized("send the API key as `Authorization: Bearer <key>`")
-    if not value.startswith(KEY_PREFIX) or len(value) > MAX_KEY_CHARS or not value.isascii():
+    if not value.startswith((KEY_PREFIX, browser_sessions.TOKEN_PREFIX)) or len(value) > MAX_KEY_CHARS \
+            or not value.isascii():
         raise _unauthorized("the API key is not valid")
     return value
 
@@ -76,9 +78,13 @@ def require_tenant(request: Request, deps: Annotated[GatewayDeps, Depends(gatewa
     `_` only declares the bearer scheme in the OpenAPI document; the header is read here."""
     key = bearer_key(request)
     with deps.db.transaction() as session:
-        owner = session.execute(_KEY_OWNER, {"key_sha256": hash_key(key)}).first()
+        if key.startswith(browser_sessions.TOKEN_PREFIX):
+            owner = browser_sessions.owner(session, key)
+        else:
+            owner = session.execute(_KEY_OWNER, {"key_sha256": hash_key(key)}).first()
         if owner is None:
-            raise _unauthorized("the API key is not valid")
+            raise _unauthorized("the session has ended (expired, signed out, or its key revoked): sign in again"
+                                if key.startswith(browser_sessions.TOKEN_PREFIX) else "the API key is not valid")
         counted = session.execute(_COUNT, {"tenant_id": owner.tenant_id}).one()
     principal = Principal(tenant_id=owner.tenant_id, key_id=owner.key_id)
     request.state.principal = principal

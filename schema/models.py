@@ -62,6 +62,18 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class BrowserSession(Base):
+    """A short-lived token a browser holds instead of the API key it was issued for (`POST
+    /v1/sessions`): only its sha256 is kept; it ends at `expires_at`, at sign-out, or with its key."""
+
+    __tablename__ = "browser_sessions"
+    token_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id"), index=True)
+    created_at: Mapped[datetime] = _now_column()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class IdempotencyRecord(Base):
     """One create per (tenant, Idempotency-Key): the request's hash and the first answer, written in
     the create's own transaction; the primary key is the last line against concurrent duplicates."""

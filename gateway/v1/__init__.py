@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from gateway.problems import ProblemError
-from gateway.v1 import account, events, generations, imports, uploads
+from gateway.v1 import account, events, generations, imports, providers, sessions, uploads
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")  # and lone surrogates (no UTF-8)
 
@@ -66,6 +66,8 @@ def _shown(name: str) -> str:
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(plain_text)])
 router.include_router(account.router)
+router.include_router(sessions.router)
+router.include_router(providers.router)
 router.include_router(generations.router)
 router.include_router(uploads.router)
 router.include_router(imports.router)
