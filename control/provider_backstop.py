@@ -132,6 +132,12 @@ def judge(session: Session, provider: str, job: JobState) -> Finding:
     attempt = _attempt_of(session, provider, job)
     if stray is None and attempt is not None and attempt.provider_job_id == job.job_id:
         return _own_job(session, base, attempt, job, cost)
+    if stray is None and attempt is not None and session.get(Task, attempt.task_id).status not in LEDGER_FINAL:
+        # A job of a task still under way that its attempt has not recorded (a submit whose answer
+        # was lost, a duplicate): the workflow reconciles it and books any stray itself. A row here
+        # would count the job twice once the workflow records it.
+        return base.model_copy(update={"task_id": attempt.task_id, "attempt_no": attempt.attempt_no,
+                                       "detail": "task under way: its workflow reconciles it"})
     if stray is None:
         stray = _new_stray(session, provider, job, attempt)
     return _book_if_ended(session, base, stray, job, cost, attempt)

@@ -42,7 +42,8 @@ def policy(settings: Settings) -> str:
     as the upload service signs them, no request made); videos from the media links' origin."""
     from adapters.storage import ObjectStorage
 
-    signed = ObjectStorage.from_settings(settings).presigned_put_url("origin-probe", timedelta(minutes=1))
+    signed, _ = ObjectStorage.from_settings(settings).presigned_put("origin-probe", timedelta(minutes=1), size=0,
+                                                                    sha256="00" * 32)
     uploads = origin_of(signed) or ""
     media = origin_of(settings.media_base_url()) or ""
     return ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "

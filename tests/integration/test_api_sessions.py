@@ -90,8 +90,8 @@ def test_dev_up_lets_only_the_gateway_origin_put_to_the_bucket(stack: Settings) 
     localhost twin) may PUT with Content-Type and read ETag; another origin, method or header may not."""
     from adapters.storage_cors import browser_origins
 
-    url = ObjectStorage.from_settings(stack).presigned_put_url("tenants/x/uploads/quarantine/probe",
-                                                               timedelta(minutes=1))
+    url, _ = ObjectStorage.from_settings(stack).presigned_put("tenants/x/uploads/quarantine/probe",
+                                                              timedelta(minutes=1), size=0, sha256="00" * 32)
 
     def preflight(origin: str, method: str = "PUT",
                   headers: str = "content-type,x-amz-checksum-sha256") -> httpx.Response:

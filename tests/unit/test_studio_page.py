@@ -72,7 +72,7 @@ def test_cors_rules_name_the_gateway_origins_only() -> None:
     xml = cors_xml(["https://a.example", "http://x<y"]).decode()
     assert "<AllowedOrigin>https://a.example</AllowedOrigin>" in xml and "x&lt;y" in xml
     assert re.findall(r"<AllowedMethod>(\w+)</AllowedMethod>", xml) == ["PUT"]
-    assert re.findall(r"<AllowedHeader>([\w-]+)</AllowedHeader>", xml) == ["content-type"]
+    assert re.findall(r"<AllowedHeader>([\w-]+)</AllowedHeader>", xml) == ["content-type", "x-amz-checksum-sha256"]
     assert "<ExposeHeader>ETag</ExposeHeader>" in xml
 
 
