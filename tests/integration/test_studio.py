@@ -377,17 +377,19 @@ async def test_studio_lists_generations_a_page_at_a_time(stack, browser, gateway
     made = [generations.create(db, tenant, f"list-{n}", generations.GenerationBody(
                 prompt=f"video {n:02d}", image_asset_id=image, duration_s=1),
                 provider=build_providers(stack)["emulator"], credits_per_second=1.0).task_id for n in range(12)]
-    context, page, _ = await _signed_in(browser, stack, key)
-    await expect(page.locator("#list li")).to_have_count(10)
-    await expect(page.get_by_test_id("list")).to_contain_text("video 11")  # newest first
-    await page.get_by_test_id("more").focus()
-    await page.keyboard.press("Enter")
-    await expect(page.locator("#list li")).to_have_count(12)
-    await expect(page.get_by_test_id("list")).to_contain_text("video 00")
-    await expect(page.get_by_test_id("more")).to_be_hidden()
-    await context.close()
-    with httpx.Client(base_url=stack.gateway_url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
+    try:
+        context, page, _ = await _signed_in(browser, stack, key)
+        await expect(page.locator("#list li")).to_have_count(10)
+        await expect(page.get_by_test_id("list")).to_contain_text("video 11")  # newest first
+        await page.get_by_test_id("more").focus()
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#list li")).to_have_count(12)
+        await expect(page.get_by_test_id("list")).to_contain_text("video 00")
+        await expect(page.get_by_test_id("more")).to_be_hidden()
+        await context.close()
+    finally:  # cancelled whatever the page did: an open reservation fails the suite's ledger check
+        with httpx.Client(base_url=stack.gateway_url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
+            for task_id in made:
+                assert http.post(f"/v1/generations/{task_id}/cancel").status_code == 202
         for task_id in made:
-            assert http.post(f"/v1/generations/{task_id}/cancel").status_code == 202
-    for task_id in made:
-        await wait_for_status(stack, task_id, TERMINAL, timeout_s=60)
+            await wait_for_status(stack, task_id, TERMINAL, timeout_s=60)
