@@ -278,6 +278,11 @@ class ObjectStorage:
         return self._presigned_put(key, expires, {"Content-Length": str(size), "x-amz-checksum-sha256": checksum}), {
             "x-amz-checksum-sha256": checksum}
 
+    @property
+    def upload_origin(self) -> str:
+        """`scheme://host[:port]` that upload URLs name (the public endpoint when one is set)."""
+        return f"{self._signing['scheme']}://{self._signing['host']}".lower()
+
     def _presigned_put(self, key: str, expires: timedelta, headers: dict[str, str],
                        query: dict[str, str] | None = None) -> str:
         return presign(method="PUT", path=f"/{self.bucket}/{key}", now=datetime.now(UTC),

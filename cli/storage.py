@@ -18,13 +18,12 @@ def setup(
     """Make REELQUEUE_S3_BUCKET unless it exists, with the services' own keys, and set its CORS rule
     (uploads from the gateway's pages only: REELQUEUE_PUBLIC_URL); safe to repeat."""
     from adapters.storage import ObjectStorage
-    from adapters.storage_cors import allow_browser_uploads, browser_origins
+    from devstack.seaweed import allow_browser_uploads
 
     settings = get_settings()
     try:
-        storage = ObjectStorage.from_settings(settings)
-        created = storage.ensure_bucket(wait_s=wait)
-        allow_browser_uploads(storage, browser_origins(settings.public_url, settings.gateway_url))
+        created = ObjectStorage.from_settings(settings).ensure_bucket(wait_s=wait)
+        allow_browser_uploads(settings)
     except Exception as exc:  # refused keys (S3Error), or no answer within --wait
         fail(f"s3 at {settings.s3_endpoint}: bucket {settings.s3_bucket!r}: {exc}", as_json=as_json)
     if as_json:

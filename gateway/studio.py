@@ -5,7 +5,6 @@ media links' origin."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from functools import cache
 from pathlib import Path
 
@@ -38,13 +37,11 @@ def _policy(request: Request) -> str:
 
 
 def policy(settings: Settings) -> str:
-    """Scripts and styles from here only; uploads to the origin presigned URLs name (signed here
-    as the upload service signs them, no request made); videos from the media links' origin."""
+    """Scripts and styles from here only; uploads to the origin presigned URLs name; videos from
+    the media links' origin."""
     from adapters.storage import ObjectStorage
 
-    signed, _ = ObjectStorage.from_settings(settings).presigned_put("origin-probe", timedelta(minutes=1), size=0,
-                                                                    sha256="00" * 32)
-    uploads = origin_of(signed) or ""
+    uploads = ObjectStorage.from_settings(settings).upload_origin
     media = origin_of(settings.media_base_url()) or ""
     return ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
             f"media-src 'self' {media} blob:; connect-src 'self' {uploads}; form-action 'self'; "
