@@ -269,9 +269,14 @@ def _now() -> datetime:
 
 async def run_periodically(db: Database, providers: Mapping[str, VideoProvider], stop: asyncio.Event, *,
                            every_s: float, window: timedelta) -> None:
-    """Until `stop`: a pass every `every_s` (the io worker's backstop). A failed pass is logged and
-    tried again at the next tick; a job a pass misses is listed again while it is in the window."""
-    while not stop.is_set():
+    """Until `stop`: a pass every `every_s` (the io worker's backstop), the first one `every_s` after
+    start (a worker that restarts often does not list the providers' jobs each time). A failed pass is
+    logged and tried again at the next tick; a job a pass misses is listed again while it is in the window."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)
+        if stop.is_set():
+            return
         try:
             report = await asyncio.to_thread(reconcile, db, providers, since=_now() - window)
             for f in report.findings:
@@ -282,8 +287,6 @@ async def run_periodically(db: Database, providers: Mapping[str, VideoProvider],
                     log.warning("backstop: %s not checked: %s", s.provider, s.reason)
         except Exception:  # noqa: BLE001 - the backstop outlives any one failure
             log.exception("provider backstop pass failed; retrying in %.0f s", every_s)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every_s)
 
 
 def window_start(hours: float | None, now: datetime | None = None) -> datetime:
