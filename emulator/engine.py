@@ -106,7 +106,9 @@ class Engine:
         self.outage("cancel_outage_s")
         if self.faults.in_outage("cancel_missing_s"):
             raise EngineRefusal(404, "not_found", f"no job {job_id}")
-        self.job(job_id, dialect)
+        running_on = self.job(job_id, dialect)
+        if running_on.status in ALIVE and self.faults.take("cancel_lost_race"):
+            return self.service.view(running_on).model_copy(update={"status": "canceled"})
         job = self.service.cancel(job_id)
         self.clock.wake()  # a running slot may be free
         return self.service.view(job)

@@ -58,6 +58,17 @@ class JobService:
             return changed
         return self.store.get(job_id)
 
+    def change(self, job_id: str, *, cost: float | None, finish_now: bool) -> JobRecord | None:
+        """A change after the fact (the /_sim hook): a succeeded job re-rated, a running job's time
+        up now; no webhook (the provider says nothing of it). None if the job is not in the state
+        the change needs."""
+        changed: JobRecord | None = self.store.get(job_id)
+        if cost is not None:
+            changed = self.store.transition(job_id, "succeeded", only_from=("succeeded",), cost=round(cost, 6))
+        if finish_now and changed is not None:
+            changed = self.store.transition(job_id, "running", only_from=("running",), job_s=0.0)
+        return changed
+
     def start(self, job: JobRecord, job_s: float) -> JobRecord | None:
         """Start the job's timer and queue its render (again, for a job a dead process left
         running); None if it was canceled meanwhile."""

@@ -27,6 +27,15 @@ class SimJobOut(JobOut):
     webhook_url: str | None = None
 
 
+class SimJobChange(BaseModel):
+    """A change to one job behind the API's back (POST /_sim/jobs/{id}): what the provider does
+    after the fact. `cost`: a succeeded job re-rated (what the listing and status calls report from
+    now on); `finish_now`: a running job's time is up now (it ends once its clip is rendered)."""
+
+    cost: float | None = Field(default=None, ge=0)
+    finish_now: bool = False
+
+
 class SimJobList(BaseModel):
     jobs: list[SimJobOut]
 
@@ -105,6 +114,9 @@ class Faults(BaseModel):
     status_missing_s: float = Field(default=0.0, ge=0)
     # For the next N seconds the cancel call answers 404 (a provider refusing to answer for a job).
     cancel_missing_s: float = Field(default=0.0, ge=0)
+    # The next N cancel calls answer the job `canceled` while it runs on to its end and bills (a
+    # provider whose cancel is acknowledged before it reaches the worker, which finishes the job).
+    cancel_lost_race: int = Field(default=0, ge=0)
     # Webhook faults, each for the next N events (submits for webhook_before_response):
     duplicate_webhook: int = Field(default=0, ge=0)  # delivered twice, same webhook-id
     reorder_webhooks: int = Field(default=0, ge=0)  # held back until the job's next event went out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 
 from adapters.providers.emulator_api import SubmitIn
 from emulator.clock import JobClock
@@ -10,7 +10,7 @@ from emulator.faults import FaultBoard
 from emulator.service import JobService
 from emulator.stats import StatsBoard
 from emulator.store import JobStore
-from emulator.wire import Faults, SimJobList, SimJobOut, SimStats
+from emulator.wire import Faults, SimJobChange, SimJobList, SimJobOut, SimStats
 
 
 def sim_router(service: JobService, store: JobStore, stats: StatsBoard, faults: FaultBoard,
@@ -28,6 +28,18 @@ def sim_router(service: JobService, store: JobStore, stats: StatsBoard, faults: 
         job = service.create(body, fail_injected=False)
         clock.wake()
         return service.sim_view(job)
+
+    @sim.post("/jobs/{job_id}")
+    def sim_change(job_id: str, body: SimJobChange) -> SimJobOut:
+        """Change one job after the fact (SimJobChange): 404 for an unknown job, 409 when it is not
+        in the state the change needs (a cost for a succeeded job, finish_now for a running one)."""
+        if store.get(job_id) is None:
+            raise HTTPException(404, f"no job {job_id}")
+        changed = service.change(job_id, cost=body.cost, finish_now=body.finish_now)
+        if changed is None:
+            raise HTTPException(409, f"job {job_id} is not in a state this change applies to")
+        clock.wake()
+        return service.sim_view(changed)
 
     @sim.get("/stats")
     def sim_stats() -> SimStats:
