@@ -54,3 +54,7 @@ class WebhookEvent(BaseModel):
     observed_at: datetime | None = None  # the provider's time of the change
     verified: bool = False
     headers: dict[str, str] = Field(default_factory=dict)  # delivery headers worth keeping; never a signature
+    # What a success's body says, when the provider's webhook carries it (kept for an output that
+    # arrives after its task ended: control/provider_backstop.py books it without a provider call).
+    cost: float | None = Field(default=None, ge=0)
+    outputs: list[str] = Field(default_factory=list, max_length=16)

@@ -34,11 +34,11 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from adapters.providers.base import JobLister, JobState, ProviderError, VideoProvider
-from contracts.provider import TERMINAL_JOB_STATUSES, JobStatus
+from adapters.providers.base import JobLister, JobState, OutputRef, ProviderError, Usage, VideoProvider
+from contracts.provider import TERMINAL_JOB_STATUSES, JobStatus, WebhookEvent
 from contracts.task import TaskStatus
 from schema.db import Database
-from schema.ledger_check import BACKSTOP, LEDGER_FINAL, fmt_amount
+from schema.ledger_check import BACKSTOP, LATE_WEBHOOK, LEDGER_FINAL, fmt_amount
 from schema.models import Attempt, CreditEntry, StateEvent, StrayJob, Task
 from schema.state_machine import AttemptState
 from schema.strays import book_stray
@@ -127,11 +127,11 @@ def judge(session: Session, provider: str, job: JobState) -> Finding:
     base = Finding(provider=provider, job_id=job.job_id, request_key=job.request_key,
                    provider_status=job.raw_status, cost=float(cost) if cost is not None else None,
                    verdict=Verdict.KNOWN)
+    attempt = _attempt_of(session, provider, job)
+    if attempt is not None and attempt.provider_job_id == job.job_id:
+        return _own_job(session, base, attempt, job, cost, BACKSTOP)
     stray = session.scalar(select(StrayJob).where(StrayJob.provider == provider,
                                                   StrayJob.provider_job_id == job.job_id).with_for_update())
-    attempt = _attempt_of(session, provider, job)
-    if stray is None and attempt is not None and attempt.provider_job_id == job.job_id:
-        return _own_job(session, base, attempt, job, cost)
     if stray is None and attempt is not None and session.get(Task, attempt.task_id).status not in LEDGER_FINAL:
         # A job of a task still under way that its attempt has not recorded (a submit whose answer
         # was lost, a duplicate): the workflow reconciles it and books any stray itself. A row here
@@ -191,28 +191,62 @@ def _book_if_ended(session: Session, base: Finding, stray: StrayJob, job: JobSta
     return finding.model_copy(update={"booked": float(amount), "detail": note})
 
 
-def _own_job(session: Session, base: Finding, attempt: Attempt, job: JobState, cost: Decimal | None) -> Finding:
-    """An attempt's own job: once the task ended, the ledger's cost for the attempt is the provider's."""
+def record_late_success(session: Session, provider: str, event: WebhookEvent) -> Finding | None:
+    """A success webhook whose workflow has closed (the gateway, after its signal found none): the
+    attempt's own job judged as the backstop judges it from a listing, with the webhook's body as
+    the evidence; None when no attempt follows the job."""
+    if event.status is not JobStatus.SUCCEEDED:
+        return None
+    attempt = session.scalar(select(Attempt).where(Attempt.provider == provider,
+                                                   Attempt.provider_job_id == event.job_id))
+    if attempt is None:
+        return None
+    job = JobState(provider=provider, job_id=event.job_id, request_key=event.request_key, status=event.status,
+                   raw_status=event.raw_status or event.status.value, outputs=[OutputRef(url=u) for u in event.outputs],
+                   usage=Usage(cost=event.cost) if event.cost is not None else None, updated_at=event.observed_at)
+    cost = _cost(job)
+    base = Finding(provider=provider, job_id=job.job_id, request_key=job.request_key,
+                   provider_status=job.raw_status, cost=float(cost) if cost is not None else None,
+                   verdict=Verdict.KNOWN)
+    return _own_job(session, base, attempt, job, cost, LATE_WEBHOOK)
+
+
+def _own_job(session: Session, base: Finding, attempt: Attempt, job: JobState, cost: Decimal | None,
+             found_by: str) -> Finding:
+    """An attempt's own job once its task ended: the ledger's cost for the attempt is the provider's.
+    A success after CANCELED is an orphan output, flagged whoever sees it first (a listing, a late
+    webhook); without the provider's cost it is booked at the task's estimate if nothing is booked
+    for it yet, and a listing that gives the cost later corrects that with an ADJUSTMENT or REFUND.
+    Each finder books under its own key per job, always the difference from what the ledger holds,
+    so a redelivery or a second pass books nothing more."""
     task = session.get(Task, attempt.task_id)
     found = base.model_copy(update={"task_id": task.id, "attempt_no": attempt.attempt_no})
-    if task.status not in LEDGER_FINAL or job.status not in TERMINAL_JOB_STATUSES or cost is None:
+    if task.status not in LEDGER_FINAL or job.status not in TERMINAL_JOB_STATUSES:
         return found
     late_output = task.status == TaskStatus.CANCELED.value and job.status is JobStatus.SUCCEEDED
     if late_output:
-        _flag_output_after_cancel(session, task, attempt, job)
+        _flag_output_after_cancel(session, task, attempt, job, found_by)
+    elif cost is None:
+        return found
     booked = _booked_for(session, task.id, attempt.attempt_no, job.job_id)
-    diff = cost - booked
+    if cost is not None:
+        diff, said = cost - booked, f"the provider charged {fmt_amount(cost)}"
+    elif booked == 0:  # a late output whose charge nobody has said yet
+        diff = Decimal(task.estimated_cost).quantize(CENT)
+        said = f"the provider's charge is unknown: the task's estimate {fmt_amount(diff)} is booked"
+    else:
+        diff, said = Decimal(0), ""
     if diff == 0:
         return found.model_copy(update={"verdict": Verdict.OUTPUT_AFTER_CANCEL}) if late_output else found
-    reason = (f"the provider charged {fmt_amount(cost)} for job {job.job_id} ({job.raw_status}), the ledger held "
-              f"{fmt_amount(booked)} for attempt {attempt.attempt_no}")
+    reason = f"{said} for job {job.job_id} ({job.raw_status}), the ledger held {fmt_amount(booked)} for attempt " \
+             f"{attempt.attempt_no}"
     if late_output:
-        reason += "; an output that came after the task ended CANCELED"
+        reason += f"; an output that came after the task ended CANCELED (found by the {found_by})"
     kind, key = ("ADJUSTMENT", "adjustment") if diff > 0 else ("REFUND", "refund")
     session.execute(
         insert(CreditEntry)
         .values(tenant_id=task.tenant_id, task_id=task.id, entry_type=kind, amount=abs(diff),
-                business_key=f"{key}:{task.id}:backstop:{job.job_id}", attempt_no=attempt.attempt_no,
+                business_key=f"{key}:{task.id}:{found_by}:{job.job_id}", attempt_no=attempt.attempt_no,
                 provider_job_id=job.job_id, run_no=task.run_no, note=reason)
         .on_conflict_do_nothing(index_elements=["business_key"])
     )
@@ -234,24 +268,34 @@ def _booked_for(session: Session, task_id: str, attempt_no: int, job_id: str) ->
     return sums.get("SETTLE", Decimal(0)) + sums.get("ADJUSTMENT", Decimal(0)) - sums.get("REFUND", Decimal(0))
 
 
-def _flag_output_after_cancel(session: Session, task: Task, attempt: Attempt, job: JobState) -> None:
+def _flag_output_after_cancel(session: Session, task: Task, attempt: Attempt, job: JobState, found_by: str) -> None:
     """A success the provider reports for a task that ended CANCELED: kept as an orphan output (the
-    job's listing as evidence) and as an unapplied state event a person sees in `show`; the status
-    stays CANCELED (terminal states are sticky)."""
-    session.execute(
+    provider's view of the job as evidence) and as an unapplied state event a person sees in `show`,
+    both once per job whoever finds it; the status stays CANCELED (terminal states are sticky). The
+    orphan's row is locked until the booking commits, so a listing and a webhook book one after
+    the other."""
+    cost = _cost(job)
+    inserted = session.scalar(
         insert(StrayJob).values(
             task_id=task.id, attempt_no=attempt.attempt_no, provider=attempt.provider, provider_job_id=job.job_id,
-            found_by=BACKSTOP, request_key=job.request_key, provider_status=job.raw_status,
-            evidence=job.model_dump(mode="json"), accounted=True, cost=_cost(job))
+            found_by=found_by, request_key=job.request_key, provider_status=job.raw_status,
+            evidence=job.model_dump(mode="json"), accounted=True, cost=cost)
         .on_conflict_do_nothing(index_elements=["provider", "provider_job_id"])
+        .returning(StrayJob.id)
     )
+    stray = session.scalars(select(StrayJob).where(StrayJob.provider == attempt.provider,
+                                                   StrayJob.provider_job_id == job.job_id).with_for_update()).one()
+    if inserted is None:
+        if cost is not None:
+            stray.cost, stray.updated_at = cost, _now()
+        return
     session.execute(
         insert(StateEvent).values(
-            task_id=task.id, attempt_no=attempt.attempt_no, source=BACKSTOP,
+            task_id=task.id, attempt_no=attempt.attempt_no, source=found_by,
             source_event_id=f"{ORPHAN_OUTPUT}:{attempt.provider}:{job.job_id}", event=ORPHAN_OUTPUT,
             from_status=task.status, to_status=task.status, task_version=task.version, applied=False,
             payload={"job_id": job.job_id, "provider_status": job.raw_status,
-                     "outputs": [o.url for o in job.outputs], "cost": float(_cost(job) or 0),
+                     "outputs": [o.url for o in job.outputs], "cost": float(cost) if cost is not None else None,
                      "attention": "a paid output arrived after the task ended CANCELED"})
         .on_conflict_do_nothing(index_elements=["source", "source_event_id"])
     )

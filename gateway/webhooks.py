@@ -6,6 +6,9 @@ the body at most `max_body_bytes` (413), the adapter verifies the raw body (401 
 transaction closed, the task's workflow is signaled (unless the event is a signed "still waiting",
 which moves nothing: `worth_a_signal`). Answers are quick: nothing is fetched here.
 
+A success whose workflow has closed is judged as the provider backstop judges a listed job
+(control/provider_backstop.py): an output after CANCELED is recorded and booked in this request.
+
 A stored event whose signal could not go out (Temporal unavailable) answers 503, so the provider
 delivers it again; that delivery finds the row and sends the signal then, with the same request
 id (gateway/signals.py). Logs name provider, delivery id and state; never bodies or signatures.
@@ -22,7 +25,8 @@ from starlette.concurrency import run_in_threadpool
 
 from adapters.providers.base import WebhookReceiver, WebhookRejected
 from contracts.messages import ProviderUpdate
-from contracts.provider import WebhookEvent
+from contracts.provider import JobStatus, WebhookEvent
+from control.provider_backstop import Finding, Verdict, record_late_success
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.guards import read_body
 from gateway.problems import ProblemError
@@ -56,8 +60,9 @@ async def receive_webhook(provider: str, request: Request, deps: GatewayDeps = D
              " (duplicate)" if receipt.duplicate else "")
     WEBHOOKS.labels(provider, "duplicate" if receipt.duplicate else receipt.state.value).inc()
     update = inbox.to_update(event)
-    if receipt.workflow_id is not None and worth_a_signal(update):
-        await _signal(deps, provider, event, update, receipt.row_id, receipt.workflow_id)
+    signal = receipt.workflow_id is not None and worth_a_signal(update)
+    if signal and not await _signal(deps, provider, event, update, receipt.row_id, receipt.workflow_id):
+        await _record_late_success(deps, provider, event)
     await _sweep(deps)
     return {"ok": True}
 
@@ -83,8 +88,8 @@ def _mark_signaled(deps: GatewayDeps, row_id: int) -> None:
 
 
 async def _signal(deps: GatewayDeps, provider: str, event: WebhookEvent, update: ProviderUpdate, row_id: int,
-                  workflow_id: str) -> None:
-    """Signal the task's workflow (outside any transaction); a closed or missing one is a no-op."""
+                  workflow_id: str) -> bool:
+    """Signal the task's workflow (outside any transaction); False if it is closed or missing."""
     try:
         delivered = await deps.signaler.signal(workflow_id, update,
                                                signal_request_id(provider, event.event_id))
@@ -95,7 +100,7 @@ async def _signal(deps: GatewayDeps, provider: str, event: WebhookEvent, update:
                            headers=RETRY_AFTER) from None
     if not delivered:
         log.info("webhook %s %s: workflow %s is closed or unknown", provider, event.event_id, workflow_id)
-        return
+        return False
     if event.observed_at is not None:  # the provider's clock; a naive time is taken as UTC
         observed = event.observed_at if event.observed_at.tzinfo else event.observed_at.replace(tzinfo=UTC)
         WEBHOOK_LAG.labels(provider).observe(max(0.0, (datetime.now(UTC) - observed).total_seconds()))
@@ -103,6 +108,30 @@ async def _signal(deps: GatewayDeps, provider: str, event: WebhookEvent, update:
         await run_in_threadpool(_mark_signaled, deps, row_id)
     except Exception as exc:  # noqa: BLE001 - delivered: a redelivery would signal again, deduplicated
         log.warning("webhook %s %s signaled, not marked: %s", provider, event.event_id, type(exc).__name__)
+    return True
+
+
+def _late(deps: GatewayDeps, provider: str, event: WebhookEvent) -> Finding | None:
+    with deps.db.transaction() as session:
+        return record_late_success(session, provider, event)
+
+
+async def _record_late_success(deps: GatewayDeps, provider: str, event: WebhookEvent) -> None:
+    """A success whose workflow has closed: judged as the provider backstop judges a listed job, so
+    an output after CANCELED is flagged and booked now (from the webhook's own body, nothing
+    fetched). Not recorded (the database down): 503, and the provider's redelivery tries again."""
+    if event.status is not JobStatus.SUCCEEDED:
+        return
+    try:
+        finding = await run_in_threadpool(_late, deps, provider, event)
+    except Exception as exc:  # the class only, as for storing
+        log.error("webhook %s %s: late success not recorded: %s", provider, event.event_id, type(exc).__name__)
+        WEBHOOKS.labels(provider, "unavailable").inc()
+        raise ProblemError(503, "the event is stored; deliver it again later", slug="late-output-not-recorded",
+                           headers=RETRY_AFTER) from None
+    if finding is not None and finding.verdict is Verdict.OUTPUT_AFTER_CANCEL:
+        log.warning("webhook %s %s: output after CANCELED of task %s: %s", provider, event.event_id,
+                    finding.task_id, finding.detail or "already booked")
 
 
 def _expire(deps: GatewayDeps) -> int:

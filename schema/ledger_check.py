@@ -33,6 +33,7 @@ BUSINESS_ENTRIES = ("RESERVE", "SETTLE", "RELEASE")
 WAITING: frozenset[str] = frozenset({TaskStatus.QUEUED.value, TaskStatus.RETRY_WAIT.value})
 DEADLINE_SLACK = timedelta(minutes=15)
 BACKSTOP = "backstop"  # stray_jobs.found_by of the jobs the provider backstop found
+LATE_WEBHOOK = "webhook"  # stray_jobs.found_by of a success webhook that came after its task ended CANCELED
 NO_TASK = "-"  # a violation's task id when the job has no task
 
 
@@ -106,9 +107,10 @@ def check(session: Session, import_id: str | None = None) -> LedgerFindings:
 
 
 def backstop_orphans(session: Session, import_id: str | None = None) -> list[OrphanJob]:
-    """The jobs the provider backstop recorded, oldest first; with `import_id`, those of its tasks
-    (a job no task knows belongs to no import and is listed only without one)."""
-    stmt = select(StrayJob).where(StrayJob.found_by == BACKSTOP).order_by(StrayJob.id)
+    """The jobs the provider backstop recorded (and the late outputs a webhook recorded), oldest first;
+    with `import_id`, those of its tasks (a job no task knows belongs to no import and is listed only
+    without one)."""
+    stmt = select(StrayJob).where(StrayJob.found_by.in_((BACKSTOP, LATE_WEBHOOK))).order_by(StrayJob.id)
     if import_id is not None:
         stmt = stmt.join(Task, Task.id == StrayJob.task_id).where(in_import(import_id))
     return [OrphanJob(provider=s.provider, job_id=s.provider_job_id, request_key=s.request_key, task_id=s.task_id,

@@ -219,6 +219,8 @@ class EmulatorProvider:
                 observed_at=job.updated_at,
                 verified=True,
                 headers=delivery.headers,
+                cost=job.usage.cost if job.usage else None,
+                outputs=[o.url for o in job.output or []],
             )
         except ValidationError:
             raise WebhookRejected("the body is not an emulator job, or its ids are too long", malformed=True) from None
