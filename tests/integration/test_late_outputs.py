@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from decimal import Decimal
 
 import httpx
 import pytest
+from backstop_helpers import ended_task, reconcile_until_settled, sim_job
 from cli_helpers import run_cli_async
 from sqlalchemy import select
 from stack_helpers import start_one_at_provider
 
 from adapters.providers.emulator_api import JobOut
 from contracts.messages import CancelRequest
+from contracts.task import TaskStatus
 from emulator.signing import webhook_headers
 from schema.db import Database
 from schema.models import CreditEntry, ProviderEvent, StateEvent, StrayJob, Task
@@ -115,3 +118,30 @@ async def test_a_success_webhook_after_canceled_is_recorded_at_once(stack, clien
     check = await run_cli_async("ledger", "check", task.import_id, "--skip-storage", "--json")
     assert check.code == 0 and check.json["ok"], check.stdout
     assert [o["job_id"] for o in check.json["orphans"]] == [job["id"]]
+
+
+async def test_a_late_success_without_a_cost_is_booked_at_the_estimate_until_a_listing_says(stack, tmp_path):
+    """A success webhook that carries no cost, for a task that ended CANCELED: the task's estimate is
+    booked at once (the job may bill and nothing else may ever say so); the backstop's listing then
+    books the difference to what the provider charged, once."""
+    key = f"late-{uuid.uuid4().hex}-a1"
+    job = sim_job(stack, key)
+    task = ended_task(stack, tmp_path, TaskStatus.CANCELED, job["id"], key, "CANCELED")
+    costless = JobOut.model_validate(job).model_copy(update={"usage": None}).model_dump_json().encode()
+
+    assert await _deliver(stack, costless, f"costless-{job['id']}") == 200
+
+    (stray,), (event,), (entry,) = _late_rows(stack, task.id, job["id"])  # written before the 200
+    assert (stray.found_by, stray.cost, entry.entry_type, entry.amount) == ("webhook", None, "ADJUSTMENT",
+                                                                           task.estimated_cost)
+    assert "estimate" in entry.note and event.payload["cost"] is None
+    assert await _deliver(stack, costless, f"costless-again-{job['id']}") == 200
+    assert [len(rows) for rows in _late_rows(stack, task.id, job["id"])] == [1, 1, 1]
+
+    await reconcile_until_settled()
+    await reconcile_until_settled()
+    strays, _, entries = _late_rows(stack, task.id, job["id"])
+    cost = Decimal(str(job["usage"]["cost"]))
+    assert len(entries) == 2 and strays[0].cost == cost
+    signed = {"ADJUSTMENT": 1, "REFUND": -1}
+    assert sum(signed[e.entry_type] * e.amount for e in entries) == cost

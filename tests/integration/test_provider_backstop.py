@@ -1,81 +1,29 @@
 """The provider backstop on the real stack: the emulator lists the jobs it ran, `ledger reconcile`
 books what the ledger does not account for, `ledger check` lists it.
 
-Each job here is made behind the API's back by the emulator's test hook (`POST /_sim/jobs`): a job
-no attempt knows, the first job of an attempt whose duplicate risk a person accepted, a success of
-a task that ended CANCELED."""
+Each job here is made or changed behind the API's back by the emulator's test hooks: a job no
+attempt knows, the first job of an attempt whose duplicate risk a person accepted, a success of a
+task that ended CANCELED (`POST /_sim/jobs`), the job of a task that SUCCEEDED re-rated by the
+provider afterwards (`POST /_sim/jobs/{id}`)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from decimal import Decimal
 
 import httpx
 import pytest
+from backstop_helpers import adjustments_of, ended_task, reconcile_until_settled, sim_job
 from cli_helpers import run_cli_async
-from sqlalchemy import select
-from stack_helpers import import_small
+from sqlalchemy import func, select
+from stack_helpers import import_small, run_all
 
 from contracts.task import TaskStatus
-from schema import queries
 from schema.db import Database
+from schema.ledger_check import fmt_amount
 from schema.models import Attempt, CreditEntry, StateEvent, StrayJob, Task
 
 pytestmark = pytest.mark.integration
-
-ENDED = {"succeeded", "failed", "canceled"}
-
-
-def sim_job(stack, request_key: str, duration_s: float = 1.0) -> dict:
-    """A job the emulator runs without any submit of ours, followed until it ended."""
-    job = httpx.post(f"{stack.emulator_url}/_sim/jobs", timeout=10, json={
-        "request_key": request_key, "model": "emu-1", "prompt": "made behind our back",
-        "aspect_ratio": "9:16", "duration_s": duration_s}).json()
-    deadline = time.monotonic() + 60
-    while job["status"] not in ENDED:
-        assert time.monotonic() < deadline, f"job {job['id']} still {job['status']}"
-        time.sleep(0.2)
-        job = next(j for j in httpx.get(f"{stack.emulator_url}/_sim/jobs", timeout=10).json()["jobs"]
-                   if j["id"] == job["id"])
-    return job
-
-
-async def reconcile_until_settled(*args: str) -> dict:
-    """`ledger reconcile --provider emulator --json`, again while the window holds a job still
-    running (another test's): the suite leaves no orphan unbooked."""
-    deadline = time.monotonic() + 90
-    while True:
-        done = await run_cli_async("ledger", "reconcile", "--provider", "emulator", "--since", "1", "--json", *args)
-        assert done.code == 0, done.stdout + done.stderr
-        pending = [f for f in done.json["findings"] if "booked once it ended" in f["detail"]]
-        if not pending:
-            return done.json
-        assert time.monotonic() < deadline, pending
-        time.sleep(0.5)
-
-
-def ended_task(stack, tmp_path, status: TaskStatus, job_id: str | None, request_key: str,
-               attempt_state: str) -> Task:
-    """An imported task put where its workflow leaves it (ended, one attempt), without a run."""
-    summary = import_small(stack, tmp_path, [("B-1", "Bench", "A bench")], duration_s=1)
-    with Database(stack.database_url).transaction() as session:
-        (listed,) = queries.list_tasks(session, summary.import_id)
-        task = session.get(Task, listed.id)
-        task.status, task.provider = status.value, "emulator"
-        session.add(Attempt(task_id=task.id, attempt_no=1, provider="emulator", model=task.model,
-                            request_key=request_key, provider_job_id=job_id, submit_state=attempt_state,
-                            request_fingerprint="0" * 64))
-        session.flush()
-        session.expunge(task)
-    return task
-
-
-def adjustments_of(stack, job_id: str) -> list[CreditEntry]:
-    with Database(stack.database_url).transaction() as session:
-        rows = session.scalars(select(CreditEntry).where(CreditEntry.provider_job_id == job_id)).all()
-        session.expunge_all()
-        return list(rows)
 
 
 async def test_a_job_no_attempt_knows_is_booked_as_an_orphan_and_listed_by_ledger_check(stack):
@@ -159,3 +107,44 @@ async def test_providers_that_cannot_list_are_named(stack):
     skipped = {s["provider"]: s["reason"] for s in done.json["skipped"]}
     assert "emulator" not in skipped
     assert "no listing" in skipped["runway"]
+
+
+@pytest.mark.parametrize(("factor", "kind", "verdict"), [(Decimal("1.5"), "ADJUSTMENT", "adjusted"),
+                                                         (Decimal("0.4"), "REFUND", "refunded")])
+async def test_a_job_the_provider_re_rated_after_success_is_adjusted_or_refunded_once(
+        stack, client, task_queue, tmp_path, factor, kind, verdict):
+    """A task that SUCCEEDED settled what the provider then charged; the provider later charges more
+    (or less) for that job: one pass books the difference as an ADJUSTMENT (or a REFUND) naming it,
+    a second pass books nothing more, and `ledger check` stays ok."""
+    summary = import_small(stack, tmp_path, [("R-1", "Mug", "A mug")], duration_s=2)
+    (task,) = await run_all(client, stack, summary.import_id, task_queue)
+    assert task.status == "SUCCEEDED"
+    with Database(stack.database_url).transaction() as session:
+        (attempt,) = session.scalars(select(Attempt).where(Attempt.task_id == task.id)).all()
+        job_id = attempt.provider_job_id
+    [before] = [j for j in httpx.get(f"{stack.emulator_url}/_sim/jobs", timeout=10).json()["jobs"]
+                if j["id"] == job_id]
+    charged = (Decimal(str(before["usage"]["cost"])) * factor).quantize(Decimal("0.01"))
+    httpx.post(f"{stack.emulator_url}/_sim/jobs/{job_id}", json={"cost": float(charged)},
+               timeout=10).raise_for_status()
+
+    report = await reconcile_until_settled()
+
+    found = next(f for f in report["findings"] if f["job_id"] == job_id)
+    booked = Decimal(str(before["usage"]["cost"]))  # what the workflow settled
+    with Database(stack.database_url).transaction() as session:
+        assert session.scalar(select(func.sum(CreditEntry.amount)).where(
+            CreditEntry.task_id == task.id, CreditEntry.entry_type == "SETTLE")) == booked
+    assert (found["verdict"], found["task_id"], found["attempt_no"]) == (verdict, task.id, 1)
+    assert Decimal(str(found["booked"])) == abs(charged - booked)
+    [entry] = [e for e in adjustments_of(stack, job_id) if e.entry_type in ("ADJUSTMENT", "REFUND")]
+    assert (entry.entry_type, entry.task_id, entry.attempt_no) == (kind, task.id, 1)
+    assert entry.amount == abs(charged - booked)
+    assert f"the provider charged {fmt_amount(charged)} for job {job_id}" in entry.note
+    assert f"the ledger held {fmt_amount(booked)} for attempt 1" in entry.note
+
+    again = await reconcile_until_settled()
+    assert [e.id for e in adjustments_of(stack, job_id) if e.entry_type in ("ADJUSTMENT", "REFUND")] == [entry.id]
+    assert job_id not in {f["job_id"] for f in again["findings"]}  # ledger and provider agree now
+    check = await run_cli_async("ledger", "check", summary.import_id, "--skip-storage", "--json")
+    assert check.code == 0 and check.json["ok"], check.stdout
