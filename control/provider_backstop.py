@@ -192,14 +192,15 @@ def _book_if_ended(session: Session, base: Finding, stray: StrayJob, job: JobSta
 
 
 def record_late_success(session: Session, provider: str, event: WebhookEvent) -> Finding | None:
-    """A success webhook whose workflow has closed (the gateway, after its signal found none): the
-    attempt's own job judged as the backstop judges it from a listing, with the webhook's body as
-    the evidence; None when no attempt follows the job."""
+    """A success webhook whose workflow has closed (the gateway, after its signal found none): if it
+    is an attempt's own job and the task ended CANCELED, the job is judged as the backstop judges
+    it from a listing, with the webhook's body as the evidence; None otherwise (a late copy of a
+    success the workflow saw itself is left to the listing, which compares costs)."""
     if event.status is not JobStatus.SUCCEEDED:
         return None
     attempt = session.scalar(select(Attempt).where(Attempt.provider == provider,
                                                    Attempt.provider_job_id == event.job_id))
-    if attempt is None:
+    if attempt is None or session.get(Task, attempt.task_id).status != TaskStatus.CANCELED.value:
         return None
     job = JobState(provider=provider, job_id=event.job_id, request_key=event.request_key, status=event.status,
                    raw_status=event.raw_status or event.status.value, outputs=[OutputRef(url=u) for u in event.outputs],

@@ -6,8 +6,9 @@ the body at most `max_body_bytes` (413), the adapter verifies the raw body (401 
 transaction closed, the task's workflow is signaled (unless the event is a signed "still waiting",
 which moves nothing: `worth_a_signal`). Answers are quick: nothing is fetched here.
 
-A success whose workflow has closed is judged as the provider backstop judges a listed job
-(control/provider_backstop.py): an output after CANCELED is recorded and booked in this request.
+A success whose workflow has closed, for a task that ended CANCELED, is judged as the provider
+backstop judges a listed job (control/provider_backstop.py): the output is recorded and booked in
+this request.
 
 A stored event whose signal could not go out (Temporal unavailable) answers 503, so the provider
 delivers it again; that delivery finds the row and sends the signal then, with the same request
@@ -117,9 +118,9 @@ def _late(deps: GatewayDeps, provider: str, event: WebhookEvent) -> Finding | No
 
 
 async def _record_late_success(deps: GatewayDeps, provider: str, event: WebhookEvent) -> None:
-    """A success whose workflow has closed: judged as the provider backstop judges a listed job, so
-    an output after CANCELED is flagged and booked now (from the webhook's own body, nothing
-    fetched). Not recorded (the database down): 503, and the provider's redelivery tries again."""
+    """A success whose workflow has closed: an output after CANCELED is flagged and booked now, as
+    the provider backstop would (from the webhook's own body, nothing fetched). Not recorded (the
+    database down): 503, and the provider's redelivery tries again."""
     if event.status is not JobStatus.SUCCEEDED:
         return
     try:

@@ -145,3 +145,16 @@ async def test_a_late_success_without_a_cost_is_booked_at_the_estimate_until_a_l
     assert len(entries) == 2 and strays[0].cost == cost
     signed = {"ADJUSTMENT": 1, "REFUND": -1}
     assert sum(signed[e.entry_type] * e.amount for e in entries) == cost
+
+
+async def test_a_late_success_webhook_of_a_task_that_succeeded_books_nothing(stack, tmp_path):
+    """A late copy of a success the workflow saw itself (its signal finds the workflow closed): only
+    an output after CANCELED is the webhook path's business; costs are compared by the listing."""
+    key = f"late-{uuid.uuid4().hex}-a1"
+    job = sim_job(stack, key)
+    task = ended_task(stack, tmp_path, TaskStatus.SUCCEEDED, job["id"], key, "SUCCEEDED")
+    body = JobOut.model_validate(job).model_dump_json().encode()
+
+    assert await _deliver(stack, body, f"late-copy-{job['id']}") == 200
+
+    assert _late_rows(stack, task.id, job["id"]) == ([], [], [])
