@@ -99,6 +99,25 @@ def total(samples: dict, name: str, **labels: str) -> float:
     return sum(v for (n, lab), v in samples.items() if n == name and set(labels.items()) <= set(lab))
 
 
+def temporal_metrics_url(settings) -> str:  # noqa: ANN001 - config.Settings
+    """The stack's Temporal dev server's Prometheus page (`--metrics-port`, chosen by `dev up`)."""
+    from devstack.paths import stack_paths
+    from devstack.stackfile import read_stack
+
+    return f"http://127.0.0.1:{read_stack(stack_paths(settings))['ports']['temporal_metrics']}/metrics"
+
+
+def by_label(samples: dict, name: str, label: str, **labels: str) -> dict[str, float]:
+    """`name` summed per value of `label`, over the samples whose labels include `labels` (a counter's
+    samples are read back as `name_total`)."""
+    out: dict[str, float] = {}
+    for (n, lab), value in samples.items():
+        found = dict(lab)
+        if n in (name, f"{name}_total") and label in found and set(labels.items()) <= set(lab):
+            out[found[label]] = out.get(found[label], 0.0) + value
+    return out
+
+
 def worker_metrics_url(settings) -> str:  # noqa: ANN001
     return f"http://{settings.worker_metrics_host}:{settings.worker_metrics_port}/metrics"
 

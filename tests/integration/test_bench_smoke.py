@@ -44,12 +44,16 @@ def test_webhook_pipeline_and_capacity_benchmarks() -> None:
                 "--duplicates", "4", "--probe", "4")
     webhooks = json.loads(out.strip().splitlines()[-1])
     assert [level["non_2xx"] for level in webhooks["levels"]] == [0], out
-    pipeline = last_json(bench("bench.pipeline", "--tasks", "3"))
-    assert pipeline["pipeline"]["by_status"] == {"SUCCEEDED": 3} and pipeline["engine"]["workflows"] == 3
+    pipeline = last_json(bench("bench.pipeline", "--tasks", "3", "--engine-workflows", "3"))
+    assert pipeline["pipeline"]["by_status"] == {"SUCCEEDED": 3}
+    assert [run["workflows"] for run in pipeline["engine"]["runs"]] == [3, 3, 3]
     assert pipeline["ratio"] > 0 and pipeline["cpu_s_per_task"]["ffmpeg"] > 0
     assert pipeline["worker_metrics"]["submits_per_task"] == 1.0
-    assert pipeline["steps_per_task"] >= 8 and pipeline["history_events_per_task"] > 0
+    assert pipeline["activities_per_task"] >= 8 and pipeline["history_events_per_task"] > 0
     assert pipeline["orchestration_ratio"] > 0 and pipeline["engine_cpu_s_per_step"] > 0
+    assert pipeline["orchestration_ratio_comparable"] is False  # engine runs under 200 workflows
+    assert pipeline["billable_actions_by_kind_per_task"]["workflow_started"] >= 1
+    assert pipeline["billable_actions_per_task"] > pipeline["activities_per_task"]
     capacity = last_json(bench("bench.capacity", "--rate", "1", "--minutes", "0.1", "--provider-seconds", "2",
                                "--limit", "10", "--webhooks", "on", "--drain-s", "90", "--sample-s", "1"))
     (mode,) = capacity["modes"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,15 +16,18 @@ import pytest
 from minio import Minio
 from minio.error import S3Error
 from sqlalchemy.engine import make_url
+from temporalio import workflow
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 import devstack
 from config.settings import Settings
 from devstack.ports import port_is_free
 from devstack.probes import psycopg_conninfo
 from devstack.procs import is_alive
+from workflows.search_attributes import TASK_STATUS
 
 pytestmark = pytest.mark.integration
 
@@ -170,6 +175,56 @@ async def test_temporal_has_the_custom_search_attributes(
     found = await _custom_search_attributes(devstack.effective_settings(stack[0]))
     for name in devstack.SEARCH_ATTRIBUTES:
         assert found.get(name) == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD, name
+
+
+@workflow.defn(name="DevstackUpsertProbe", sandboxed=False)
+class UpsertProbe:
+    """Sets the custom TaskStatus attribute after its start, as GenerationWorkflow does."""
+
+    @workflow.run
+    async def run(self, value: str) -> None:
+        workflow.upsert_search_attributes([TASK_STATUS.value_set(value)])
+
+
+def _persistence_calls(settings: Settings) -> dict[str, float]:
+    """The dev server's persistence calls so far, by operation (its own /metrics)."""
+    from bench.common import by_label, scrape, temporal_metrics_url
+
+    return by_label(scrape(temporal_metrics_url(settings)), "persistence_requests", "operation")
+
+
+async def _until(check, what: str, deadline_s: float = 60.0) -> None:  # noqa: ANN001 - an async predicate
+    deadline = time.monotonic() + deadline_s
+    while not await check():
+        assert time.monotonic() < deadline, f"not within {deadline_s} s: {what}"
+        await asyncio.sleep(0.2)
+
+
+async def test_temporal_serves_the_custom_search_attributes_from_its_cache(
+    stack: tuple[Settings, devstack.StackStatus],
+) -> None:
+    """Upserts of a custom attribute work, can be searched, and cost no read of the cluster's metadata
+    each (the dev server's default forces one per use: several per workflow)."""
+    settings = devstack.effective_settings(stack[0])
+    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    runs, queue, value = 10, f"upsert-probe-{uuid.uuid4().hex[:8]}", f"PROBE_{uuid.uuid4().hex[:8]}"
+    before = _persistence_calls(settings)
+    async with Worker(client, task_queue=queue, workflows=[UpsertProbe]):
+        for n in range(runs):
+            await client.execute_workflow(UpsertProbe.run, value, id=f"{queue}-{n}", task_queue=queue)
+
+    async def all_found() -> bool:
+        return (await client.count_workflows(f"TaskStatus = '{value}'")).count == runs
+
+    await _until(all_found, f"{runs} workflows found by TaskStatus")
+    moved: dict[str, float] = {}
+
+    async def counted() -> bool:  # the server publishes its counters about once a second
+        moved.update({k: v - before.get(k, 0.0) for k, v in _persistence_calls(settings).items()})
+        return moved.get("CreateWorkflowExecution", 0.0) >= runs
+
+    await _until(counted, "the server's counters show the runs")
+    assert moved.get("GetCurrentClusterMetadata", 0.0) < runs, moved
 
 
 def test_up_again_is_a_no_op(stack: tuple[Settings, devstack.StackStatus]) -> None:
