@@ -48,17 +48,19 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.task import TaskEvent, TaskStatus
 
-from workflows.generation.admission import Admission
-from workflows.generation.attempts import Attempts
-from workflows.generation.attention import Attention
-from workflows.generation.closing import Closing
-from workflows.generation.delivery import Delivery
-from workflows.generation.following import Following
-from workflows.generation.patches import ADMISSION_BOUNDED, BASELINES, TRANSITIONS_CARRIED, TRANSITIONS_IN_WORK
-from workflows.generation.review import Review
-from workflows.generation.state import TaskEnded, TaskTakenOver
-from workflows.generation.steps import MAX_PAID_ATTEMPTS, describe, error_type
-from workflows.generation.strays import STRAY, Strays
+    # The parts hold no state of their own (it is the run's, in RunState): imported once, not per run.
+    from workflows.generation.admission import Admission
+    from workflows.generation.attempts import Attempts
+    from workflows.generation.attention import Attention
+    from workflows.generation.closing import Closing
+    from workflows.generation.delivery import Delivery
+    from workflows.generation.following import Following
+    from workflows.generation.patches import ADMISSION_BOUNDED, BASELINES, TRANSITIONS_CARRIED, TRANSITIONS_IN_WORK
+    from workflows.generation.review import Review
+    from workflows.generation.state import TaskEnded, TaskTakenOver
+    from workflows.generation.steps import MAX_PAID_ATTEMPTS, describe, error_type
+    from workflows.generation.strays import STRAY, Strays
+
 
 # Task statuses a workflow closes as Failed with (the task's reason), so the Web UI shows them.
 FAILED_CLOSE = frozenset({TaskStatus.FAILED_FINAL, TaskStatus.EXPIRED, TaskStatus.INVALID})
