@@ -220,7 +220,7 @@ def run_path(events: list[TaskEvent], start: TaskStatus = S.CREATED) -> TaskStat
     return status
 
 
-# The moves workflows/generation.py emits (`_move` / `_end`), path by path.
+# The moves workflows/generation/ emits (`_move` / `_end`), path by path.
 TO_QUEUE = [E.VALIDATION_STARTED, E.VALIDATION_PASSED, E.QUEUED]
 SUBMIT = [E.DISPATCH_CLAIMED, E.PROVIDER_ACCEPTED]
 DELIVER = [E.PROVIDER_SUCCEEDED, E.OUTPUT_PERSISTED]

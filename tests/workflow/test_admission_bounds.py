@@ -25,7 +25,7 @@ from contracts.admission import GateInput, GateSnapshot
 from contracts.messages import ResolveAction
 from contracts.task import TaskStatus as S
 from schema.state_machine import TERMINAL
-from workflows.generation import ADMISSION_BOUNDED
+from workflows.generation.patches import ADMISSION_BOUNDED
 from workflows.provider_gate import ProviderGateWorkflow
 
 pytestmark = pytest.mark.long

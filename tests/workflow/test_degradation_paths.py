@@ -13,14 +13,15 @@ from activities.fetch import FetchActivities
 from activities.ledger import LedgerActivities
 from activities.submit import SubmitActivities
 from contracts.task import TaskStatus as S
-from workflows.generation import _STEPS, DEGRADATION
+from workflows.generation.patches import DEGRADATION
+from workflows.generation.steps import STEPS
 
 HISTORY_FOLDER = DEGRADATION
 
 
 def budget(step) -> int:
     """How many tries the step's retry policy allows."""
-    return _STEPS[step][1].maximum_attempts
+    return STEPS[step][1].maximum_attempts
 
 
 async def outage_past_budget(env, world: World, run_world, step, script: list, waiting: S, message: str) -> list:

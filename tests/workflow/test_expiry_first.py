@@ -16,7 +16,8 @@ from workflow_fakes import RUNNING, SUCCEEDED, World, ending, unavailable
 from activities.fetch import FetchActivities
 from contracts.messages import PollResult
 from contracts.task import TaskStatus as S
-from workflows.generation import _STEPS, EXPIRY_FIRST
+from workflows.generation.patches import EXPIRY_FIRST
+from workflows.generation.steps import STEPS
 
 HISTORY_FOLDER = EXPIRY_FIRST
 
@@ -55,7 +56,7 @@ async def test_after_a_wait_for_storage_the_fetch_is_rescheduled_with_the_time_l
     """16 minutes left when the job succeeded (key 2); storage down past the fetch's budget, so the
     step runs again after a pause, with under 15 minutes left: key 1."""
     world.polls = [RUNNING, succeeded_expiring_in(16)]
-    world.fetches = [unavailable("object storage is unreachable")] * (_STEPS[FetchActivities.fetch_output][1]
+    world.fetches = [unavailable("object storage is unreachable")] * (STEPS[FetchActivities.fetch_output][1]
                                                                       .maximum_attempts + 1) + [None]
     handle = await run_world()
     assert await ending(handle) == "completed"

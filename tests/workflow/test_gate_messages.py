@@ -16,7 +16,7 @@ from workflow_fakes import World, ending, job
 
 from contracts import workflow_api as api
 from contracts.provider import JobStatus
-from workflows.generation import GRANT_AT_ONCE, RENEW_IN_SUBMIT
+from workflows.generation.patches import GRANT_AT_ONCE, RENEW_IN_SUBMIT
 
 HISTORY_FOLDER = RENEW_IN_SUBMIT
 

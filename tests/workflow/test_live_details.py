@@ -17,7 +17,7 @@ from contracts import workflow_api as api
 from contracts.messages import LiveDetails, PauseRequest
 from contracts.provider import JobStatus
 from contracts.task import TaskStatus as S
-from workflows.generation import IMPORT_PAUSE
+from workflows.generation.patches import IMPORT_PAUSE
 
 
 async def details(handle) -> LiveDetails:  # noqa: ANN001

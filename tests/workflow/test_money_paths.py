@@ -33,15 +33,15 @@ from contracts.admission import GateInput, SlotGrant, SlotRelease, SlotRequest
 from contracts.messages import CancelRequest, PauseRequest, ResolveAction
 from contracts.provider import JobStatus
 from contracts.task import TaskStatus as S
-from workflows.generation import (
+from workflows.generation.patches import (
     ATTENTION_TAKES_CANCEL,
     CANCEL_BEFORE_SUBMIT,
     FAIL_STOPS_JOB,
     LATE_CANCEL_DELIVERS,
     PAUSE_HOLDS_NOTHING,
-    REASK_EVERY,
     TAKEOVER_FOLLOWS,
 )
+from workflows.generation.steps import REASK_EVERY
 
 
 async def gates(env, handle: WorkflowHandle) -> tuple[WorkflowHandle, WorkflowHandle]:

@@ -16,7 +16,7 @@ from workflow_fakes import RUNNING, World, ending, job, outage, resolve, until
 from contracts.messages import ResolveAction
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
-from workflows.generation import BASELINES, COARSE_STATUS, PATCH_BASELINE, TRANSITIONS_IN_WORK
+from workflows.generation.patches import BASELINES, COARSE_STATUS, PATCH_BASELINE, TRANSITIONS_IN_WORK
 from workflows.search_attributes import TASK_STATUS
 
 HISTORY_FOLDER = COARSE_STATUS

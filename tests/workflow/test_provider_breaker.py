@@ -27,7 +27,7 @@ from contracts.admission import BreakerMode, GateSnapshot
 from contracts.messages import CancelRequest
 from contracts.task import TaskStatus as S
 from metrics.sdk import SdkMetrics
-from workflows.generation import BREAKER
+from workflows.generation.patches import BREAKER
 from workflows.provider_gate import BREAKER as GATE_BREAKER
 
 POLICY = BreakerPolicy(failures=3, failure_ratio=0.5, window_s=60, cooldown_s=300)

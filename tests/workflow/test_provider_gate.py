@@ -22,7 +22,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from contracts import workflow_api as api
 from contracts.admission import GateInput, GateSnapshot, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
-from workflows.generation import GRANT_AT_ONCE
+from workflows.generation.patches import GRANT_AT_ONCE
 from workflows.provider_gate import LEASE, ProviderGateWorkflow
 
 

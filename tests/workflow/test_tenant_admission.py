@@ -18,7 +18,7 @@ from workflow_fakes import until
 from contracts import workflow_api as api
 from contracts.messages import CancelRequest
 from contracts.task import TaskStatus as S
-from workflows.generation import TENANT_ADMISSION
+from workflows.generation.patches import TENANT_ADMISSION
 
 
 async def test_a_tenant_runs_at_most_its_limit_and_another_tenant_runs_beside_it(own_env):

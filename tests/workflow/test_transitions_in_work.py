@@ -18,7 +18,7 @@ from workflow_fakes import TASK_ID, World, accepted, ending, job
 
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
-from workflows.generation import TRANSITIONS_CARRIED
+from workflows.generation.patches import TRANSITIONS_CARRIED
 
 HISTORY_FOLDER = TRANSITIONS_CARRIED
 

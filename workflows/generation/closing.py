@@ -1,0 +1,71 @@
+"""Closing: the one way a task ends (`_end`), the clean-up after a takeover, and the ledger's
+settlement of what providers charged."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, NoReturn
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.ledger import LedgerActivities
+    from activities.poll import PollActivities
+    from contracts.messages import SettleInput
+    from contracts.task import TaskEvent
+
+from workflows.generation.patches import STRAYS, TAKEOVER_FOLLOWS
+from workflows.generation.state import RunState, TaskEnded
+
+
+class Closing(RunState):
+    """How a task ends: `_end` (stop a live job, give the slot back, settle, record the final move), the
+    clean-up after a takeover, and the ledger's settlement."""
+
+    async def _end(self, event: TaskEvent, *, error: str | None = None, error_class: str | None = None,
+                   payload: dict | None = None, cancel_outcome: str | None = None) -> NoReturn:
+        """The one way a task ends: stop any live job, close the ledger, record the final move."""
+        if self._live is not None:
+            await self._stop_live(self._live)
+        await self._release_slot()
+        ending = {"error": error, "error_class": error_class, "payload": payload, "cancel_outcome": cancel_outcome}
+        event = await self._close_ledger(event, ending if self._carry else None)
+        self._error = error
+        if not self._carry:
+            await self._move(event, **ending)
+        self._tell("ended", f"ended {self._status.value}" + (f": {error}" if error else ""))
+        raise TaskEnded(error)
+
+    async def _clean_up_after_takeover(self) -> None:
+        """Someone else ended the task (e.g. `reelqueue cancel` before this run started): start
+        nothing new, stop the job this run started, and close the ledger."""
+        self._error = f"task ended outside this workflow ({self._status.value})"
+        if self._live is not None and self._patched(TAKEOVER_FOLLOWS):
+            await self._stop_live(self._live, person=False)  # its cost known before the ledger closes
+        elif self._live is not None:
+            state = await self._run(PollActivities.cancel_job, self._live)
+            await self._observe(self._live, state)
+        await self._release_slot()
+        await self._close_ledger(TaskEvent.CANCEL_CONFIRMED)
+
+    async def _close_ledger(self, event: TaskEvent, ending: dict[str, Any] | None = None) -> TaskEvent:
+        """Settle what providers charged (possibly nothing) and release the rest of the hold;
+        duplicate jobs are accounted first, as ADJUSTMENTs of their own. Returns the event that
+        ends the task (a person's decision on strays may change it); with `ending` (the final move's
+        fields, transition-in-work-v2) that move is committed with the ledger's rows."""
+        if self._patched(STRAYS):
+            event = await self._settle_strays(event)
+        elif self._strays:
+            await asyncio.gather(*self._strays)
+            self._strays = []
+        booked = self._booked  # review closed the reservation: later attempts are charged on their own
+        final = [self._offer(event, **ending)] if ending is not None else []
+        settled = await self._run(LedgerActivities.settle, SettleInput(
+            task_id=self._task_id, run=self._run_no, attempt_no=self._attempt_no or None,
+            cost=self._cost() if booked is None else round(self._cost() - booked, 6),
+            reason=event.value, after_review=booked is not None, moves=final))
+        if booked is not None:
+            self._booked = self._cost()
+        if final:
+            await self._take(final[0], settled.moved)
+        return event
