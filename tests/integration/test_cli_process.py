@@ -1,8 +1,9 @@
 """`reelqueue` as a real process on the real stack: the exit status is the command's own (no abort
-when the interpreter exits after Temporal was used), and `status` answers within 2 s whether its
-gate answers or not.
+when the interpreter exits after Temporal was used), and `status` does not wait out a gate that
+cannot answer nor an unreachable Temporal (about 1.4 s on a quiet machine: a printed figure, the
+bound asserted is STATUS_WITHIN_S).
 
-REELQUEUE_CLI_REPEATS scales the consecutive runs (the issue's acceptance: 50 `status`, 20 `run`;
+REELQUEUE_CLI_REPEATS scales the consecutive runs (50 `status`, 20 `run` for a thorough check;
 the suite's default keeps the test short while a crash in a third of the exits still shows)."""
 
 from __future__ import annotations
