@@ -28,6 +28,8 @@ def test_names_are_unique() -> None:
 
 
 def test_the_copy_carries_the_fault_and_leaves_the_tree_alone(tmp_path) -> None:
+    if not (REPO / ".git").exists():
+        pytest.skip("the copy lists its files with git: this tree is not a git checkout")
     fault = FAULTS[0]
     before = (REPO / fault.path).read_text()
     break_copy(fault, tmp_path)
