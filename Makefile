@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export REELQUEUE_HOME ?= $(CURDIR)/.reelqueue
 
-.PHONY: demo test test-fast install lint lock secrets image bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api chaos down
+.PHONY: demo test test-fast fault-checks install lint lock secrets image bench bench-run bench-webhooks bench-fetch bench-pipeline bench-capacity bench-api chaos down
 
 # Python 3.11+ (README, "Platforms"). The versions come from requirements.lock (`make lock` after
 # editing pyproject.toml); the package itself goes in editable, without resolving anything again.
@@ -64,6 +64,12 @@ test: install lint
 test-fast: install lint
 	$(BIN)/pytest -q -p no:cacheprovider --durations=5 -n 3 --dist loadfile --no-loadscope-reorder \
 	  tests/unit tests/workflow
+
+# Each timing-sensitive integration test run on a copy of the tree with the code it covers broken
+# on purpose: exit 1 unless every one fails at its check (bench/fault_checks.py, tests/README.md).
+# `make fault-checks ARGS="--only rate-off-by-one --jobs 1"`; each run starts its own stack.
+fault-checks: install
+	$(BIN)/python -m bench.fault_checks $(ARGS)
 
 bench: install
 	$(BIN)/python -m bench.import_bench $(ARGS)

@@ -1,8 +1,9 @@
 """`reelqueue` as a real process on the real stack: the exit status is the command's own (no abort
-when the interpreter exits after Temporal was used), and `status` answers within 2 s whether its
-gate answers or not.
+when the interpreter exits after Temporal was used), and `status` does not wait out a gate that
+cannot answer nor an unreachable Temporal (about 1.4 s on a quiet machine: a printed figure, the
+bound asserted is STATUS_WITHIN_S).
 
-REELQUEUE_CLI_REPEATS scales the consecutive runs (the issue's acceptance: 50 `status`, 20 `run`;
+REELQUEUE_CLI_REPEATS scales the consecutive runs (50 `status`, 20 `run` for a thorough check;
 the suite's default keeps the test short while a crash in a third of the exits still shows)."""
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def small_import(stack, tmp_path) -> str:
                         duration_s=30).import_id
 
 
+# Each command is a process of its own, whose start alone took 15-20 s at load 20-30 on 2 cores: the
+# test's budget grows with the number of runs (the default 300 s ran out at 10 + 5 there).
+@pytest.mark.timeout(120 + 60 * (REPEATS + max(1, REPEATS // 2)))
 async def test_run_and_status_exit_zero_every_time(stack, task_queue, small_import):
     failures, took = [], {"run": [], "status": []}
     for i in range(max(1, REPEATS // 2)):
