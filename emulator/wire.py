@@ -85,6 +85,9 @@ class FaultRates(BaseModel):
 class Faults(BaseModel):
     """Pending injected faults and runtime tuning (POST sets the given ones, DELETE resets all)."""
 
+    # The API the faults are for: a provider dialect's prefix (runway, kling, ...) or "emulator" (the
+    # emulator's own /v1 API); null: all of them. Tuning is for the whole emulator only.
+    dialect: str | None = Field(default=None, max_length=40)
     submit_hang_after_create: int = Field(default=0, ge=0)
     fail_next: int = Field(default=0, ge=0)
     submit_status: int | None = Field(default=None, ge=400, le=599)
