@@ -87,6 +87,7 @@ class Engine:
         """A job status call (counted, with the status faults; a succeeded job's output URL may be
         handed out dead, as `expire_output_urls` asks). `dialect`: None for the emulator's own API."""
         self.stats.add("status_calls")
+        self.stats.per_second("status_calls_peak_per_s")
         scope = dialect or OWN_API
         self.outage("status_outage_s", scope)
         if self.faults.in_outage("status_missing_s", scope):

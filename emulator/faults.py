@@ -45,6 +45,7 @@ class Tuning:
 
 
 TUNING = tuple(f.name for f in fields(Tuning))
+WHOLE_EMULATOR = (*TUNING, "hold_running")  # what the job clock reads: never set for one dialect
 
 
 @dataclass
@@ -84,7 +85,7 @@ class FaultBoard:
             if dialect is None:
                 scope = self._all
             else:
-                tuned = sorted(set(sent) & set(TUNING))
+                tuned = sorted(set(sent) & set(WHOLE_EMULATOR))
                 if tuned:
                     raise UnknownDialect(f"{', '.join(tuned)}: tuning is for the whole emulator, not one dialect")
                 scope = self._scoped.setdefault(self._known(dialect), _Scope())
@@ -117,7 +118,7 @@ class FaultBoard:
             return any(time.monotonic() < scope.outage_until.get(name, 0.0) for scope in self._chain(dialect))
 
     def flag(self, name: str, dialect: str | None = None) -> bool:
-        """A boolean fault that holds while set (drop_all_webhooks)."""
+        """A boolean fault that holds while set (drop_all_webhooks, hold_running)."""
         with self._lock:
             return any(bool(getattr(scope.faults, name)) for scope in self._chain(dialect))
 

@@ -51,7 +51,7 @@ def sim_router(service: JobService, store: JobStore, stats: StatsBoard, faults: 
             updated = faults.update(body)
         except UnknownDialect as exc:
             raise HTTPException(422, str(exc)) from None
-        clock.wake()  # a raised max_running starts throttled jobs now
+        clock.wake()  # a raised max_running starts throttled jobs now; held jobs end once released
         return updated
 
     @sim.delete("/faults")

@@ -188,6 +188,8 @@ def test_faults_refuse_an_unknown_dialect_and_tuning_for_one() -> None:
         board.update(Faults(dialect="pika", fail_next=1))
     with pytest.raises(UnknownDialect, match="max_running: tuning is for the whole emulator"):
         board.update(Faults(dialect="runway", max_running=2))
+    with pytest.raises(UnknownDialect, match="hold_running: tuning is for the whole emulator"):
+        board.update(Faults(dialect="runway", hold_running=True))
     assert board.update(Faults(dialect="emulator", fail_next=2)).dialect == "emulator"
 
 
@@ -200,3 +202,18 @@ def test_stats_board_counts_peaks_and_rates() -> None:
     seen = board.snapshot()
     assert (seen.max_running, seen.status_calls_per_job) == (3, 2.5)
     assert board.reset().status_calls_per_job == 0.0 and board.snapshot().max_running == 0
+
+
+def test_stats_board_keeps_the_busiest_whole_second() -> None:
+    now = [100.0]
+    board = StatsBoard(clock=lambda: now[0])
+    for at in (100.0, 100.5, 100.999, 101.0, 101.2, 102.9, 102.95, 102.99, 102.999):
+        now[0] = at
+        board.per_second("status_calls_peak_per_s")
+    assert board.snapshot().status_calls_peak_per_s == 4  # 102.0 <= t < 103.0; 100.999 and 101.0 apart
+    now[0] = 103.0
+    board.per_second("status_calls_peak_per_s")
+    assert board.snapshot().status_calls_peak_per_s == 4
+    assert board.reset().status_calls_peak_per_s == 0
+    board.per_second("status_calls_peak_per_s")  # the second counted before the reset starts over
+    assert board.snapshot().status_calls_peak_per_s == 1
