@@ -28,7 +28,7 @@ from schema.db import Database
 from schema.models import ProviderPollBudget
 from schema.poll_budget import LATE_S, Turn, book_turn, booked_ahead
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def test_turns_are_spaced_by_the_rate_and_never_booked_past_the_wait(stack, monkeypatch) -> None:
@@ -80,7 +80,6 @@ def emulator_stats(stack) -> dict:
     return httpx.get(f"{stack.emulator_url}/_sim/stats", timeout=10).json()
 
 
-@pytest.mark.long
 @pytest.mark.timeout(1500)  # 584 s at a load average of 23 on 2 cores
 async def test_300_running_jobs_without_webhooks_stay_within_the_status_call_budget(stack, client, tmp_path) -> None:
     settings = stack.model_copy(update={
