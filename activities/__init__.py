@@ -40,7 +40,8 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker",
                               webhook_url=settings.webhook_url, gate=GateNotices.on_running_loop(client),
                               inside=settings.emulated)
-    poll = PollActivities(db, providers)
+    poll = PollActivities(db, providers, {name: limits.polls_per_second for name, limits in
+                                          settings.provider_limits.items() if limits.polls_per_second})
     fetch = FetchActivities(db, storage, providers, fetcher, url_refreshes=settings.fetch_url_refreshes,
                             expiry_margin_s=settings.fetch_expiry_margin_s)
     media = MediaActivities(

@@ -6,7 +6,8 @@ Each records what it saw on the attempt row; an attempt's state only moves forwa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -27,9 +28,10 @@ from contracts.messages import (
     TransitionInput,
 )
 from contracts.provider import TERMINAL_JOB_STATUSES, JobStatus
-from metrics import STATUS_CALLS
+from metrics import POLL_BUDGET_LATE, POLL_BUDGET_REFUSED, POLL_BUDGET_WAIT, STATUS_CALLS
 from schema.db import Database
 from schema.models import Attempt, StrayJob, Task
+from schema.poll_budget import LATE_S, book_turn
 from schema.state_machine import ATTEMPT_SETTLED, AttemptState
 from schema.strays import book_stray
 from schema.task_store import TaskNotFound
@@ -46,12 +48,22 @@ _ATTEMPT_STATE = {
     JobStatus.EXPIRED: AttemptState.FAILED,
 }
 _FINAL_STATES = [s.value for s in ATTEMPT_SETTLED]
+# A status call waits for its turn in the provider's polling budget for at most this share of the
+# step's start-to-close timeout (5 s of poll_job's 15 s), leaving the rest to the call itself: the
+# wait never times the step out. A turn further away is not booked; the step is retried once the
+# budget's backlog has passed (its retry delay), and the workflow's own outage pacing takes over
+# when those tries run out.
+BUDGET_WAIT_SHARE = 1 / 3
+HEARTBEAT_EVERY_S = 1.0  # while waiting, when the step has a heartbeat timeout
 
 
 class PollActivities:
-    def __init__(self, db: Database, providers: dict[str, VideoProvider]):
+    def __init__(self, db: Database, providers: dict[str, VideoProvider],
+                 polls_per_second: Mapping[str, float] | None = None):
+        """`polls_per_second`: the providers with a polling budget (REELQUEUE_PROVIDER_LIMITS)."""
         self.db = db
         self.providers = providers
+        self.polls_per_second = dict(polls_per_second or {})
 
     def _route(self, task_id: str) -> tuple[VideoProvider, str, float]:
         """The task's provider, model and duration."""
@@ -72,7 +84,7 @@ class PollActivities:
     @activity.defn(name="poll_job")
     @classified
     def poll_job(self, ref: JobRef) -> PollResult:
-        _, state = self._observe(ref.task_id, lambda p: _status_call(p, ref.job_id))
+        _, state = self._observe(ref.task_id, lambda p: _status_call(p, ref.job_id, self._wait_turn))
         bind(provider=state.provider)
         annotate(provider=state.provider, job_id=ref.job_id, request_key=state.request_key,
                  job_status=state.status.value)
@@ -139,6 +151,34 @@ class PollActivities:
                         f"accepted by {decision.by}: {decision.reason}".rstrip(": "))
             return float(estimate)
 
+    def _wait_turn(self, provider: str) -> None:
+        """Wait for this status call's turn in `provider`'s polling budget, if it has one (heartbeating
+        when the step has a heartbeat timeout). A turn too far away is a retry after the backlog; a
+        turn this thread woke for too late (LATE_S: a loaded host) is let go and another booked."""
+        rate = self.polls_per_second.get(provider)
+        if rate is None:
+            return
+        info = activity.info()
+        max_wait_s = (info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 15.0) \
+            * BUDGET_WAIT_SHARE
+        give_up = time.monotonic() + max_wait_s
+        while True:
+            with self.db.transaction() as session:
+                turn = book_turn(session, provider, rate, max(0.0, give_up - time.monotonic()))
+            if not turn.booked:
+                POLL_BUDGET_REFUSED.labels(provider).inc()
+                raise retry_later(f"{provider}'s polling budget ({rate:g}/s) is booked {turn.wait_s:.1f} s ahead",
+                                  NOT_YET_CONCLUSIVE, max(turn.wait_s, 1.0))
+            POLL_BUDGET_WAIT.labels(provider).inc(turn.wait_s)
+            at = time.monotonic() + turn.wait_s
+            while (left := at - time.monotonic()) > 0:
+                time.sleep(min(left, HEARTBEAT_EVERY_S))
+                if info.heartbeat_timeout:
+                    activity.heartbeat()
+            if time.monotonic() - at <= LATE_S:
+                return
+            POLL_BUDGET_LATE.labels(provider).inc()
+
     def _record(self, ref: JobRef, state: JobState, *, poll: bool, moves: Sequence[TransitionInput] = ()) -> Applied:
         """The observation on the attempt's row, and the moves it calls for (transition-in-work-v2: the
         workflow offers one per status), in one transaction."""
@@ -181,8 +221,10 @@ def _result(state: JobState) -> PollResult:
     )
 
 
-def _status_call(provider: VideoProvider, job_id: str) -> JobState:
-    """One status call, counted by outcome for /metrics."""
+def _status_call(provider: VideoProvider, job_id: str, wait_turn: Callable[[str], None]) -> JobState:
+    """One status call, once it is its turn in the provider's polling budget; counted by outcome for
+    /metrics."""
+    wait_turn(provider.name)
     try:
         state = provider.get_job(job_id)
     except Exception:

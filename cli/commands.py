@@ -165,19 +165,24 @@ def status(
     """Task counts by status (from Postgres, the source of truth), each provider's admission gate,
     and the webhook events no task claimed (all imports: an orphan's task is not known)."""
     from control.gates import gate_snapshots
+    from schema.poll_budget import booked_ahead
     from schema.webhook_inbox import orphan_counts
 
     settings = get_settings()
+    budgets = {p: limits.polls_per_second for p, limits in settings.provider_limits.items() if limits.polls_per_second}
     with _db(settings).transaction() as session:
         counts = queries.status_counts(session, import_id)
         providers = queries.providers_in_use(session, import_id)
         webhooks = orphan_counts(session, settings.webhook_orphan_ttl_s)
+        ahead = booked_ahead(session, sorted(budgets))
     gates = asyncio.run(gate_snapshots(settings, providers))
     total = sum(counts.values())
+    polling = {p: {"polls_per_second": rate, "booked_ahead_s": round(ahead.get(p, 0.0), 3)}
+               for p, rate in sorted(budgets.items())}
     if as_json:
         emit_json({"total": total, "by_status": counts,
                    "providers": {p: g.as_json() if g else None for p, g in gates.items()},
-                   "webhooks": webhooks.model_dump()})
+                   "poll_budgets": polling, "webhooks": webhooks.model_dump()})
         return
     table = Table("status", "tasks", title=f"tasks{' of ' + import_id if import_id else ''}: {total}")
     for s, n in sorted(counts.items()):
@@ -194,6 +199,9 @@ def status(
             admission.add_row(provider, f"{gate.in_use} / {gate.limit}", str(gate.effective), str(gate.waiting),
                               f"{gate.oldest_wait_s:.0f} s", str(gate.throttles), _breaker_text(gate))
     console.print(admission)
+    for provider, budget in polling.items():
+        console.print(f"{provider}: status calls at most {budget['polls_per_second']:g}/s (all workers), "
+                      f"booked {budget['booked_ahead_s']:.1f} s ahead")
     for provider, reading in gates.items():
         if reading and reading.stale:
             console.print(f"[yellow]{provider}: gate figures unknown[/]: {reading.reason}", soft_wrap=True)

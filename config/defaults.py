@@ -15,6 +15,9 @@ class ProviderLimits(BaseModel):
 
     max_concurrent: int = Field(default=20, ge=1)  # jobs alive at the provider
     submits_per_minute: int | None = Field(default=None, ge=1)
+    # Status calls per second to the provider, shared by every worker (schema/poll_budget.py); None:
+    # no budget (the workflows' poll cadence alone paces them). Server configuration only.
+    polls_per_second: float | None = Field(default=None, gt=0, le=1000)
 
 
 class BreakerPolicy(BaseModel):

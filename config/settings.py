@@ -132,7 +132,8 @@ class Settings(BaseSettings):
     media_nice: int = Field(default=10, ge=0, le=19)
     media_max_memory_mb: int = Field(default=3072, gt=0)  # RLIMIT_AS of each ffmpeg child
 
-    # Admission per provider, e.g. REELQUEUE_PROVIDER_LIMITS='{"emulator": {"max_concurrent": 20}}'.
+    # Admission and the status-call budget per provider, e.g.
+    # REELQUEUE_PROVIDER_LIMITS='{"emulator": {"max_concurrent": 20, "polls_per_second": 20}}'.
     provider_limits: dict[str, ProviderLimits] = Field(default_factory=dict)
     # How long a gate waits on a silent slot holder before checking that it still runs.
     gate_lease_s: float = Field(default=900.0, gt=0)

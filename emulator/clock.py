@@ -73,8 +73,9 @@ class JobClock:
         """One pass over the jobs; True while any job is alive."""
         tuning = self._faults.tuning(self._config)
         restarted = self._restart_orphans(tuning)
-        for job in self._store.due(now):
-            self._service.finish(job)
+        if not self._faults.flag("hold_running"):
+            for job in self._store.due(now):
+                self._service.finish(job)
         started = self._start_waiting(tuning)
         if restarted or started:
             self._stats.peak("max_running", self._store.count("running"))

@@ -18,7 +18,7 @@ from fastapi import Request
 from adapters.providers.emulator_api import JobOut, SubmitIn
 from emulator.clock import JobClock
 from emulator.config import EmulatorConfig
-from emulator.faults import DEFECTS, FaultBoard
+from emulator.faults import DEFECTS, OWN_API, FaultBoard
 from emulator.service import JobService
 from emulator.stats import StatsBoard
 from emulator.store import JobRecord, JobStore
@@ -49,11 +49,11 @@ class Engine:
         if status == 429:
             self.stats.add("refused_429")
 
-    async def submit(self, body: SubmitIn, request: Request) -> JobRecord:
-        """Create a job, or refuse as the pending faults and the queue limit say."""
+    async def submit(self, body: SubmitIn, request: Request, dialect: str = OWN_API) -> JobRecord:
+        """Create a job, or refuse as the pending faults (of `dialect` and of all) and the queue limit say."""
         self.stats.add("submits")
-        self.outage("submit_outage_s")
-        injected = self.faults.take_submit_status()
+        self.outage("submit_outage_s", dialect)
+        injected = self.faults.take_submit_status(dialect)
         if injected is not None:
             retry = RETRY_AFTER_S if injected == 429 or injected >= 500 else None
             self._count_refusal(injected)
@@ -63,9 +63,9 @@ class Engine:
         if self.store.count(*WAITING) >= self.faults.tuning(self.config).max_queued:
             self._count_refusal(429)
             raise EngineRefusal(429, "queue_full", "too many jobs waiting", retry_after_s=RETRY_AFTER_S)
-        fail = self.faults.take("fail_next")
-        defect = next((kind for kind in DEFECTS if self.faults.take(f"{kind}_video")), None)
-        if body.webhook_url and self.faults.take("webhook_before_response"):  # first event before the answer
+        fail = self.faults.take("fail_next", dialect)
+        defect = next((kind for kind in DEFECTS if self.faults.take(f"{kind}_video", dialect)), None)
+        if body.webhook_url and self.faults.take("webhook_before_response", dialect):  # first event before the answer
             job = await asyncio.to_thread(self.service.create, body, fail_injected=fail, announce_now=True,
                                           defect=defect)
         else:
@@ -73,25 +73,27 @@ class Engine:
         self.stats.add("jobs_created")
         self.stats.peak("max_alive", self.store.count(*ALIVE))
         self.clock.wake()
-        if self.faults.take("submit_hang_after_create"):
+        if self.faults.take("submit_hang_after_create", dialect):
             self.stats.add("submits_hung")
             await _hold_answer(request, self.config.hang_s)
         return job
 
-    def outage(self, name: str) -> None:
-        if self.faults.in_outage(name):
+    def outage(self, name: str, dialect: str = OWN_API) -> None:
+        if self.faults.in_outage(name, dialect):
             self.stats.add("outage_refusals")
             raise EngineRefusal(503, "outage", "service temporarily unavailable", retry_after_s=RETRY_AFTER_S)
 
     def status(self, job_id: str, dialect: str | None = None) -> JobOut:
         """A job status call (counted, with the status faults; a succeeded job's output URL may be
-        handed out dead, as `expire_output_urls` asks)."""
+        handed out dead, as `expire_output_urls` asks). `dialect`: None for the emulator's own API."""
         self.stats.add("status_calls")
-        self.outage("status_outage_s")
-        if self.faults.in_outage("status_missing_s"):
+        self.stats.per_second("status_calls_peak_per_s")
+        scope = dialect or OWN_API
+        self.outage("status_outage_s", scope)
+        if self.faults.in_outage("status_missing_s", scope):
             raise EngineRefusal(404, "not_found", f"no job {job_id}")
         job = self.job(job_id, dialect)
-        dead = job.status == "succeeded" and self.faults.take("expire_output_urls")
+        dead = job.status == "succeeded" and self.faults.take("expire_output_urls", scope)
         if dead:
             self.stats.add("output_urls_expired")
         return self.service.view(job, dead_url=dead)
@@ -103,8 +105,9 @@ class Engine:
         return job
 
     def cancel(self, job_id: str, dialect: str | None = None) -> JobOut:
-        self.outage("cancel_outage_s")
-        if self.faults.in_outage("cancel_missing_s"):
+        scope = dialect or OWN_API
+        self.outage("cancel_outage_s", scope)
+        if self.faults.in_outage("cancel_missing_s", scope):
             raise EngineRefusal(404, "not_found", f"no job {job_id}")
         running_on = self.job(job_id, dialect)
         if running_on.status in ALIVE and self.faults.take("cancel_lost_race"):
@@ -113,9 +116,9 @@ class Engine:
         self.clock.wake()  # a running slot may be free
         return self.service.view(job)
 
-    def listing(self, request_key_prefix: str) -> list[JobOut]:
-        """Jobs whose request key starts with the prefix, oldest first (with the list outage)."""
-        self.outage("list_outage_s")
+    def listing(self, dialect: str, request_key_prefix: str) -> list[JobOut]:
+        """`dialect`'s jobs whose request key starts with the prefix, oldest first (with the list outage)."""
+        self.outage("list_outage_s", dialect)
         return [self.service.view(j) for j in self.store.list_prefix(request_key_prefix)]
 
     def on_webhook(self, dialect: str, render: Callable[[JobOut], bytes]) -> None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from adapters.providers.emulator_api import ErrorOut, JobOut, OutputOut, SubmitIn, UsageOut
 from emulator.config import EmulatorConfig
+from emulator.faults import OWN_API
 from emulator.signing import file_token
 from emulator.store import JobRecord, JobStore
 from emulator.timing import PROGRESS_CAP, running_progress
@@ -24,10 +25,13 @@ def _ts(epoch: float) -> datetime:
 
 
 class JobService:
-    def __init__(self, config: EmulatorConfig, store: JobStore, webhooks: WebhookSender):
+    def __init__(self, config: EmulatorConfig, store: JobStore, webhooks: WebhookSender, dialects: Iterable[str] = ()):
+        """`dialects`: the prefixes of the dialects' request keys (their jobs' webhooks take that
+        dialect's faults)."""
         self.config = config
         self.store = store
         self.webhooks = webhooks
+        self.dialects = frozenset(dialects)
         # dialect -> the body its jobs' webhooks carry (the dialect's own job JSON)
         self.webhook_bodies: dict[str, Callable[[JobOut], bytes]] = {}
 
@@ -111,9 +115,11 @@ class JobService:
         if not job.webhook_url:
             return
         send = self.webhooks.send_now if now else self.webhooks.send
-        render = self.webhook_bodies.get(job.request_key.partition(":")[0])
+        prefix = job.request_key.partition(":")[0]
+        render = self.webhook_bodies.get(prefix)
         view = self.view(job)
-        send(job.webhook_url, render(view) if render else view.model_dump_json().encode(), job_id=job.id)
+        send(job.webhook_url, render(view) if render else view.model_dump_json().encode(), job_id=job.id,
+             dialect=prefix if prefix in self.dialects else OWN_API)
 
     def view(self, job: JobRecord, *, dead_url: bool = False) -> JobOut:
         """The public JSON of a job; output URLs are signed afresh on every read. `dead_url`: the

@@ -4,14 +4,19 @@ the render threads and the webhook thread, so one lock-guarded board serves them
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 from emulator.wire import SimStats
 
 
 class StatsBoard:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        """`clock`: wall-clock seconds, whose whole seconds the per-second peaks are counted in."""
         self._lock = threading.Lock()
         self._stats = SimStats()
+        self._clock = clock
+        self._seconds: dict[str, tuple[int, int]] = {}  # peak name -> (the whole second now counted, count)
 
     def add(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -21,6 +26,16 @@ class StatsBoard:
         """Keep the highest value seen for `name` (max_alive, max_running)."""
         with self._lock:
             setattr(self._stats, name, max(getattr(self._stats, name), value))
+
+    def per_second(self, name: str) -> None:
+        """One more event in the current whole second of the clock (from xx:xx:05.000 up to, not
+        including, xx:xx:06.000); `name` keeps the most any whole second has seen."""
+        with self._lock:
+            second = int(self._clock())
+            counted, count = self._seconds.get(name, (second, 0))
+            count = count + 1 if counted == second else 1
+            self._seconds[name] = (second, count)
+            setattr(self._stats, name, max(getattr(self._stats, name), count))
 
     def snapshot(self) -> SimStats:
         with self._lock:
@@ -32,4 +47,5 @@ class StatsBoard:
     def reset(self) -> SimStats:
         with self._lock:
             self._stats = SimStats()
+            self._seconds.clear()
         return self.snapshot()

@@ -89,14 +89,14 @@ class WebhookSender:
             if thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
 
-    def send(self, url: str, body: bytes, *, job_id: str) -> None:
-        """Queue one event of `job_id` for the delivery thread."""
-        event = self._prepare(url, body, job_id)
+    def send(self, url: str, body: bytes, *, job_id: str, dialect: str | None = None) -> None:
+        """Queue one event of `job_id` (a job of `dialect`, whose faults it takes) for the delivery thread."""
+        event = self._prepare(url, body, job_id, dialect)
         if event is None:
             return
         with self._held_lock:
             held = self._held.pop(job_id, None)
-            if held is None and self._faults.take("reorder_webhooks"):
+            if held is None and self._faults.take("reorder_webhooks", dialect):
                 self._held[job_id] = (event, time.monotonic() + self._hold_s)
                 self._stats.add("webhooks_reordered")
                 return
@@ -104,10 +104,10 @@ class WebhookSender:
         if held is not None:
             self._enqueue(held[0])
 
-    def send_now(self, url: str, body: bytes, *, job_id: str) -> None:
+    def send_now(self, url: str, body: bytes, *, job_id: str, dialect: str | None = None) -> None:
         """Deliver in the caller's thread, once (the webhook_before_response fault); what is left
         (a failed delivery, a second copy) goes to the delivery thread."""
-        event = self._prepare(url, body, job_id)
+        event = self._prepare(url, body, job_id, dialect)
         if event is None:
             return
         self._stats.add("webhooks_before_response")
@@ -118,20 +118,20 @@ class WebhookSender:
         elif event.copies > 1:
             self._enqueue(replace(event, copies=event.copies - 1))
 
-    def _prepare(self, url: str, body: bytes, job_id: str) -> _Event | None:
+    def _prepare(self, url: str, body: bytes, job_id: str, dialect: str | None) -> _Event | None:
         """The event with the faults it takes; None when a fault drops it."""
         faults, stats = self._faults, self._stats
-        if faults.flag("drop_all_webhooks") or faults.take("drop_webhook"):
+        if faults.flag("drop_all_webhooks", dialect) or faults.take("drop_webhook", dialect):
             stats.add("webhooks_dropped_injected")
             return None
         event = _Event(url=url, body=body, job_id=job_id, msg_id=f"msg_{uuid.uuid4().hex}")
-        if faults.take("bad_signature"):
+        if faults.take("bad_signature", dialect):
             event = replace(event, bad_signature=True)
             stats.add("webhooks_bad_signature")
-        if faults.take("stale_timestamp"):
+        if faults.take("stale_timestamp", dialect):
             event = replace(event, stale=True)
             stats.add("webhooks_stale")
-        if faults.take("duplicate_webhook"):
+        if faults.take("duplicate_webhook", dialect):
             event = replace(event, copies=2)
             stats.add("webhooks_duplicated")
         return event

@@ -50,6 +50,8 @@ class SimStats(BaseModel):
     max_running: int = 0  # most jobs running at once (measured at each start)
     status_calls: int = 0  # GET /v1/jobs/{id}
     status_calls_per_job: float = 0.0  # status_calls / jobs_created
+    # The most status calls any one whole second of the emulator's clock saw (xx:05.000 to xx:05.999)
+    status_calls_peak_per_s: int = 0
     webhooks_sent: int = 0  # deliveries answered 2xx (a duplicated event counts twice)
     webhooks_dropped: int = 0  # events given up on (attempts used up, or the send queue full)
     webhooks_refused: int = 0  # events answered 4xx (not 408/429): not retried
@@ -94,6 +96,9 @@ class FaultRates(BaseModel):
 class Faults(BaseModel):
     """Pending injected faults and runtime tuning (POST sets the given ones, DELETE resets all)."""
 
+    # The API the faults are for: a provider dialect's prefix (runway, kling, ...) or "emulator" (the
+    # emulator's own /v1 API); null: all of them. Tuning is for the whole emulator only.
+    dialect: str | None = Field(default=None, max_length=40)
     submit_hang_after_create: int = Field(default=0, ge=0)
     fail_next: int = Field(default=0, ge=0)
     submit_status: int | None = Field(default=None, ge=400, le=599)
@@ -104,6 +109,9 @@ class Faults(BaseModel):
     job_jitter: float | None = Field(default=None, ge=0, lt=1)
     max_running: int | None = Field(default=None, ge=1)
     max_queued: int | None = Field(default=None, ge=1)
+    # While set, running jobs do not end when their time is up (they end once it is set back to false):
+    # a test holds many jobs running at once however slowly its tasks submit them.
+    hold_running: bool = False
     # Outages: for the next N seconds the call answers 503 (a provider-style error body); all four
     # at once are a total outage.
     submit_outage_s: float = Field(default=0.0, ge=0)

@@ -21,6 +21,13 @@ SUBMITS = Counter("reelqueue_submits", "Provider submits by their outcome (accep
                   ["provider", "outcome"])
 STATUS_CALLS = Counter("reelqueue_status_calls", "Provider job status queries (poll_job); result ok or error",
                        ["provider", "result"])
+POLL_BUDGET_WAIT = Counter("reelqueue_poll_budget_wait_seconds",
+                           "Seconds status calls waited for their turn in the provider's polling budget", ["provider"])
+POLL_BUDGET_REFUSED = Counter("reelqueue_poll_budget_refused", "Status calls put off (retried later): the provider's "
+                              "polling budget was booked further ahead than a call may wait", ["provider"])
+POLL_BUDGET_LATE = Counter("reelqueue_poll_budget_late", "Turns in the polling budget let go because the status "
+                           "call would have started too late after it (a loaded worker); another was booked",
+                           ["provider"])
 TRANSITIONS = Counter("reelqueue_transitions", "State-machine events recorded, applied or not", ["event", "applied"])
 TRANSITION_CONFLICTS = Counter(
     "reelqueue_transition_conflicts",

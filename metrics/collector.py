@@ -95,6 +95,9 @@ def snapshot_metrics(rows, limits: Mapping[str, ProviderLimits], providers: list
                                "submitted, submit unknown, running)", labels=["provider"])
     limit = GaugeMetricFamily("reelqueue_provider_limit", "Configured concurrent jobs per provider (plans may "
                               "ask for less)", labels=["provider"])
+    polls = GaugeMetricFamily("reelqueue_provider_polls_per_second", "Configured status calls per second per "
+                              "provider, shared by every worker (the polling budget; none: no series)",
+                              labels=["provider"])
     backlog = GaugeMetricFamily("reelqueue_fetch_backlog", "Tasks whose output is being fetched (OUTPUT_FETCHING)",
                                 labels=["provider"])
     backlog_age = GaugeMetricFamily("reelqueue_fetch_backlog_oldest_age_seconds",
@@ -127,11 +130,14 @@ def snapshot_metrics(rows, limits: Mapping[str, ProviderLimits], providers: list
         oldest.add_metric([provider], age)
         unknown.add_metric([provider], by_status.get(TaskStatus.SUBMIT_UNKNOWN.value, (0.0, 0.0))[0])
         active.add_metric([provider], sum(by_status.get(s.value, (0.0, 0.0))[0] for s in PROVIDER_ACTIVE))
-        limit.add_metric([provider], (limits.get(provider) or ProviderLimits()).max_concurrent)
+        configured = limits.get(provider) or ProviderLimits()
+        limit.add_metric([provider], configured.max_concurrent)
+        if configured.polls_per_second is not None:
+            polls.add_metric([provider], configured.polls_per_second)
         fetching, fetch_age = by_status.get(TaskStatus.OUTPUT_FETCHING.value, (0.0, 0.0))
         backlog.add_metric([provider], fetching)
         backlog_age.add_metric([provider], fetch_age)
-    yield from (tasks, depth, oldest, unknown, active, limit, backlog, backlog_age, reserved, reserved_age,
+    yield from (tasks, depth, oldest, unknown, active, limit, polls, backlog, backlog_age, reserved, reserved_age,
                 orphans, orphan_age)
     yield from spend_metrics([spend_from_row(figures) for _, figures in sorted(spends.items())])
 

@@ -109,6 +109,15 @@ class TenantRateWindow(Base):
     count: Mapped[int] = mapped_column(Integer)
 
 
+class ProviderPollBudget(Base):
+    """When the next status call to a provider may start (one row per provider with a budget): every
+    worker books its turn here with one statement (schema/poll_budget.py)."""
+
+    __tablename__ = "provider_poll_budgets"
+    provider: Mapped[str] = mapped_column(String(64), primary_key=True)
+    next_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class Plan(Base):
     """A production plan, stored once per content hash."""
 

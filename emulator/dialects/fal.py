@@ -124,7 +124,7 @@ def router(engine: Engine) -> APIRouter:
         except ValidationError as exc:
             raise _detail(422, exc.errors(include_url=False)) from None
         try:
-            created = await engine.submit(submit_in, request)
+            created = await engine.submit(submit_in, request, PREFIX)
         except EngineRefusal as exc:
             raise _refused(exc) from None
         where = f"{base}/{app}/requests/{created.id}"

@@ -124,7 +124,7 @@ def router(engine: Engine) -> APIRouter:
         except ValidationError as exc:
             raise _error(400, 1201, str(exc.errors(include_url=False))[:300]) from None
         try:
-            job = await engine.submit(submit, request)
+            job = await engine.submit(submit, request, PREFIX)
         except EngineRefusal as exc:
             raise _refused(exc) from None
         return ok(view(engine.service.view(job)))
@@ -140,12 +140,12 @@ def router(engine: Engine) -> APIRouter:
     def find_or_list(external_task_id: str | None = None, pageNum: int = 1, pageSize: int = 30) -> dict:  # noqa: N803
         try:
             if external_task_id is not None:
-                found = engine.listing(f"{PREFIX}:{external_task_id}")
+                found = engine.listing(PREFIX, f"{PREFIX}:{external_task_id}")
                 exact = [j for j in found if _external(engine.store.get(j.id).request_key) == external_task_id]
                 if not exact:
                     raise EngineRefusal(404, "not_found", external_task_id)
                 return ok(view(exact[0]))
-            jobs = list(reversed(engine.listing(f"{PREFIX}:")))
+            jobs = list(reversed(engine.listing(PREFIX, f"{PREFIX}:")))
         except EngineRefusal as exc:
             raise _refused(exc) from None
         start = (max(pageNum, 1) - 1) * pageSize

@@ -106,7 +106,7 @@ def router(engine: Engine) -> APIRouter:
         except ValidationError as exc:
             raise _detail(400, str(exc.errors(include_url=False))[:300]) from None
         try:
-            job = await engine.submit(submit, request)
+            job = await engine.submit(submit, request, PREFIX)
         except EngineRefusal as exc:
             raise _refused(exc) from None
         return render(engine.service.view(job))
@@ -121,7 +121,7 @@ def router(engine: Engine) -> APIRouter:
     @api.get("/generations")
     def list_generations(limit: int = Query(default=10, ge=1, le=100), offset: int = 0) -> dict:
         try:
-            jobs = list(reversed(engine.listing(f"{PREFIX}:")))
+            jobs = list(reversed(engine.listing(PREFIX, f"{PREFIX}:")))
         except EngineRefusal as exc:
             raise _refused(exc) from None
         page = jobs[offset:offset + limit]

@@ -141,7 +141,7 @@ def router(engine: Engine) -> APIRouter:
         except ValidationError as exc:
             raise DialectError(_problem(422, "Input validation failed", str(exc.errors(include_url=False)))) from None
         try:
-            job = await engine.submit(submit, request)
+            job = await engine.submit(submit, request, PREFIX)
         except EngineRefusal as exc:
             raise _refused(exc) from None
         return render(engine.service.view(job))
@@ -156,7 +156,7 @@ def router(engine: Engine) -> APIRouter:
 
     @api.get("/predictions")
     def list_predictions(cursor: int = 0) -> dict:
-        newest_first = list(reversed(answer(lambda: engine.listing(f"{PREFIX}:"))))
+        newest_first = list(reversed(answer(lambda: engine.listing(PREFIX, f"{PREFIX}:"))))
         page = newest_first[cursor:cursor + PAGE_SIZE]
         more = cursor + PAGE_SIZE < len(newest_first)
         return {"previous": None, "next": f"{base}/v1/predictions?cursor={cursor + PAGE_SIZE}" if more else None,

@@ -99,7 +99,7 @@ def router(engine: Engine) -> APIRouter:
         except ValidationError as exc:
             raise _error(400, "Validation of body failed", issues=exc.errors(include_url=False)) from None
         try:
-            job = await engine.submit(submit, request)
+            job = await engine.submit(submit, request, PREFIX)
         except EngineRefusal as exc:
             raise _refused(exc) from None
         return {"id": job.id}

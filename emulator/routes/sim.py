@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException
 
 from adapters.providers.emulator_api import SubmitIn
 from emulator.clock import JobClock
-from emulator.faults import FaultBoard
+from emulator.faults import FaultBoard, UnknownDialect
 from emulator.service import JobService
 from emulator.stats import StatsBoard
 from emulator.store import JobStore
@@ -50,13 +50,20 @@ def sim_router(service: JobService, store: JobStore, stats: StatsBoard, faults: 
         return stats.reset()
 
     @sim.get("/faults")
-    def get_faults() -> Faults:
-        return faults.snapshot()
+    def get_faults(dialect: str | None = None) -> Faults:
+        """The faults set for all dialects, or (`?dialect=`) those set for one."""
+        try:
+            return faults.snapshot(dialect)
+        except UnknownDialect as exc:
+            raise HTTPException(422, str(exc)) from None
 
     @sim.post("/faults")
     def set_faults(body: Faults) -> Faults:
-        updated = faults.update(body)
-        clock.wake()  # a raised max_running starts throttled jobs now
+        try:
+            updated = faults.update(body)
+        except UnknownDialect as exc:
+            raise HTTPException(422, str(exc)) from None
+        clock.wake()  # a raised max_running starts throttled jobs now; held jobs end once released
         return updated
 
     @sim.delete("/faults")

@@ -284,6 +284,51 @@ def test_fault_rates_over_http_are_applied_and_counted(
     assert httpx.get(provider.get_job(rendered["1:1"].job_id).outputs[0].url).status_code == 200
 
 
+RUNWAY_HEADERS = {"Authorization": "Bearer test-key", "X-Runway-Version": "2024-11-06"}
+
+
+def test_faults_scoped_to_one_dialect_leave_the_others_answering(
+    emu: EmulatorConfig, provider: EmulatorProvider, site: LocalSite
+) -> None:
+    """Runway's dialect down (submits and status calls) while the emulator's own API answers; then
+    the emulator's own API refusing submits while Runway's answers."""
+    runway = f"{emu.base_url}/runway/v1"
+    body = {"model": "gen4_turbo", "promptImage": f"{site.url}/product.png", "ratio": "720:1280", "duration": 2}
+    before = httpx.post(f"{runway}/image_to_video", json=body, headers=RUNWAY_HEADERS)
+    assert before.status_code == 200, before.text
+    scoped = httpx.post(f"{emu.base_url}/_sim/faults",
+                        json={"dialect": "runway", "submit_outage_s": 60, "status_outage_s": 60})
+    assert scoped.status_code == 200 and scoped.json()["dialect"] == "runway"
+    assert httpx.get(f"{emu.base_url}/_sim/faults").json()["submit_outage_s"] == 0  # not set for all
+    assert httpx.get(f"{emu.base_url}/_sim/faults", params={"dialect": "runway"}).json()["submit_outage_s"] > 0
+
+    down = httpx.post(f"{runway}/image_to_video", json=body, headers=RUNWAY_HEADERS)
+    assert down.status_code == 503 and down.headers["Retry-After"] == "1", down.text
+    status = httpx.get(f"{runway}/tasks/{before.json()['id']}", headers=RUNWAY_HEADERS)
+    assert status.status_code == 503, status.text
+    own = accepted(provider, request("scoped-own", site))
+    assert provider.get_job(own).status in {JobStatus.QUEUED, JobStatus.THROTTLED, JobStatus.RUNNING}
+
+    httpx.delete(f"{emu.base_url}/_sim/faults").raise_for_status()
+    set_faults(emu, dialect="emulator", submit_status=429, submit_status_count=1)
+    refused = provider.submit(request("scoped-refused", site))
+    assert refused.outcome == SubmitOutcome.REJECTED_RETRYABLE and refused.http_status == 429, refused
+    answered = httpx.post(f"{runway}/image_to_video", json=body, headers=RUNWAY_HEADERS)
+    assert answered.status_code == 200, answered.text
+    assert httpx.get(f"{runway}/tasks/{answered.json()['id']}", headers=RUNWAY_HEADERS).status_code == 200
+    assert not [j for j in sim_jobs(emu) if j["request_key"] == "scoped-refused"]
+
+
+@pytest.mark.parametrize(("faults", "says"), [
+    ({"dialect": "pika", "fail_next": 1}, "'pika'"),
+    ({"dialect": "kling", "max_running": 1}, "tuning is for the whole emulator"),
+])
+def test_faults_for_an_unknown_dialect_or_tuning_one_are_refused(emu: EmulatorConfig, faults: dict, says: str) -> None:
+    answer = httpx.post(f"{emu.base_url}/_sim/faults", json=faults)
+    assert answer.status_code == 422 and says in answer.text, answer.text
+    assert httpx.get(f"{emu.base_url}/_sim/faults", params={"dialect": "pika"}).status_code == 422
+
+
 def test_invalid_request_is_rejected_for_good(emu: EmulatorConfig, provider: EmulatorProvider) -> None:
     before = len(sim_jobs(emu))
     result = provider.submit(request("bad-ratio", aspect_ratio="4:3"))

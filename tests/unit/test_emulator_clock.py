@@ -121,3 +121,15 @@ def test_a_dead_processs_running_jobs_start_again(rig: Rig, tmp_path: Path) -> N
         assert [again.store.get(i).renders for i in ids] == [2, 2, 0]  # type: ignore[union-attr]
     finally:
         again.store.close()
+
+
+def test_held_jobs_keep_running_past_their_time_until_released(rig: Rig) -> None:
+    ids = rig.submit(2)
+    rig.faults.update(Faults(hold_running=True))
+    rig.clock.tick(time.time())
+    rig.render()
+    rig.clock.tick(time.time() + 60)
+    assert rig.statuses(ids) == ["running"] * 2
+    rig.faults.update(Faults(hold_running=False))
+    rig.clock.tick(time.time() + 60)
+    assert rig.statuses(ids) == ["succeeded"] * 2

@@ -12,7 +12,7 @@ import pytest
 from adapters.media.transcode import PROXY_FRAME
 from emulator.cache import RenderCache, clip_key
 from emulator.config import EmulatorConfig
-from emulator.faults import FaultBoard
+from emulator.faults import FaultBoard, UnknownDialect
 from emulator.render import FAST_FPS, FPS, fast_frame_size, render_profile
 from emulator.stats import StatsBoard
 from emulator.timing import PROGRESS_CAP, draw_job_seconds, running_progress
@@ -154,6 +154,45 @@ def test_counters_go_first_and_rates_keep_the_others() -> None:
         FaultRates(submit_429=0.6, submit_5xx=0.5)
 
 
+def test_faults_of_one_dialect_leave_the_others_alone() -> None:
+    board = FaultBoard(["runway", "kling"])
+    board.update(Faults(dialect="runway", fail_next=1, submit_status=503, submit_status_count=1,
+                        status_outage_s=60, rates=FaultRates(seed=3, drop_webhook=1.0)))
+    assert board.take_submit_status("kling") is None and board.take_submit_status("emulator") is None
+    assert not board.in_outage("status_outage_s", "kling") and not board.in_outage("status_outage_s", "emulator")
+    assert not board.take("fail_next", "kling") and not board.take("drop_webhook", "kling")
+    assert board.take_submit_status("runway") == 503 and board.take_submit_status("runway") is None
+    assert board.in_outage("status_outage_s", "runway")
+    assert board.take("fail_next", "runway") and not board.take("fail_next", "runway")
+    assert board.take("drop_webhook", "runway")  # the dialect's own rate
+    assert board.snapshot("runway").status_outage_s > 0 and board.snapshot("kling").status_outage_s == 0
+    assert board.snapshot().fail_next == 0 and board.snapshot().dialect is None
+
+
+def test_faults_for_all_apply_to_every_dialect_after_its_own() -> None:
+    board = FaultBoard(["runway"])
+    board.update(Faults(fail_next=1))
+    board.update(Faults(dialect="runway", fail_next=1))
+    assert board.take("fail_next", "runway") and board.snapshot("runway").fail_next == 0
+    assert board.snapshot().fail_next == 1  # the dialect's own went first
+    assert board.take("fail_next", "emulator") and not board.take("fail_next", "runway")
+    board.update(Faults(dialect="runway", drop_all_webhooks=True))
+    assert board.flag("drop_all_webhooks", "runway") and not board.flag("drop_all_webhooks", "emulator")
+    board.reset()
+    assert not board.flag("drop_all_webhooks", "runway")
+
+
+def test_faults_refuse_an_unknown_dialect_and_tuning_for_one() -> None:
+    board = FaultBoard(["runway"])
+    with pytest.raises(UnknownDialect, match="'pika'"):
+        board.update(Faults(dialect="pika", fail_next=1))
+    with pytest.raises(UnknownDialect, match="max_running: tuning is for the whole emulator"):
+        board.update(Faults(dialect="runway", max_running=2))
+    with pytest.raises(UnknownDialect, match="hold_running: tuning is for the whole emulator"):
+        board.update(Faults(dialect="runway", hold_running=True))
+    assert board.update(Faults(dialect="emulator", fail_next=2)).dialect == "emulator"
+
+
 def test_stats_board_counts_peaks_and_rates() -> None:
     board = StatsBoard()
     board.add("jobs_created", 4)
@@ -163,3 +202,18 @@ def test_stats_board_counts_peaks_and_rates() -> None:
     seen = board.snapshot()
     assert (seen.max_running, seen.status_calls_per_job) == (3, 2.5)
     assert board.reset().status_calls_per_job == 0.0 and board.snapshot().max_running == 0
+
+
+def test_stats_board_keeps_the_busiest_whole_second() -> None:
+    now = [100.0]
+    board = StatsBoard(clock=lambda: now[0])
+    for at in (100.0, 100.5, 100.999, 101.0, 101.2, 102.9, 102.95, 102.99, 102.999):
+        now[0] = at
+        board.per_second("status_calls_peak_per_s")
+    assert board.snapshot().status_calls_peak_per_s == 4  # 102.0 <= t < 103.0; 100.999 and 101.0 apart
+    now[0] = 103.0
+    board.per_second("status_calls_peak_per_s")
+    assert board.snapshot().status_calls_peak_per_s == 4
+    assert board.reset().status_calls_peak_per_s == 0
+    board.per_second("status_calls_peak_per_s")  # the second counted before the reset starts over
+    assert board.snapshot().status_calls_peak_per_s == 1

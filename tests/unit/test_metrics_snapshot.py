@@ -20,7 +20,8 @@ def test_rows_become_per_provider_gauges() -> None:
         ("reserved", "default", "", 12.5, 99.0),
         ("orphan", "emulator", "", 4.0, 30.0),
     ]
-    got = _values(snapshot_metrics(rows, {"emulator": ProviderLimits(max_concurrent=50)}, ["emulator", "idle"]))
+    limits = {"emulator": ProviderLimits(max_concurrent=50, polls_per_second=20)}
+    got = _values(snapshot_metrics(rows, limits, ["emulator", "idle"]))
     assert got[("reelqueue_queue_depth", ("emulator",))] == 5
     assert got[("reelqueue_queue_oldest_age_seconds", ("emulator",))] == 42
     assert got[("reelqueue_provider_active", ("emulator",))] == 4  # running + submit unknown
@@ -28,12 +29,14 @@ def test_rows_become_per_provider_gauges() -> None:
     assert got[("reelqueue_fetch_backlog", ("emulator",))] == 2
     assert got[("reelqueue_fetch_backlog_oldest_age_seconds", ("emulator",))] == 7.5
     assert got[("reelqueue_provider_limit", ("emulator",))] == 50
+    assert got[("reelqueue_provider_polls_per_second", ("emulator",))] == 20
     assert got[("reelqueue_reserved_credit", ("default",))] == 12.5
     assert got[("reelqueue_reserved_credit_oldest_age_seconds", ("default",))] == 99
     assert got[("reelqueue_webhook_orphans", ("emulator",))] == 4
     # an idle provider is still reported, with the default limit
     assert got[("reelqueue_queue_depth", ("idle",))] == 0
     assert got[("reelqueue_provider_limit", ("idle",))] == 20
+    assert ("reelqueue_provider_polls_per_second", ("idle",)) not in got  # no budget: no series
 
 
 def test_an_unreachable_database_is_reported_not_raised() -> None:
