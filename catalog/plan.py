@@ -11,15 +11,20 @@ import json
 import re
 import string
 import tomllib
+from collections.abc import Mapping
 from decimal import Decimal
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from contracts.admission import OwnLimits, PlanLimits
+from contracts.routing import MAX_FALLBACKS, Route
+
+if TYPE_CHECKING:
+    from adapters.providers.base import VideoProvider
 
 LOCALE_RE = re.compile(r"^[a-z]{2,3}(-[A-Z][a-z]{3})?(-[A-Z]{2}|-\d{3})?$")
 SUPPORTED_RATIOS = ("9:16", "16:9", "1:1")
@@ -85,6 +90,22 @@ class Template(BaseModel):
     prompts: dict[str, str] = Field(description="prompt text per locale, with {title} {price} {hook} ...")
     review: ReviewMode | None = None  # None (absent) is "off"
     sample_rate: float | None = Field(default=None, ge=0, le=1, description="share reviewed under 'sample'")
+    fallbacks: list[Route] | None = Field(default=None, max_length=MAX_FALLBACKS,
+                                          description="routes acceptable after the primary, in order")
+    lock_model: bool | None = None  # true: no route but the primary (None, absent, is false)
+
+    @model_validator(mode="after")
+    def _distinct_routes(self) -> Template:
+        seen = [Route(provider=self.provider, model=self.model)]
+        for i, route in enumerate(self.fallbacks or []):
+            if route in seen:
+                raise ValueError(f"template {self.id}: fallbacks[{i}] repeats the route {route}")
+            seen.append(route)
+        return self
+
+    def routes(self) -> list[Route]:
+        """The primary route, then the fallbacks in order."""
+        return [Route(provider=self.provider, model=self.model), *(self.fallbacks or [])]
 
     @model_validator(mode="after")
     def _sample_rate(self) -> Template:
@@ -151,7 +172,7 @@ class ReviewSettings(BaseModel):
 
 # Operational settings: absent unless the plan sets them, so plans without them keep their hash.
 _OPERATIONAL = ("deadlines", "providers", "tenant_limits", "review")
-_TEMPLATE_OPTIONAL = ("review", "sample_rate")  # likewise per template
+_TEMPLATE_OPTIONAL = ("review", "sample_rate", "fallbacks", "lock_model")  # likewise per template
 
 
 class Plan(BaseModel):
@@ -252,3 +273,20 @@ def plan_from_data(data: object, where: str = "plan") -> Plan:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise PlanError(f"{where} is invalid: {problems}") from exc
+
+
+def check_routes(plan: Plan, providers: Mapping[str, VideoProvider], where: str = "plan") -> None:
+    """Every fallback route names a provider this deployment has and a model it offers: a plan that
+    names another is refused before anything is written (a fallback is tried only when the primary
+    fails, too late to find a typo)."""
+    for t, template in enumerate(plan.templates):
+        for f, route in enumerate(template.fallbacks or []):
+            field = f"templates[{t}].fallbacks[{f}]"
+            provider = providers.get(route.provider)
+            if provider is None:
+                raise PlanError(f"{where}: {field}.provider: no provider {route.provider!r} "
+                                f"(known: {', '.join(sorted(providers))})")
+            models = provider.capabilities.models
+            if models is not None and route.model not in models:
+                raise PlanError(f"{where}: {field}.model: {route.provider} has no model {route.model!r} "
+                                f"(known: {', '.join(models)})")

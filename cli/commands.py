@@ -33,8 +33,9 @@ def import_catalog(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Import a catalog as an immutable, versioned import and expand it into tasks."""
+    from adapters.providers import build_providers
     from catalog.importer import ImportRejected
-    from catalog.plan import PlanError, load_plan
+    from catalog.plan import PlanError, check_routes, load_plan
     from catalog.readers import CatalogFormatError
     from catalog.service import UnknownImport, run_import
     from cli.starting import progress_bars
@@ -45,7 +46,9 @@ def import_catalog(
     try:
         with progress_bars(not as_json and check_urls, transient=True) as progress:
             bar = progress.add_task("checking images", total=None)
-            summary = run_import(settings, file, load_plan(plan), catalog=catalog, dry_run=dry_run,
+            parsed = load_plan(plan)
+            check_routes(parsed, build_providers(settings), f"plan {plan}")
+            summary = run_import(settings, file, parsed, catalog=catalog, dry_run=dry_run,
                                  supersedes=supersedes, check_urls=check_urls,
                                  on_image=lambda: progress.advance(bar))
     except PlanError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
@@ -13,9 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Row, select
 from temporalio.client import Client
 
+from adapters.providers.base import VideoProvider
 from adapters.storage import ObjectStorage
 from catalog.importer import ImportRejected, ImportSummary, import_summary
-from catalog.plan import Plan, PlanError, plan_from_data, read_toml
+from catalog.plan import Plan, PlanError, check_routes, plan_from_data, read_toml
 from catalog.readers import read_catalog
 from catalog.service import run_import
 from config.settings import Settings
@@ -105,11 +106,13 @@ def _tenant_sections(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def import_upload(settings: Settings, db: Database, storage: ObjectStorage, tenant_id: str,
-                  request: ImportRequest, *, credits_per_second: float, max_tasks: int) -> ImportSummary:
+                  request: ImportRequest, *, credits_per_second: float, max_tasks: int,
+                  providers: Mapping[str, VideoProvider]) -> ImportSummary:
     """`reelqueue import` on an uploaded catalog, for `tenant_id`. A stop-the-import issue answers the
     summary too (status REJECTED), as the CLI prints it; the same file and plan again is the same import.
     ImportTooLarge, before anything is written, when it could make more than `max_tasks` tasks."""
     plan = plan_of(request, credits_per_second=credits_per_second)
+    check_routes(plan, providers)
     with db.transaction() as session:
         asset = ready_asset(session, tenant_id, request.asset_id, kind="CATALOG")
         if asset is None:

@@ -64,7 +64,8 @@ def create_import(body: ImportRequest, principal: Tenant, deps: Deps, request: R
     settings = _settings(request)
     try:
         return import_upload(settings, deps.db, ObjectStorage.from_settings(settings), principal.tenant_id, body,
-                             credits_per_second=deps.api.credits_per_second, max_tasks=deps.api.max_import_tasks)
+                             credits_per_second=deps.api.credits_per_second, max_tasks=deps.api.max_import_tasks,
+                             providers=deps.providers)
     except ImportTooLarge as exc:
         raise ProblemError(422, str(exc), slug="import-too-large") from exc
     except CatalogNotReady as exc:

@@ -119,6 +119,22 @@ async def test_a_tenant_plan_limits_only_its_own_tasks(stack, client, task_queue
         assert "submits_per_minute" in refused.value.detail
 
 
+def test_a_tenant_plan_naming_an_unknown_fallback_is_refused_naming_the_field(stack, tmp_path):
+    """The same check as `reelqueue import`: 422 naming the template's fallback field, nothing written."""
+    with api_server(stack) as url:
+        tenant_id, api = _tenant(url)
+        catalog = upload(api, (CSV_HEAD + "P-1,Lamp,A lamp,https://example.com/a.png,1,USD,Home\n").encode(),
+                         "shop.csv", "text/csv")
+        plan = make_plan(tmp_path, template_extra='fallbacks = [{ provider = "runway", model = "gen9" }]').read_text()
+        with pytest.raises(ApiProblem) as refused:
+            api.request("POST", "/v1/imports", json={"asset_id": catalog.id, "plan": plan, "check_urls": False})
+        assert (refused.value.status, refused.value.slug) == (422, "plan-invalid")
+        assert "templates[0].fallbacks[0].model: runway has no model 'gen9'" in refused.value.detail
+    with Database(stack.database_url).transaction() as session:
+        assert session.scalar(select(func.count()).select_from(CatalogImport)
+                              .where(CatalogImport.tenant_id == tenant_id)) == 0
+
+
 def test_prompt_templates_accept_only_named_fields(stack, tmp_path):
     """A format spec, attribute or index access, a conversion or an unknown name: 422 naming the
     template and the placeholder, and no import written."""
