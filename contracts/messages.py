@@ -110,6 +110,9 @@ class ReviewPolicy(BaseModel):
     audio_expected: bool
     max_black_ratio: float
     max_frozen_ratio: float
+    # A template without review whose video fails a check (checks-gate-success-v1): "review" sends it to
+    # REVIEW after one regeneration, "fail" ends it FAILED_FINAL naming the check.
+    on_failed_checks: str = "review"
 
 
 class CheckInput(BaseModel):
@@ -174,6 +177,8 @@ class TaskInfo(BaseModel):
     task_deadline_s: float = 86_400.0  # bounds every wait and retry of the task: admission, refusals
     plan_limits: PlanLimits | None = None  # the plan's admission limits for this provider
     review: ReviewPolicy | None = None  # the template asks for review ("required" or "sample")
+    # The automatic checks of a template without review (checks-gate-success-v1): success needs them passed
+    checks: ReviewPolicy | None = None
     tenant_max_concurrent: int | None = None  # the tenant's concurrency (its gate); None: no tenant layer
     paused_by: str | None = None  # the task's import is paused (import-pause-v1): who paused it
 

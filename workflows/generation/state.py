@@ -88,6 +88,7 @@ class RunState:
         self._in_review = False  # waiting in REVIEW for a reviewer's decision
         self._decision: ReviewRequest | None = None
         self._booked: float | None = None  # cost settled when the task entered REVIEW
+        self._checks_regenerated = False  # checks-gate-success-v1: the one regeneration after failed checks made
         self._paused_by: str | None = None  # import-pause-v1: who paused the task's import
         self._pause_told = False  # a pause/resume signal came: it outranks what validation read
         self._details = LiveDetails(status=TaskStatus.CREATED.value, step="starting", text="starting")
