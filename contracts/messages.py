@@ -160,6 +160,9 @@ class TaskRef(BaseModel):
     # transition-in-work-v1: moves the workflow decided, committed by the activity in its own transaction
     # (in order; one the table refuses stops the rest). reserve_credit takes them.
     moves: list[TransitionInput] = Field(default_factory=list)
+    # reserve_credit: hold one more job's estimate for this attempt, beside the task's reservation (the
+    # regeneration of a video that failed its checks, checks-gate-success-v1); closed with it by settle
+    hold_for_attempt: int | None = None
 
 
 class TaskInfo(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from temporalio.exceptions import ApplicationError
 from workflow_fakes import (
     CHECKS_BLACK,
     CHECKS_PASSED,
@@ -24,6 +25,7 @@ from workflow_fakes import (
     until,
 )
 
+from activities.errors import INSUFFICIENT_CREDIT
 from contracts.messages import CheckOutcome, CheckResult
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
@@ -79,8 +81,10 @@ async def test_a_failed_check_regenerates_once_then_succeeds(env, world, run_wor
     assert world.moves() == [*REGENERATED, "SUCCEEDED"]
     assert [r.attempt_no for r in world.called("submit")] == [1, 2]
     assert payload(world, "checks_failed")["failed_checks"] == ["black"]
-    # Both jobs were paid: the reservation settles the first, the second is charged above it.
-    assert world.sums() == {"RESERVE": RESERVED, "SETTLE": RESERVED, "ADJUSTMENT": TWO_JOBS - RESERVED}
+    # Both jobs were paid: the regeneration's estimate was held before its submit, both holds settled.
+    assert [r.hold_for_attempt for r in world.called("reserve_credit")] == [None, 2]
+    assert world.times("reserve_credit")[1] < world.times("submit")[1]
+    assert world.sums() == {"RESERVE": 2 * RESERVED, "SETTLE": TWO_JOBS, "RELEASE": 2 * RESERVED - TWO_JOBS}
     assert world.balanced()
 
 
@@ -92,7 +96,7 @@ async def test_checks_failed_twice_go_to_review(env, world, run_world):
     review = payload(world, "review_required")
     assert review["checks_passed"] is False and review["failed_checks"] == ["frozen"]
     assert len(world.called("submit")) == 2  # regenerated once, not again
-    assert world.sums() == {"RESERVE": RESERVED, "SETTLE": RESERVED, "ADJUSTMENT": TWO_JOBS - RESERVED}
+    assert world.sums() == {"RESERVE": 2 * RESERVED, "SETTLE": TWO_JOBS, "RELEASE": 2 * RESERVED - TWO_JOBS}
     assert world.balanced()
     await handle.cancel()
     assert await ending(handle) == "canceled"
@@ -106,7 +110,7 @@ async def test_failed_checks_fail_the_task_when_the_plan_says_so(env, world, run
     final = world.transitions[-1]
     assert final.error_class == "checks" and "frozen (1.80 s frozen)" in final.error
     assert final.payload["failed_checks"] == ["frozen"]
-    assert world.sums() == {"RESERVE": RESERVED, "SETTLE": RESERVED, "ADJUSTMENT": TWO_JOBS - RESERVED}
+    assert world.sums() == {"RESERVE": 2 * RESERVED, "SETTLE": TWO_JOBS, "RELEASE": 2 * RESERVED - TWO_JOBS}
 
 
 async def test_no_paid_attempt_left_goes_to_review_without_regenerating(env, world, run_world):
@@ -117,5 +121,17 @@ async def test_no_paid_attempt_left_goes_to_review_without_regenerating(env, wor
     handle = await run_world()
     await until(env, lambda: world.status is S.REVIEW)
     assert len(world.called("submit")) == 3 and not any(t.event.value == "checks_failed" for t in world.transitions)
+    await handle.cancel()
+    assert await ending(handle) == "canceled"
+
+
+async def test_no_credit_for_the_regeneration_goes_to_review_without_regenerating(env, world, run_world):
+    two_jobs(world, [CHECKS_BLACK])
+    world.reserves = [None, ApplicationError("tenant has 1 credit", type=INSUFFICIENT_CREDIT, non_retryable=True)]
+    handle = await run_world()
+    await until(env, lambda: world.status is S.REVIEW)
+    assert world.moves() == [*TO_CHECKS, "REVIEW"] and len(world.called("submit")) == 1
+    assert world.sums() == {"RESERVE": RESERVED, "SETTLE": Decimal(str(JOB_COST)),
+                            "RELEASE": RESERVED - Decimal(str(JOB_COST))}
     await handle.cancel()
     assert await ending(handle) == "canceled"

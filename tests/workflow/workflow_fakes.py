@@ -322,8 +322,9 @@ class World:
                 world._next(world.reserves, "reserve_credit")
             if not world.credit:
                 raise ApplicationError("tenant has 0 credits", type=INSUFFICIENT_CREDIT, non_retryable=True)
-            if not any(k == "reserve" for _, _, k in world.ledger):
-                world.ledger.append(("RESERVE", RESERVED, "reserve"))
+            key = "reserve" if ref.hold_for_attempt is None else f"reserve:a{ref.hold_for_attempt}"
+            if not any(k == key for _, _, k in world.ledger):
+                world.ledger.append(("RESERVE", RESERVED, key))
             return LedgerResult(reserved=float(RESERVED), settled=0, released=0, moved=world.carried(ref.moves))
 
         @activity.defn(name="settle")
