@@ -73,6 +73,8 @@ class RunState:
         self._granted: SlotGrant | None = None
         self._tenant_slot: SlotGrant | None = None  # tenant-admission-v1: held while generating
         self._tenant_granted: SlotGrant | None = None
+        self._given_back: int | None = None  # the token of the provider gate's slot this run last gave back
+        self._recheck = False  # stale-grant-v1: a grant naming that token came; the gate is asked again
         self._asked_at = None  # when this task first asked its provider's gate (its place in the queue)
         self._tenant_asked_at = None  # likewise at its tenant's gate
         self._renewed_at = None
