@@ -84,6 +84,9 @@ CHECKS_GATE = "checks-gate-success-v1"
 # a grant signal naming the slot this run last gave back may be stale (the gate no longer counts it): not
 # taken as a slot; the task asks its gate again, whose answer says whether the slot is its own
 STALE_GRANT = "stale-grant-v1"
+# `resolve --accept-duplicate-risk` of an unknown submit holds that attempt's estimate beside the task's
+# reservation before anything is sent again (no credit for it: the task fails); settle closes it
+RISK_HELD = "duplicate-risk-held-v1"
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
 BASELINES = ((GRANT_AT_ONCE, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT}),
              (RENEW_IN_SUBMIT, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED}),

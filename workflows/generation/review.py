@@ -6,18 +6,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.errors import INSUFFICIENT_CREDIT
-    from activities.ledger import LedgerActivities
     from activities.review import ReviewActivities
-    from contracts.messages import AssetRef, CheckInput, CheckOutcome, ReviewAction, ReviewRequest, TaskRef
+    from contracts.messages import AssetRef, CheckInput, CheckOutcome, ReviewAction, ReviewRequest
     from contracts.task import TaskEvent
 
 from workflows.generation.patches import CHECKS_GATE, DECISION_WINS, JOB_DEADLINE, LATE_CANCEL_DELIVERS, REVIEW
 from workflows.generation.state import RunState
-from workflows.generation.steps import MAX_PAID_ATTEMPTS, error_type
+from workflows.generation.steps import MAX_PAID_ATTEMPTS
 
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 
@@ -95,17 +92,6 @@ class Review(RunState):
         if self._info.checks.on_failed_checks == "fail":
             await self._end(TaskEvent.FINAL_FAILURE, error="automatic checks failed: " + "; ".join(
                 f"{c.name} ({c.detail})" for c in failed), error_class="checks", payload=named)
-
-    async def _hold_for(self, attempt_no: int) -> bool:
-        """Hold one more job's estimate for the attempt about to be made; False: not enough credit."""
-        try:
-            await self._run(LedgerActivities.reserve_credit,
-                            TaskRef(task_id=self._task_id, run=self._run_no, hold_for_attempt=attempt_no))
-        except ActivityError as exc:
-            if error_type(exc) != INSUFFICIENT_CREDIT:
-                raise
-            return False
-        return True
 
     async def _decide(self, decision: ReviewRequest) -> None:
         """Record the reviewer's decision (a state event naming them); approve and reject end the task."""
