@@ -36,10 +36,13 @@ class LedgerActivities:
     @classified
     def reserve_credit(self, ref: TaskRef) -> LedgerResult:
         """Hold the task's estimate; the moves the request carries (transition-in-work-v1: the task
-        becomes QUEUED) are committed with the hold, and none without it."""
+        becomes QUEUED) are committed with the hold, and none without it. With `hold_for_attempt`, one
+        more estimate held for that attempt (its RESERVE names it; settle closes every hold of the run)."""
         with self.db.transaction() as session:
             ledger = _TaskLedger.read(session, ref.task_id, ref.run)
             reserve_key = f"reserve:{ref.task_id}{run_suffix(ref.run)}"
+            if ref.hold_for_attempt is not None:
+                reserve_key += f":a{ref.hold_for_attempt}"
             if reserve_key not in ledger.entries:
                 available = available_credit(session, ledger.tenant_id)  # locks the tenant row: check and insert agree
                 if available < ledger.estimated_cost:
@@ -47,7 +50,7 @@ class LedgerActivities:
                         f"tenant {ledger.tenant_id} has {available} credits, task needs {ledger.estimated_cost}",
                         INSUFFICIENT_CREDIT,
                     )
-                ledger.append(session, [_Entry("RESERVE", ledger.estimated_cost, reserve_key)])
+                ledger.append(session, [_Entry("RESERVE", ledger.estimated_cost, reserve_key, ref.hold_for_attempt)])
             done = apply_moves(session, ref.moves)
             balance = ledger.balance()
         return balance.model_copy(update={"moved": moved(done)})
@@ -78,7 +81,7 @@ def _closing(req: SettleInput, ledger: _TaskLedger) -> list[_Entry]:
             return []
         return [_Entry("ADJUSTMENT", cost, f"adjustment:{req.task_id}{run}:review:{req.attempt_no}", req.attempt_no,
                        note="attempt regenerated at review")]
-    reserved = ledger.amount(f"reserve:{req.task_id}{run}")
+    reserved = ledger.total("RESERVE")  # the task's hold and those of its regenerations
     settled = min(cost, reserved)
     entries = []
     if settled > 0:
@@ -137,8 +140,8 @@ class _TaskLedger:
         ledger.entries = {r.business_key: (r.entry_type, r.amount) for r in rows if r.business_key is not None}
         return ledger
 
-    def amount(self, key: str) -> Decimal:
-        return self.entries[key][1] if key in self.entries else Decimal(0)
+    def total(self, entry_type: str) -> Decimal:
+        return sum((amount for kind, amount in self.entries.values() if kind == entry_type), Decimal(0))
 
     def append(self, session: Session, entries: list[_Entry]) -> None:
         """Insert the entries this ledger does not hold yet, in one statement (once per business key)."""

@@ -82,7 +82,8 @@ class TaskActivities:
             min_poll_interval_s=provider.capabilities.min_poll_interval_s if provider else 1.0,
             deadline_s=deadlines.job_minutes * 60, task_deadline_s=deadlines.task_hours * 3600,
             plan_limits=plan.limits_for(task.provider), current_attempt_no=task.current_attempt_no,
-            review=review_policy(plan, task), tenant_max_concurrent=tenant_limit, paused_by=paused_by,
+            review=review_policy(plan, task), checks=checks_policy(plan, task), tenant_max_concurrent=tenant_limit,
+            paused_by=paused_by,
         )
         reason = image_error or _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)
@@ -125,11 +126,24 @@ def review_policy(plan: PlanSpec, task: Task) -> ReviewPolicy | None:
     mode = template.review if template else None
     if mode is None or mode is ReviewMode.OFF:
         return None
-    settings = plan.review or ReviewSettings()
     required = mode is ReviewMode.REQUIRED or sampled(task.id, template.sample_rate or 0.0)
+    return _policy(plan, required=required)
+
+
+def checks_policy(plan: PlanSpec, task: Task) -> ReviewPolicy | None:
+    """The automatic checks that gate success for a template without review (black, frozen, duration,
+    ratio; not silence, which only a reviewer weighs); None when the template has review."""
+    if review_policy(plan, task) is not None:
+        return None
+    return _policy(plan, required=False).model_copy(update={"audio_expected": False})
+
+
+def _policy(plan: PlanSpec, *, required: bool) -> ReviewPolicy:
+    settings = plan.review or ReviewSettings()
     return ReviewPolicy(required=required, deadline_s=settings.deadline_hours * 3600, on_deadline=settings.on_deadline,
                         duration_tolerance_s=settings.duration_tolerance_s, audio_expected=settings.audio_expected,
-                        max_black_ratio=settings.max_black_ratio, max_frozen_ratio=settings.max_frozen_ratio)
+                        max_black_ratio=settings.max_black_ratio, max_frozen_ratio=settings.max_frozen_ratio,
+                        on_failed_checks=settings.on_failed_checks or "review")
 
 
 def apply_transition(session: Session, req: TransitionInput) -> task_store.TransitionOutcome:

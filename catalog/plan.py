@@ -168,6 +168,9 @@ class ReviewSettings(BaseModel):
     audio_expected: bool = True  # a silent video fails the silence check
     max_black_ratio: float = Field(default=0.3, ge=0, le=1)  # share of the video that may be black
     max_frozen_ratio: float = Field(default=0.5, ge=0, le=1)  # share of the video that may be frozen
+    # A template without review whose video fails a check after its one regeneration: REVIEW ("review",
+    # the default) or FAILED_FINAL naming the check ("fail"). Absent: left out of the plan's hash.
+    on_failed_checks: Literal["review", "fail"] | None = None
 
 
 # Operational settings: absent unless the plan sets them, so plans without them keep their hash.
@@ -214,6 +217,8 @@ class Plan(BaseModel):
     def canonical_json(self) -> str:
         unset = {name for name in _OPERATIONAL if getattr(self, name) is None}
         data = self.model_dump(mode="json", exclude=unset)
+        if data.get("review") and data["review"]["on_failed_checks"] is None:
+            del data["review"]["on_failed_checks"]
         for template in data["templates"]:
             for name in _TEMPLATE_OPTIONAL:
                 if template[name] is None:

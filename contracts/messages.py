@@ -110,6 +110,9 @@ class ReviewPolicy(BaseModel):
     audio_expected: bool
     max_black_ratio: float
     max_frozen_ratio: float
+    # A template without review whose video fails a check (checks-gate-success-v1): "review" sends it to
+    # REVIEW after one regeneration, "fail" ends it FAILED_FINAL naming the check.
+    on_failed_checks: str = "review"
 
 
 class CheckInput(BaseModel):
@@ -157,6 +160,9 @@ class TaskRef(BaseModel):
     # transition-in-work-v1: moves the workflow decided, committed by the activity in its own transaction
     # (in order; one the table refuses stops the rest). reserve_credit takes them.
     moves: list[TransitionInput] = Field(default_factory=list)
+    # reserve_credit: hold one more job's estimate for this attempt, beside the task's reservation (the
+    # regeneration of a video that failed its checks, checks-gate-success-v1); closed with it by settle
+    hold_for_attempt: int | None = None
 
 
 class TaskInfo(BaseModel):
@@ -174,6 +180,8 @@ class TaskInfo(BaseModel):
     task_deadline_s: float = 86_400.0  # bounds every wait and retry of the task: admission, refusals
     plan_limits: PlanLimits | None = None  # the plan's admission limits for this provider
     review: ReviewPolicy | None = None  # the template asks for review ("required" or "sample")
+    # The automatic checks of a template without review (checks-gate-success-v1): success needs them passed
+    checks: ReviewPolicy | None = None
     tenant_max_concurrent: int | None = None  # the tenant's concurrency (its gate); None: no tenant layer
     paused_by: str | None = None  # the task's import is paused (import-pause-v1): who paused it
 

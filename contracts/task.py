@@ -49,6 +49,8 @@ class TaskEvent(StrEnum):
     REVIEW_APPROVED = "review_approved"
     REVIEW_REJECTED = "review_rejected"
     REVIEW_REGENERATE = "review_regenerate"  # a reviewer asked for a new attempt (maybe with an edited prompt)
+    # A template without review: its paid video failed an automatic check, and one new attempt is made
+    CHECKS_FAILED = "checks_failed"
     RETRYABLE_FAILURE = "retryable_failure"
     RETRY_DUE = "retry_due"
     CANCEL_REQUESTED = "cancel_requested"

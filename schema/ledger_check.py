@@ -39,7 +39,8 @@ NO_TASK = "-"  # a violation's task id when the job has no task
 
 class Rule(StrEnum):
     UNBALANCED = "unbalanced"  # finished task: RESERVE != SETTLE + RELEASE
-    REPEATED_ENTRY = "repeated_entry"  # more than one RESERVE, SETTLE or RELEASE row for a task
+    # more than one RESERVE (besides one per regenerated attempt, which names it), SETTLE or RELEASE row for a task
+    REPEATED_ENTRY = "repeated_entry"
     OPEN_ATTEMPT = "open_attempt"  # finished task with an attempt whose job may still bill
     ATTEMPT_SENDING = "attempt_sending"  # finished task with an attempt still SENDING: a submit never concluded
     STRAY_UNACCOUNTED = "stray_unaccounted"  # duplicate provider job without accounted + ADJUSTMENT
@@ -138,6 +139,9 @@ def _sum(kind: str):  # noqa: ANN202 - a SQL expression
 
 
 def _count(kind: str):  # noqa: ANN202
+    """Rows of one business entry; a RESERVE naming an attempt (a regeneration's hold) is one of its own."""
+    if kind == "RESERVE":
+        return func.count().filter(CreditEntry.entry_type == kind, CreditEntry.attempt_no.is_(None))
     return func.count().filter(CreditEntry.entry_type == kind)
 
 

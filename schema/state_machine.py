@@ -43,7 +43,8 @@ RETRYABLE_FROM: frozenset[TaskStatus] = frozenset(
     {S.VALIDATING, S.QUOTA_RESERVED, S.QUEUED, S.DISPATCHING, S.SUBMITTED, S.RUNNING}
 )
 # Where the task asks a provider for a video: after a paid success it never comes back here,
-# except by a reviewer's regenerate (a new paid attempt a person asked for) or a redrive.
+# except by a reviewer's regenerate (a new paid attempt a person asked for), a redrive, or the one
+# regeneration of a video that failed its automatic checks (a template without review).
 GENERATING: frozenset[TaskStatus] = frozenset(
     {S.QUEUED, S.DISPATCHING, S.SUBMITTED, S.SUBMIT_UNKNOWN, S.RUNNING, S.RETRY_WAIT}
 )
@@ -75,6 +76,7 @@ def _table() -> dict[tuple[TaskStatus, TaskEvent], TaskStatus]:
         (S.REVIEW, E.REVIEW_APPROVED): S.SUCCEEDED,
         (S.REVIEW, E.REVIEW_REJECTED): S.REJECTED,
         (S.REVIEW, E.REVIEW_REGENERATE): S.QUEUED,
+        (S.POST_PROCESSING, E.CHECKS_FAILED): S.QUEUED,
         (S.RETRY_WAIT, E.RETRY_DUE): S.QUEUED,
         (S.CANCEL_REQUESTED, E.CANCEL_CONFIRMED): S.CANCELED,
         (S.CANCEL_REQUESTED, E.COMPLETION_WON): S.OUTPUT_FETCHING,
@@ -135,6 +137,10 @@ SUBMIT_CONCLUDED: frozenset[TaskEvent] = frozenset(
 )
 
 
+# Events that start a new paid round after a paid video: a reviewer's regenerate, a redrive, failed checks.
+NEW_ROUND: frozenset[TaskEvent] = frozenset({E.REVIEW_REGENERATE, E.REDRIVE, E.CHECKS_FAILED})
+
+
 @dataclass(frozen=True)
 class Past:
     """What a task has been through that its status does not say, as far as money goes: the fold
@@ -147,7 +153,7 @@ class Past:
 
     def after(self, event: TaskEvent, from_status: TaskStatus, to_status: TaskStatus) -> Past:
         """The past once `event` moved the task from `from_status` to `to_status`."""
-        if event in (E.REVIEW_REGENERATE, E.REDRIVE):  # a new round a person asked for
+        if event in NEW_ROUND:  # a new round a person (or a failed automatic check) asked for
             return replace(self, paid=False, reviewed=False)
         if to_status is S.OUTPUT_FETCHING:
             return replace(self, paid=True)
@@ -176,8 +182,8 @@ def refusal(status: TaskStatus, event: TaskEvent, past: Past) -> str | None:
         return None
     if event is E.DISPATCH_CLAIMED and past.unknown_submit:
         return "an earlier submit's outcome is unknown: it must be reconciled (or its risk accepted) first"
-    if past.paid and to in GENERATING | {S.OUTPUT_FETCHING} and event is not E.REVIEW_REGENERATE:
-        return "the video is paid for: only a reviewer's regenerate asks the provider again"
+    if past.paid and to in GENERATING | {S.OUTPUT_FETCHING} and event not in NEW_ROUND:
+        return "the video is paid for: only a reviewer's regenerate (or failed checks) asks the provider again"
     if event is E.STRAYS_DECIDED and (not past.paid or past.reviewed):
         return "only a paid video not yet in review goes back to POST_PROCESSING after a decision on strays"
     return None

@@ -7,7 +7,7 @@ import uuid
 from decimal import Decimal
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from stack_helpers import import_small
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
@@ -110,3 +110,34 @@ def test_settle_commits_the_ending_with_the_rows_that_close_the_ledger(stack, tm
         assert (found.status, found.last_error_class) == ("FAILED_FINAL", "moderation")
         kinds = session.scalars(select(CreditEntry.entry_type).where(CreditEntry.task_id == task.id)).all()
     assert sorted(kinds) == ["RELEASE", "RESERVE"]
+
+
+def test_a_regeneration_holds_its_estimate_and_settle_closes_both_holds(stack, tmp_path):
+    """checks-gate-success-v1: the regeneration of a video that failed its checks holds one more estimate
+    (a RESERVE naming the attempt, within the tenant's credit); settle closes both holds; ledger check ok."""
+    from schema.ledger_check import check
+
+    tenant = stack.model_copy(update={"tenant": f"regen-{uuid.uuid4().hex[:8]}", "tenant_credit_limit": 8})
+    summary = import_small(tenant, tmp_path, [("R-1", "Lamp", "A lamp")], ratios=("9:16", "16:9"))
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        first, second = (t.id for t in queries.list_tasks(session, summary.import_id))  # 3 credits each
+    ledger, env = LedgerActivities(db), ActivityEnvironment()
+    env.run(ledger.reserve_credit, TaskRef(task_id=first))
+    for _ in range(2):  # once per attempt however often the step runs
+        held = env.run(ledger.reserve_credit, TaskRef(task_id=first, hold_for_attempt=2))
+        assert held.reserved == 6.0
+    with pytest.raises(ApplicationError) as refused:  # 8 - 6 = 2 left: no room for the other task
+        env.run(ledger.reserve_credit, TaskRef(task_id=second))
+    assert refused.value.type == INSUFFICIENT_CREDIT
+    settled = env.run(ledger.settle, SettleInput(task_id=first, attempt_no=2, cost=5.0))  # both jobs
+    assert (settled.reserved, settled.settled, settled.released, settled.adjusted) == (6.0, 5.0, 1.0, 0.0)
+    with db.transaction() as session:
+        rows = session.execute(select(CreditEntry.entry_type, CreditEntry.amount, CreditEntry.attempt_no)
+                               .where(CreditEntry.task_id == first).order_by(CreditEntry.id)).all()
+        session.execute(update(Task).where(Task.id == first).values(status="SUCCEEDED"))
+    assert [tuple(r) for r in rows] == [("RESERVE", Decimal(3), None), ("RESERVE", Decimal(3), 2),
+                                        ("SETTLE", Decimal(5), 2), ("RELEASE", Decimal(1), 2)]
+    with db.transaction() as session:
+        findings = check(session, summary.import_id)
+    assert [v for v in findings.violations if v.task_id == first] == []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.tasks import review_policy, sampled
+from activities.tasks import checks_policy, review_policy, sampled
 from adapters.media.checks import Expectations, check_video, detected_seconds
 from adapters.media.transcode import make_proxy
 from catalog.plan import PlanError, load_plan
@@ -47,6 +47,7 @@ def test_review_is_per_template_and_changes_the_plan_id_only_when_set(tmp_path):
     ('review = "required"\nsample_rate = 0.5', "", "only to review"),
     ('review = "always"', "", "review"),
     ('review = "required"', '[review]\non_deadline = "ignore"', "on_deadline"),
+    ("", '[review]\non_failed_checks = "approve"', "review.on_failed_checks"),
 ])
 def test_bad_review_settings_are_refused(tmp_path, lines, tail, needle):
     with pytest.raises(PlanError, match=needle):
@@ -61,6 +62,31 @@ def test_who_is_reviewed(tmp_path):
     assert policy.required and policy.deadline_s == 72 * 3600 and policy.on_deadline == "expire"
     assert review_policy(_plan(tmp_path, 'review = "sample"\nsample_rate = 0'), task).required is False
     assert review_policy(_plan(tmp_path, 'review = "sample"\nsample_rate = 1'), task).required is True
+
+
+def test_checks_gate_the_templates_without_review(tmp_path):
+    task = Task(id="a" * 32, template_id="showcase")
+    assert checks_policy(_plan(tmp_path, 'review = "required"'), task) is None
+    gate = checks_policy(load_plan(EXAMPLES / "plan.toml"), task)
+    assert gate.required is False and gate.on_failed_checks == "review"
+    assert gate.audio_expected is False and gate.max_black_ratio == 0.3  # silence is a reviewer's call
+    failing = checks_policy(_plan(tmp_path, 'review = "off"', '[review]\non_failed_checks = "fail"'), task)
+    assert failing.on_failed_checks == "fail"
+
+
+def test_on_failed_checks_left_out_keeps_the_plan_id(tmp_path):
+    """Plans that set [review] before the option existed keep their id (their imports are the same)."""
+    plan = _plan(tmp_path, "", "[review]\ndeadline_hours = 24\n")
+    assert "on_failed_checks" not in plan.canonical_json()
+    assert _plan(tmp_path, "", '[review]\ndeadline_hours = 24\non_failed_checks = "review"\n').plan_id != plan.plan_id
+
+
+def test_a_bad_on_failed_checks_exits_2_naming_the_field(cli, tmp_path):
+    plan = tmp_path / "plan.toml"
+    plan.write_text((EXAMPLES / "plan.toml").read_text() + '\n[review]\non_failed_checks = "ignore"\n')
+    result = cli("import", str(EXAMPLES / "catalog.csv"), "--plan", str(plan), "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert "review.on_failed_checks" in result.output
 
 
 def test_the_sample_is_a_stable_share():
@@ -128,6 +154,7 @@ def test_review_rows_of_the_state_machine():
     assert target(S.REVIEW, E.REVIEW_REGENERATE) is S.QUEUED
     assert target(S.REVIEW, E.DEADLINE_PASSED) is S.EXPIRED
     assert target(S.QUEUED, E.REVIEW_REGENERATE) is None and target(S.REJECTED, E.REVIEW_REGENERATE) is None
+    assert target(S.POST_PROCESSING, E.CHECKS_FAILED) is S.QUEUED and target(S.REVIEW, E.CHECKS_FAILED) is None
 
 
 def test_defect_faults_apply_to_the_next_jobs_only():

@@ -105,7 +105,8 @@ def test_seed_rows_that_matter_for_money():
 # A reviewer's regenerate is the one way back to QUEUED after a paid success: a new paid attempt a
 # person asked for (it needs a paid attempt left), so it starts a new round and both 2 and 3 begin
 # anew. A redrive (`reelqueue retry`) is likewise a new run a person asked for; which ended tasks it
-# picks is the command's selection, not the table's.
+# picks is the command's selection, not the table's. The one regeneration of a video that failed its
+# automatic checks (a template without review, `checks_failed`) is the workflow's own new round.
 
 S, E = TaskStatus, TaskEvent
 GENERATION = frozenset({S.QUEUED, S.DISPATCHING, S.RETRY_WAIT, S.SUBMITTED, S.SUBMIT_UNKNOWN, S.RUNNING})
@@ -121,7 +122,7 @@ class Seen:
     reviewed: bool = False  # REVIEW entered in this round
 
     def after(self, status: TaskStatus, event: TaskEvent, to: TaskStatus) -> Seen:
-        if event in (E.REVIEW_REGENERATE, E.REDRIVE):
+        if event in (E.REVIEW_REGENERATE, E.REDRIVE, E.CHECKS_FAILED):
             return Seen(unknown=self.unknown)
         decided = event in RECONCILED or (status is S.NEEDS_ATTENTION and event is E.FINAL_FAILURE)
         return Seen(unknown=(self.unknown or to is S.SUBMIT_UNKNOWN) and not decided,
@@ -129,7 +130,7 @@ class Seen:
                     reviewed=self.reviewed or to is S.REVIEW)
 
     def broken(self, event: TaskEvent, to: TaskStatus) -> set[str]:
-        new_round = event in (E.REVIEW_REGENERATE, E.REDRIVE)
+        new_round = event in (E.REVIEW_REGENERATE, E.REDRIVE, E.CHECKS_FAILED)
         return {rule for rule, breach in (
             (UNRECONCILED, self.unknown and to is S.DISPATCHING),
             (REGENERATED, self.paid and to in GENERATION and not new_round),

@@ -119,6 +119,12 @@ def review_policy(*, required: bool = True, on_deadline: str = "expire", deadlin
                         audio_expected=True, max_black_ratio=0.3, max_frozen_ratio=0.5)
 
 
+def checks_policy(*, on_failed_checks: str = "review") -> ReviewPolicy:
+    """What validate_task reads for a template without review: its checks gate success."""
+    return review_policy(required=False).model_copy(update={"audio_expected": False,
+                                                            "on_failed_checks": on_failed_checks})
+
+
 def outage(message: str = "503 from the provider") -> RuntimeError:
     """An infrastructure failure: retried by the step's policy."""
     return RuntimeError(message)
@@ -165,6 +171,7 @@ class World:
     limit: int = 20
     plan_limits: PlanLimits | None = None  # what validate_task reads from the task's plan
     review: ReviewPolicy | None = None  # what validate_task reads from the task's template
+    checks_policy: ReviewPolicy | None = None  # likewise, the checks of a template without review
     paused_by: str | None = None  # what validate_task reads from the task's import (import-pause-v1)
     ask_answers_lost: int = 0  # request_slot: this many asks the gate admitted, their answer lost (then a signal)
     tenant_limit: int | None = None  # the tenant's max_concurrent (tenant-admission-v1); None: no tenant layer
@@ -303,7 +310,8 @@ class World:
                             model="m", aspect_ratio="9:16", duration_s=2.0, estimated_cost=float(RESERVED),
                             min_poll_interval_s=1.0, deadline_s=world.deadline_s, current_attempt_no=0,
                             task_deadline_s=world.task_deadline_s,
-                            plan_limits=world.plan_limits, review=world.review, paused_by=world.paused_by,
+                            plan_limits=world.plan_limits, review=world.review, checks=world.checks_policy,
+                            paused_by=world.paused_by,
                             tenant_max_concurrent=world.tenant_limit)
             return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=info)
 
@@ -314,8 +322,9 @@ class World:
                 world._next(world.reserves, "reserve_credit")
             if not world.credit:
                 raise ApplicationError("tenant has 0 credits", type=INSUFFICIENT_CREDIT, non_retryable=True)
-            if not any(k == "reserve" for _, _, k in world.ledger):
-                world.ledger.append(("RESERVE", RESERVED, "reserve"))
+            key = "reserve" if ref.hold_for_attempt is None else f"reserve:a{ref.hold_for_attempt}"
+            if not any(k == key for _, _, k in world.ledger):
+                world.ledger.append(("RESERVE", RESERVED, key))
             return LedgerResult(reserved=float(RESERVED), settled=0, released=0, moved=world.carried(ref.moves))
 
         @activity.defn(name="settle")

@@ -85,9 +85,14 @@ class Admission(RunState):
             wait = None if not reask else every if until is None else min(every, until - workflow.now())
             try:
                 await workflow.wait_condition(
-                    lambda: self._granted is not None or self._cancel_pending() or self._paused_by is not None,
-                    timeout=wait if wait is None else max(wait, timedelta(seconds=1)))
-                return
+                    lambda: self._granted is not None or self._cancel_pending() or self._paused_by is not None
+                    or self._recheck, timeout=wait if wait is None else max(wait, timedelta(seconds=1)))
+                if not self._recheck:
+                    return
+                self._recheck = False  # stale-grant-v1: the gate's answer says whether that slot is ours
+                await self._request_slot(request)
+                if self._granted is not None:
+                    return
             except TimeoutError:
                 if until is not None and workflow.now() >= until:
                     return
@@ -209,7 +214,7 @@ class Admission(RunState):
             return
         release = SlotRelease(workflow_id=workflow.info().workflow_id, token=self._slot.token, throttled=throttled,
                               retry_after_s=retry_after_s, failure=failure)
-        self._slot = None
+        self._given_back, self._slot = self._slot.token, None
         await self._signal_gate(api.SIGNAL_GATE_RELEASE, release)
 
     async def _signal_gate(self, signal: str, message: object, *, provider: str | None = None) -> bool:

@@ -14,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.messages import AttemptRef, ResolveAction, ResolveRequest
     from contracts.task import TaskEvent
 
-from workflows.generation.patches import ADMISSION_BOUNDED, ATTENTION_TAKES_CANCEL, FAIL_STOPS_JOB
+from workflows.generation.patches import ADMISSION_BOUNDED, ATTENTION_TAKES_CANCEL, FAIL_STOPS_JOB, RISK_HELD
 from workflows.generation.state import RunState
 from workflows.generation.steps import decision_payload
 from workflows.generation.strays import STRAY
@@ -60,6 +60,7 @@ class Attention(RunState):
                 await self._end(TaskEvent.FINAL_FAILURE, error=f"failed by {decision.by}: {decision.reason}",
                                 error_class="operator", payload=decided)
             if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK:
+                await self._book_the_risk(decided)
                 await self._abandon_open_attempts()
                 await self._move(TaskEvent.ATTENTION_RESOLVED, payload=decided)
             else:
@@ -69,6 +70,19 @@ class Attention(RunState):
         if released and decision.action is ResolveAction.RETRY:
             await self._await_slot(None, reask=True)  # the step runs again under a slot (or a cancel came)
         return decision
+
+    async def _book_the_risk(self, decided: dict) -> None:
+        """The unknown attempt may have made a job that bills: its estimate is held (a RESERVE naming
+        it) while the task goes on, so the tenant's credit counts both jobs (duplicate-risk-held-v1).
+        Without the credit for it nothing is sent again: the task fails, the attempt abandoned."""
+        risked = self._unknown
+        if risked is None or not self._patched(RISK_HELD):
+            return
+        decided["risk_held_for_attempt"] = risked.attempt_no
+        if not await self._hold_for(risked.attempt_no):
+            await self._abandon_open_attempts()
+            await self._end(TaskEvent.FINAL_FAILURE, error="no credit to hold the accepted duplicate risk of attempt "
+                            f"{risked.attempt_no} beside a new attempt", error_class="credit", payload=decided)
 
     async def _wait_for_decision(self, *, takes_cancel: bool = False) -> bool:
         """Wait for the operator, holding the slot only while a job of this task may be running at the

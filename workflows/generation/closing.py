@@ -7,15 +7,18 @@ import asyncio
 from typing import Any, NoReturn
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.errors import INSUFFICIENT_CREDIT
     from activities.ledger import LedgerActivities
     from activities.poll import PollActivities
-    from contracts.messages import SettleInput
+    from contracts.messages import SettleInput, TaskRef
     from contracts.task import TaskEvent
 
 from workflows.generation.patches import STRAYS, TAKEOVER_FOLLOWS
 from workflows.generation.state import RunState, TaskEnded
+from workflows.generation.steps import error_type
 
 
 class Closing(RunState):
@@ -69,3 +72,15 @@ class Closing(RunState):
         if final:
             await self._take(final[0], settled.moved)
         return event
+
+    async def _hold_for(self, attempt_no: int) -> bool:
+        """Hold one more job's estimate beside the task's reservation, naming `attempt_no` (a regeneration
+        after failed checks, an accepted duplicate risk); settle closes it with the rest. False: no credit."""
+        try:
+            await self._run(LedgerActivities.reserve_credit,
+                            TaskRef(task_id=self._task_id, run=self._run_no, hold_for_attempt=attempt_no))
+        except ActivityError as exc:
+            if error_type(exc) != INSUFFICIENT_CREDIT:
+                raise
+            return False
+        return True

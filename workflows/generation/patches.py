@@ -78,6 +78,15 @@ FAIL_STOPS_JOB = "resolve-fail-stops-job-v1"
 LATE_CANCEL_DELIVERS = "late-cancel-delivers-v1"
 # a cancel while the task waits for a person about a live job it can stop (stuck at poll) stops it at once
 ATTENTION_TAKES_CANCEL = "attention-takes-cancel-v1"
+# a template without review: its proxy's automatic checks gate success (asked once the proxy is made): a
+# failed check regenerates once within the paid-attempt budget, then REVIEW (or FAILED_FINAL naming the check)
+CHECKS_GATE = "checks-gate-success-v1"
+# a grant signal naming the slot this run last gave back may be stale (the gate no longer counts it): not
+# taken as a slot; the task asks its gate again, whose answer says whether the slot is its own
+STALE_GRANT = "stale-grant-v1"
+# `resolve --accept-duplicate-risk` of an unknown submit holds that attempt's estimate beside the task's
+# reservation before anything is sent again (no credit for it: the task fails); settle closes it
+RISK_HELD = "duplicate-risk-held-v1"
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
 BASELINES = ((GRANT_AT_ONCE, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT}),
              (RENEW_IN_SUBMIT, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED}),

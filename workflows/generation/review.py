@@ -9,11 +9,12 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.review import ReviewActivities
-    from contracts.messages import AssetRef, CheckInput, ReviewAction, ReviewRequest
+    from contracts.messages import AssetRef, CheckInput, CheckOutcome, ReviewAction, ReviewRequest
     from contracts.task import TaskEvent
 
-from workflows.generation.patches import DECISION_WINS, JOB_DEADLINE, LATE_CANCEL_DELIVERS, REVIEW
+from workflows.generation.patches import CHECKS_GATE, DECISION_WINS, JOB_DEADLINE, LATE_CANCEL_DELIVERS, REVIEW
 from workflows.generation.state import RunState
+from workflows.generation.steps import MAX_PAID_ATTEMPTS
 
 REVIEW_DEADLINE_BY = "review-deadline"  # who approved when the plan's review deadline approves
 
@@ -26,7 +27,10 @@ class Review(RunState):
         """Checks, then REVIEW until a person decides, when the plan asks for it; returns when it
         does not. The provider already charged, so the credit is settled on entering REVIEW; a
         regenerate runs a new paid attempt and comes back here with its video."""
-        policy = self._info.review
+        policy, gate = self._info.review, False
+        if policy is None and self._info.checks is not None and self._cancel is None:
+            gate = self._patched(CHECKS_GATE)  # without review, success needs the checks passed
+            policy = self._info.checks if gate else None
         if policy is None or not self._patched(REVIEW):
             return
         if self._cancel is not None and self._patched(LATE_CANCEL_DELIVERS):
@@ -37,6 +41,8 @@ class Review(RunState):
             aspect_ratio=self._info.aspect_ratio, duration_s=self._info.duration_s, policy=policy))
         if not policy.required and checks.passed:
             return
+        if gate:
+            await self._checks_failed(proxy, [c for c in checks.checks if not c.passed])
         await self._close_ledger(TaskEvent.REVIEW_REQUIRED)
         self._booked = self._cost()
         await self._move(TaskEvent.REVIEW_REQUIRED, payload={
@@ -70,6 +76,22 @@ class Review(RunState):
             self._deadline = workflow.now() + timedelta(seconds=self._info.deadline_s)
         self._task_deadline = max(self._task_deadline, workflow.now() + timedelta(seconds=self._info.task_deadline_s))
         await self._deliver(await self._generate())
+
+    async def _checks_failed(self, proxy: AssetRef, failed: list[CheckOutcome]) -> None:
+        """A template without review whose video failed a check: one new paid attempt while the budget
+        and the tenant's credit allow (its estimate held beside the reservation, both closed when the task
+        settles), then FAILED_FINAL naming the checks when the plan says so; returns for REVIEW otherwise."""
+        named = {"proxy": proxy.key, "failed_checks": [c.name for c in failed],
+                 "details": {c.name: c.detail for c in failed}}
+        if not self._checks_regenerated and self._paid < MAX_PAID_ATTEMPTS:
+            self._checks_regenerated = True
+            if await self._hold_for(self._attempt_no + 1):
+                await self._move(TaskEvent.CHECKS_FAILED, payload=named)
+                await self._deliver(await self._generate())
+            named["no_regeneration"] = "the tenant's credit does not cover another attempt"
+        if self._info.checks.on_failed_checks == "fail":
+            await self._end(TaskEvent.FINAL_FAILURE, error="automatic checks failed: " + "; ".join(
+                f"{c.name} ({c.detail})" for c in failed), error_class="checks", payload=named)
 
     async def _decide(self, decision: ReviewRequest) -> None:
         """Record the reviewer's decision (a state event naming them); approve and reject end the task."""

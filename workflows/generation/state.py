@@ -73,6 +73,8 @@ class RunState:
         self._granted: SlotGrant | None = None
         self._tenant_slot: SlotGrant | None = None  # tenant-admission-v1: held while generating
         self._tenant_granted: SlotGrant | None = None
+        self._given_back: int | None = None  # the token of the provider gate's slot this run last gave back
+        self._recheck = False  # stale-grant-v1: a grant naming that token came; the gate is asked again
         self._asked_at = None  # when this task first asked its provider's gate (its place in the queue)
         self._tenant_asked_at = None  # likewise at its tenant's gate
         self._renewed_at = None
@@ -88,6 +90,7 @@ class RunState:
         self._in_review = False  # waiting in REVIEW for a reviewer's decision
         self._decision: ReviewRequest | None = None
         self._booked: float | None = None  # cost settled when the task entered REVIEW
+        self._checks_regenerated = False  # checks-gate-success-v1: the one regeneration after failed checks made
         self._paused_by: str | None = None  # import-pause-v1: who paused the task's import
         self._pause_told = False  # a pause/resume signal came: it outranks what validation read
         self._details = LiveDetails(status=TaskStatus.CREATED.value, step="starting", text="starting")

@@ -55,7 +55,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.generation.closing import Closing
     from workflows.generation.delivery import Delivery
     from workflows.generation.following import Following
-    from workflows.generation.patches import ADMISSION_BOUNDED, BASELINES, TRANSITIONS_CARRIED, TRANSITIONS_IN_WORK
+    from workflows.generation.patches import (
+        ADMISSION_BOUNDED,
+        BASELINES,
+        STALE_GRANT,
+        TRANSITIONS_CARRIED,
+        TRANSITIONS_IN_WORK,
+    )
     from workflows.generation.review import Review
     from workflows.generation.state import TaskEnded, TaskTakenOver
     from workflows.generation.steps import MAX_PAID_ATTEMPTS, describe, error_type
@@ -160,6 +166,11 @@ class GenerationWorkflow(Admission, Attempts, Following, Delivery, Review, Atten
 
     @workflow.signal(name=api.SIGNAL_SLOT_GRANTED)
     def slot_granted(self, grant: SlotGrant) -> None:
+        # A grant of the slot this run last gave back may be stale (sent again to a holder that asked
+        # again, landing after the release): not taken; the gate's answer to an ask decides (stale-grant-v1).
+        if grant.token == self._given_back and self._patched(STALE_GRANT):
+            self._recheck = True
+            return
         self._granted = grant
 
     @workflow.signal(name=api.SIGNAL_TENANT_SLOT_GRANTED)

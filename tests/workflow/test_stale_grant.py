@@ -1,0 +1,50 @@
+"""A grant signal that comes after its slot was given back (the gate sends a holder's grant again when
+the holder asked again, and the signal can land after the holder's release and its next ask) is not a
+slot: the gate no longer counts it. The task keeps waiting in line for a grant the gate counts
+(stale-grant-v1)."""
+
+from __future__ import annotations
+
+import pytest
+from test_generation_paths import entered
+from test_money_paths import gates, occupy, waiting_in_line
+from workflow_fakes import SUCCEEDED, accepted, ending, job, until
+
+from contracts import workflow_api as api
+from contracts.admission import SlotGrant, SlotRelease
+from contracts.provider import ErrorClass, JobStatus
+from contracts.task import TaskStatus as S
+from workflows.generation.patches import STALE_GRANT
+
+FAILED_JOB = job(JobStatus.FAILED, cost=0.0, error_class=ErrorClass.RETRYABLE, error="render failed")
+
+
+@pytest.mark.histories(STALE_GRANT)
+async def test_a_stale_grant_after_the_slot_was_given_back_is_not_a_slot(env, world, run_world):
+    world.limit = 1
+    world.submits = [accepted("job-1"), accepted("job-2")]
+    world.polls = [FAILED_JOB, SUCCEEDED]
+    world.hold("poll_job")
+    handle = await run_world()
+    await entered(world, "poll_job")  # attempt 1 runs under the gate's only slot
+    world.entered["request_slot"].clear()
+    world.hold("request_slot")
+    world.release("poll_job")  # the job fails: its slot goes back, and after the retry wait the task asks again
+    await entered(world, "request_slot")
+    gate, _ = await gates(env, handle)
+    await occupy(env, gate)  # meanwhile another task takes the only slot
+    world.release("request_slot")
+    await waiting_in_line(env, gate)
+    first = next(t.payload["slot"] for t in world.transitions if t.event.value == "dispatch_claimed")
+
+    await handle.signal(api.SIGNAL_SLOT_GRANTED, SlotGrant(token=first))  # the first slot's grant, again
+    await until(env, lambda: len(world.called("request_slot")) == 3)  # the gate asked whether it is ours
+    await env.sleep(60)
+    assert len(world.called("submit")) == 1 and world.status is S.QUEUED
+    assert await gate.query(api.QUERY_GATE_HOLDERS, result_type=list[str]) == ["another-task"]
+
+    await gate.signal(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id="another-task", token=first + 1))
+    assert await ending(handle) == "completed"
+    await until(env, lambda: world.status is S.SUCCEEDED)
+    claims = [t.payload["slot"] for t in world.transitions if t.event.value == "dispatch_claimed"]
+    assert claims == [first, first + 2]  # the second attempt ran under the slot the gate granted it
