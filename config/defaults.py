@@ -10,11 +10,33 @@ from pydantic import BaseModel, Field
 DEFAULT_TASK_QUEUE = "reelqueue-generation"  # REELQUEUE_TASK_QUEUE; gate ids leave it out (contracts.workflow_api)
 
 
+class ModelLimits(BaseModel):
+    """How many jobs of one of a provider's models may be alive at once (providers limit per model)."""
+
+    max_concurrent: int = Field(ge=1)
+
+
 class ProviderLimits(BaseModel):
     """How much of a provider one tenant may use at once (configuration, lowered by a plan)."""
 
     max_concurrent: int = Field(default=20, ge=1)  # jobs alive at the provider
     submits_per_minute: int | None = Field(default=None, ge=1)
+    # A model with a limit has its own admission layer (a gate per provider and model); others have none.
+    models: dict[str, ModelLimits] = Field(default_factory=dict)
+
+
+class AdmissionLayers(BaseModel):
+    """The configured layers beside the tenant's and the provider's: the platform's total, and the
+    models that have a limit of their own (a task learns its layers when it is validated)."""
+
+    platform: int | None = Field(default=None, ge=1)
+    providers: dict[str, ProviderLimits] = Field(default_factory=dict)
+
+    def model(self, provider: str, model: str) -> int | None:
+        """The model's limit, None when it has no layer of its own."""
+        limits = self.providers.get(provider)
+        own = limits.models.get(model) if limits is not None else None
+        return own.max_concurrent if own is not None else None
 
 
 class BreakerPolicy(BaseModel):

@@ -175,6 +175,8 @@ class TaskInfo(BaseModel):
     plan_limits: PlanLimits | None = None  # the plan's admission limits for this provider
     review: ReviewPolicy | None = None  # the template asks for review ("required" or "sample")
     tenant_max_concurrent: int | None = None  # the tenant's concurrency (its gate); None: no tenant layer
+    platform_max_concurrent: int | None = None  # jobs at once platform-wide (its gate); None: no platform layer
+    model_max_concurrent: int | None = None  # jobs at once of the task's provider and model; None: no model layer
     paused_by: str | None = None  # the task's import is paused (import-pause-v1): who paused it
 
 

@@ -63,6 +63,11 @@ IDLE_WAKE = timedelta(hours=1)
 HISTORY_LIMIT = 8_000  # events before the gate continues as new with its state
 # The breaker in the worker's /metrics (the SDK's metrics, recorded only outside replay).
 BREAKER_STATE, BREAKER_OPENS = "reelqueue_provider_breaker_state", "reelqueue_provider_breaker_opens"
+# Every gate's figures in the worker's /metrics, labelled by gate and layer, as of the gate's last round.
+GATE_GAUGES = {"limit": ("reelqueue_admission_limit", "Slots of an admission gate"),
+               "in_use": ("reelqueue_admission_in_use", "Slots of an admission gate held"),
+               "waiting": ("reelqueue_admission_waiting", "Tasks waiting in an admission gate's line"),
+               "oldest_wait_s": ("reelqueue_admission_oldest_wait_seconds", "The oldest wait in a gate's line")}
 MODE_VALUE = {BreakerMode.CLOSED: 0, BreakerMode.HALF_OPEN: 1, BreakerMode.OPEN: 2}
 
 
@@ -322,8 +327,13 @@ class ProviderGateWorkflow:
         self._changed = True
 
     def _show(self) -> None:
-        """The breaker in the Web UI (the gate's current details) and the worker's metrics; neither is
-        history. Set every round: a worker that replayed the gate reports it from its next round."""
+        """The gate's figures and the breaker in the Web UI (the gate's current details) and the worker's
+        metrics; neither is history. Set every round: a worker that replayed the gate reports it from its
+        next round."""
+        figures = self.snapshot()
+        labels = {"gate": self._provider, "layer": api.gate_layer(self._provider)}
+        for field, (name, description) in GATE_GAUGES.items():
+            workflow.metric_meter().create_gauge_float(name, description).set(float(getattr(figures, field)), labels)
         if not self._breaker_on or self._grant_signal != api.SIGNAL_SLOT_GRANTED:  # a tenant gate: no breaker
             return
         b, now = self._state.breaker, workflow.now()
