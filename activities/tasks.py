@@ -28,7 +28,7 @@ from contracts.messages import ReviewPolicy, TaskInfo, TaskRef, TransitionInput,
 from metrics import STATE_SECONDS, TRANSITION_CONFLICTS, TRANSITIONS
 from schema import task_store
 from schema.db import Database
-from schema.import_scope import import_paused_by
+from schema.import_scope import import_paused_by, task_priority
 from schema.models import Asset, Plan, Product, Task, Tenant
 
 
@@ -73,6 +73,7 @@ class TaskActivities:
             tenant_limit = _lowest(session.scalar(select(Tenant.max_concurrent).where(Tenant.id == task.tenant_id)),
                                    plan.own_limit(task.provider))
             paused_by = import_paused_by(session, task)
+            priority = task_priority(session, task)
         image_error = None
         if product is not None and (product.image_asset_id or (product.image_url and is_url(product.image_url))):
             image, image_error = self._store_image(task, product)
@@ -87,7 +88,7 @@ class TaskActivities:
             plan_limits=plan.limits_for(task.provider), current_attempt_no=task.current_attempt_no,
             review=review_policy(plan, task), tenant_max_concurrent=tenant_limit, paused_by=paused_by,
             platform_max_concurrent=self.layers.platform,
-            model_max_concurrent=self.layers.model(task.provider, task.model),
+            model_max_concurrent=self.layers.model(task.provider, task.model), priority=priority,
         )
         reason = image_error or _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)

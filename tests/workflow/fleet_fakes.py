@@ -27,7 +27,7 @@ from workflow_fakes import ask_gate, media_worker
 
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
-from contracts.admission import AdmissionInput, SlotGrant
+from contracts.admission import AdmissionInput, PriorityClass, SlotGrant
 from contracts.messages import (
     AssetRef,
     AttemptRef,
@@ -87,6 +87,7 @@ class Fleet:
     platform_limit: int | None = None  # REELQUEUE_PLATFORM_MAX_CONCURRENT (None: no platform layer)
     models: dict[str, str] = field(default_factory=dict)  # task -> its model ("m" when absent)
     model_limits: dict[str, int] = field(default_factory=dict)  # model -> its limit (absent: no model layer)
+    priorities: dict[str, PriorityClass] = field(default_factory=dict)  # task -> its class (absent: none)
     client: Any = None
     status: dict[str, TaskStatus] = field(default_factory=lambda: defaultdict(lambda: TaskStatus.CREATED))
     validated_at: dict[str, datetime] = field(default_factory=dict)  # server time (local activities see wall time)
@@ -95,6 +96,7 @@ class Fleet:
     jobs: dict[str, Job] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # request_slot runs per task
     asked: set[str] = field(default_factory=set)  # the gates (providers) asked for a slot
+    asked_at: dict[str, datetime] = field(default_factory=dict)  # task -> its first ask at the provider's gate
     failing: str | None = None  # "http_503": submits refused with a 5xx; "timeout": sent, no answer, no job
     breaker: BreakerPolicy | None = None  # the provider gate's breaker policy (None: the defaults)
     submits: list[tuple[str, datetime, str]] = field(default_factory=list)  # (task, when, "accepted" or failure)
@@ -139,7 +141,8 @@ class Fleet:
                             min_poll_interval_s=1.0, deadline_s=fleet.deadline_s,
                             task_deadline_s=fleet.task_deadline_s, current_attempt_no=0,
                             tenant_max_concurrent=fleet.tenant_limit, platform_max_concurrent=fleet.platform_limit,
-                            model_max_concurrent=fleet.model_limits.get(fleet.models.get(ref.task_id, "m")))
+                            model_max_concurrent=fleet.model_limits.get(fleet.models.get(ref.task_id, "m")),
+                            priority=fleet.priorities.get(ref.task_id))
             return ValidationResult(ok=True, info=info)
 
         @activity.defn(name="reserve_credit")
@@ -161,6 +164,8 @@ class Fleet:
         async def request_slot(inp: AdmissionInput) -> SlotGrant | None:
             fleet.requests[inp.request.task_id] += 1
             fleet.asked.add(inp.provider)
+            if inp.provider == PROVIDER:
+                fleet.asked_at.setdefault(inp.request.task_id, now())
             tenant_gate = inp.grant_signal is not None  # a layer's limit (tenant, model, platform), sent as the plan's
             return await ask_gate(fleet.client, inp, inp.plan_limits.max_concurrent if tenant_gate else fleet.limit,
                                   breaker=fleet.breaker)

@@ -62,8 +62,7 @@ class Admission(RunState):
         first `requested_at`: a gate that still has it ignores it, a gate that lost it (reset,
         terminated) puts it back in its place in line."""
         self._asked_at = self._asked_at or workflow.now()
-        request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
-                              requested_at=self._asked_at)
+        request = self._slot_request(self._asked_at)
         while True:
             if self._paused() and not await self._wait_paused_holding_nothing(until):
                 return None
@@ -134,6 +133,11 @@ class Admission(RunState):
             await workflow.wait_condition(lambda: self._paused_by is None or self._cancel_pending(), timeout=timeout)
         return self._paused_by is None and not self._cancel_pending()
 
+    def _slot_request(self, asked_at: datetime) -> SlotRequest:
+        """This task's request at a gate: its place kept by its first ask there, its line by its priority class."""
+        return SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
+                           requested_at=asked_at, priority=self._info.priority)
+
     async def _take_task_slots(self) -> None:
         """The slots held while the task generates: its tenant's, then its model's (admission-layers-v1);
         a task that cannot have its model's slot gives its tenant's back as it ends."""
@@ -175,8 +179,7 @@ class Admission(RunState):
         request withdrawn and a grant given back, when a cancel, the task deadline or (`leave_on_pause`)
         a pause came first."""
         self._layer_asked_at.setdefault(gate, workflow.now())
-        request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
-                              requested_at=self._layer_asked_at[gate])
+        request = self._slot_request(self._layer_asked_at[gate])
         self._layer_granted[gate] = None
         self._tell("waiting_for_slot", f"waiting for one of the {limit} slots of {gate}")
         granted = await self._run(AdmissionActivities.request_slot, AdmissionInput(
@@ -216,8 +219,7 @@ class Admission(RunState):
             return
         gate = api.tenant_gate(self._info.tenant_id)
         self._tenant_asked_at = self._tenant_asked_at or workflow.now()
-        request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
-                              requested_at=self._tenant_asked_at)
+        request = self._slot_request(self._tenant_asked_at)
         at_once = self._patched(GRANT_AT_ONCE)
         self._tenant_granted = None
         while not self._pause_holds_nothing() or await self._wait_while_paused(self._task_deadline):
