@@ -35,7 +35,8 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     storage = ObjectStorage.from_settings(settings)
     providers = build_providers(settings)
     fetcher = SafeFetcher.from_settings(settings)
-    tasks = TaskActivities(db, storage, providers, image_fetcher(settings, timeout_s=VALIDATION_IMAGE_TIMEOUT_S))
+    tasks = TaskActivities(db, storage, providers, image_fetcher(settings, timeout_s=VALIDATION_IMAGE_TIMEOUT_S),
+                           settings.admission_layers())
     ledger = LedgerActivities(db)
     submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker",
                               webhook_url=settings.webhook_url, gate=GateNotices.on_running_loop(client),

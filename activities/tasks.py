@@ -23,21 +23,24 @@ from adapters.storage import ObjectStorage
 from catalog.images import ImageResolver, is_url, record_image_asset
 from catalog.plan import Deadlines, ReviewMode, ReviewSettings
 from catalog.plan import Plan as PlanSpec
+from config.defaults import AdmissionLayers
 from contracts.messages import ReviewPolicy, TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
 from metrics import STATE_SECONDS, TRANSITION_CONFLICTS, TRANSITIONS
 from schema import task_store
 from schema.db import Database
-from schema.import_scope import import_paused_by
+from schema.import_scope import import_paused_by, task_priority
 from schema.models import Asset, Plan, Product, Task, Tenant
 
 
 class TaskActivities:
     def __init__(
-        self, db: Database, storage: ObjectStorage, providers: dict[str, VideoProvider], image_fetcher: SafeFetcher
+        self, db: Database, storage: ObjectStorage, providers: dict[str, VideoProvider], image_fetcher: SafeFetcher,
+        layers: AdmissionLayers | None = None,
     ):
         self.db = db
         self.storage = storage
         self.providers = providers
+        self.layers = layers or AdmissionLayers()  # the platform's and the models' limits, configured
         self.image_fetcher = image_fetcher  # time-capped so that a resolve fits the step's timeout
         self._plans: dict[str, PlanSpec] = {}  # plan id (its content hash) -> the validated plan
 
@@ -70,6 +73,7 @@ class TaskActivities:
             tenant_limit = _lowest(session.scalar(select(Tenant.max_concurrent).where(Tenant.id == task.tenant_id)),
                                    plan.own_limit(task.provider))
             paused_by = import_paused_by(session, task)
+            priority = task_priority(session, task)
         image_error = None
         if product is not None and (product.image_asset_id or (product.image_url and is_url(product.image_url))):
             image, image_error = self._store_image(task, product)
@@ -83,7 +87,8 @@ class TaskActivities:
             deadline_s=deadlines.job_minutes * 60, task_deadline_s=deadlines.task_hours * 3600,
             plan_limits=plan.limits_for(task.provider), current_attempt_no=task.current_attempt_no,
             review=review_policy(plan, task), checks=checks_policy(plan, task), tenant_max_concurrent=tenant_limit,
-            paused_by=paused_by,
+            paused_by=paused_by, platform_max_concurrent=self.layers.platform,
+            model_max_concurrent=self.layers.model(task.provider, task.model), priority=priority,
         )
         reason = image_error or _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)

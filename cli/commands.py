@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -14,6 +15,9 @@ from config.settings import Settings, get_settings
 from contracts.admission import BreakerMode, GateSnapshot
 from schema import queries
 from schema.db import Database
+
+if TYPE_CHECKING:
+    from control.gates import GateReading
 
 PRESIGN_TTL = timedelta(hours=12)
 TASK_MEDIA = {"RAW_OUTPUT", "PROXY", "HLS", "THUMBNAIL"}  # under the task's own key folder
@@ -176,15 +180,19 @@ def status(
     with _db(settings).transaction() as session:
         counts = queries.status_counts(session, import_id)
         providers = queries.providers_in_use(session, import_id)
+        layer_gates = queries.layer_gates_in_use(session, import_id, settings.admission_layers())
         webhooks = orphan_counts(session, settings.webhook_orphan_ttl_s)
         ahead = booked_ahead(session, sorted(budgets))
-    gates = asyncio.run(gate_snapshots(settings, providers))
+    readings = asyncio.run(gate_snapshots(settings, providers + [g for names in layer_gates.values() for g in names]))
+    gates = {p: readings[p] for p in providers}
     total = sum(counts.values())
     polling = {p: {"polls_per_second": rate, "booked_ahead_s": round(ahead.get(p, 0.0), 3)}
                for p, rate in sorted(budgets.items())}
     if as_json:
         emit_json({"total": total, "by_status": counts,
                    "providers": {p: g.as_json() if g else None for p, g in gates.items()},
+                   "layers": {layer: {g: readings[g].as_json() if readings[g] else None for g in names}
+                              for layer, names in layer_gates.items()},
                    "poll_budgets": polling, "webhooks": webhooks.model_dump()})
         return
     table = Table("status", "tasks", title=f"tasks{' of ' + import_id if import_id else ''}: {total}")
@@ -202,6 +210,7 @@ def status(
             admission.add_row(provider, f"{gate.in_use} / {gate.limit}", str(gate.effective), str(gate.waiting),
                               f"{gate.oldest_wait_s:.0f} s", str(gate.throttles), _breaker_text(gate))
     console.print(admission)
+    _print_layers(layer_gates, readings)
     for provider, budget in polling.items():
         console.print(f"{provider}: status calls at most {budget['polls_per_second']:g}/s (all workers), "
                       f"booked {budget['booked_ahead_s']:.1f} s ahead")
@@ -210,6 +219,22 @@ def status(
             console.print(f"[yellow]{provider}: gate figures unknown[/]: {reading.reason}", soft_wrap=True)
     console.print(f"webhook events not matched to a task: {webhooks.orphans} orphans, "
                   f"{webhooks.expired} expired (older than {settings.webhook_orphan_ttl_s:.0f} s)")
+
+
+def _print_layers(layer_gates: dict[str, list[str]], readings: dict[str, GateReading | None]) -> None:
+    """The platform's, tenants' and models' gates: slots in use of the limit, waiting, the oldest wait."""
+    names = [g for gates in layer_gates.values() for g in gates]
+    if not names:
+        return
+    table = Table("gate", "slots in use / limit", "waiting", "oldest wait", title="admission layers")
+    for name in names:
+        gate = readings[name].snapshot if readings[name] else None
+        if gate is None:
+            unknown = "?" if readings[name] else "-"
+            table.add_row(name, unknown, unknown if readings[name] else "0", unknown)
+        else:
+            table.add_row(name, f"{gate.in_use} / {gate.limit}", str(gate.waiting), f"{gate.oldest_wait_s:.0f} s")
+    console.print(table)
 
 
 def _breaker_text(gate: GateSnapshot) -> str:

@@ -10,6 +10,12 @@ from pydantic import BaseModel, Field
 DEFAULT_TASK_QUEUE = "reelqueue-generation"  # REELQUEUE_TASK_QUEUE; gate ids leave it out (contracts.workflow_api)
 
 
+class ModelLimits(BaseModel):
+    """How many jobs of one of a provider's models may be alive at once (providers limit per model)."""
+
+    max_concurrent: int = Field(ge=1)
+
+
 class ProviderLimits(BaseModel):
     """How much of a provider one tenant may use at once (configuration, lowered by a plan)."""
 
@@ -18,6 +24,22 @@ class ProviderLimits(BaseModel):
     # Status calls per second to the provider, shared by every worker (schema/poll_budget.py); None:
     # no budget (the workflows' poll cadence alone paces them). Server configuration only.
     polls_per_second: float | None = Field(default=None, gt=0, le=1000)
+    # A model with a limit has its own admission layer (a gate per provider and model); others have none.
+    models: dict[str, ModelLimits] = Field(default_factory=dict)
+
+
+class AdmissionLayers(BaseModel):
+    """The configured layers beside the tenant's and the provider's: the platform's total, and the
+    models that have a limit of their own (a task learns its layers when it is validated)."""
+
+    platform: int | None = Field(default=None, ge=1)
+    providers: dict[str, ProviderLimits] = Field(default_factory=dict)
+
+    def model(self, provider: str, model: str) -> int | None:
+        """The model's limit, None when it has no layer of its own."""
+        limits = self.providers.get(provider)
+        own = limits.models.get(model) if limits is not None else None
+        return own.max_concurrent if own is not None else None
 
 
 class BreakerPolicy(BaseModel):

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from config.defaults import DEFAULT_TASK_QUEUE, BreakerPolicy, ProviderLimits
+from config.defaults import DEFAULT_TASK_QUEUE, AdmissionLayers, BreakerPolicy, ProviderLimits
 from config.secrets import SecretFilesSource
 
 STACK_FILE = "stack.json"
@@ -135,6 +135,8 @@ class Settings(BaseSettings):
     # Admission and the status-call budget per provider, e.g.
     # REELQUEUE_PROVIDER_LIMITS='{"emulator": {"max_concurrent": 20, "polls_per_second": 20}}'.
     provider_limits: dict[str, ProviderLimits] = Field(default_factory=dict)
+    # Jobs alive at once across every provider and tenant (the platform's admission layer); 0: no such layer.
+    platform_max_concurrent: int = Field(default=0, ge=0)
     # How long a gate waits on a silent slot holder before checking that it still runs.
     gate_lease_s: float = Field(default=900.0, gt=0)
     # Every provider's breaker (docs/architecture.md, "Provider breaker"), e.g.
@@ -206,6 +208,10 @@ class Settings(BaseSettings):
     @property
     def stack_file(self) -> Path:
         return self.home / STACK_FILE
+
+    def admission_layers(self) -> AdmissionLayers:
+        """The configured layers beside the tenant's and the provider's (the platform's, the models')."""
+        return AdmissionLayers(platform=self.platform_max_concurrent or None, providers=self.provider_limits)
 
     def webhook_url(self, provider: str) -> str | None:
         """Where `provider` should send its webhooks (the gateway's route); None when they are off."""

@@ -80,10 +80,20 @@ def submit_failure(outcome: SubmitOutcome, http_status: int | None) -> str | Non
     return None
 
 
+class PriorityClass(StrEnum):
+    """Which line a task's requests join at every gate: an interactive request (a tenant API's
+    generation) goes before bulk work (imports) that asked less than the gate's BULK_LAG before it."""
+
+    INTERACTIVE = "interactive"
+    BULK = "bulk"
+
+
 class SlotRequest(BaseModel):
     workflow_id: str
     task_id: str
-    requested_at: datetime | None = None  # when the task first asked: its place in the queue
+    requested_at: datetime | None = None  # when the task first asked
+    priority: PriorityClass | None = None  # None: as interactive (tasks from before priority classes)
+    place: datetime | None = None  # set by the gate (gate-priority-v1): its place in line, requested_at if None
     limit: int | None = None  # the configured limits at the time of asking (the latest wins)
     submits_per_minute: int | None = None
     breaker: BreakerPolicy | None = None  # the configured breaker at the time of asking (the latest wins)

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from contracts.admission import PlanLimits, SlotRenewal
+from contracts.admission import PlanLimits, PriorityClass, SlotRenewal
 from contracts.provider import TERMINAL_JOB_STATUSES, ErrorClass, JobStatus, SubmitOutcome
 from contracts.task import TaskEvent, TaskStatus
 
@@ -183,6 +183,9 @@ class TaskInfo(BaseModel):
     # The automatic checks of a template without review (checks-gate-success-v1): success needs them passed
     checks: ReviewPolicy | None = None
     tenant_max_concurrent: int | None = None  # the tenant's concurrency (its gate); None: no tenant layer
+    platform_max_concurrent: int | None = None  # jobs at once platform-wide (its gate); None: no platform layer
+    model_max_concurrent: int | None = None  # jobs at once of the task's provider and model; None: no model layer
+    priority: PriorityClass | None = None  # its line at every gate (None: a task from before priority classes)
     paused_by: str | None = None  # the task's import is paused (import-pause-v1): who paused it
 
 

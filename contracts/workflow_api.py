@@ -33,6 +33,8 @@ SIGNAL_PAUSE = "pause"  # PauseRequest: the task's import was paused or resumed
 SIGNAL_SLOT_GRANTED = "slot_granted"  # SlotGrant: the provider's gate admitted this task
 SIGNAL_SLOT_CHECK = "slot_check"  # SlotGrant: the gate asks whether the holder still exists (lease probe)
 SIGNAL_TENANT_SLOT_GRANTED = "tenant_slot_granted"  # SlotGrant: the task's tenant gate admitted it
+SIGNAL_MODEL_SLOT_GRANTED = "model_slot_granted"  # SlotGrant: its provider's model's gate admitted it
+SIGNAL_PLATFORM_SLOT_GRANTED = "platform_slot_granted"  # SlotGrant: the platform's gate admitted it
 
 # ProviderGateWorkflow: one per provider, admission control shared by every worker.
 GATE_WORKFLOW_NAME = "ProviderGateWorkflow"
@@ -68,6 +70,21 @@ def tenant_gate(tenant_id: str) -> str:
     """The name a tenant's gate runs under (a ProviderGateWorkflow whose slots are the tenant's
     concurrency): its id is `gate_id(tenant_gate(t), queue)`."""
     return f"tenant:{tenant_id}"
+
+
+PLATFORM_GATE = "platform"  # the platform's gate (REELQUEUE_PLATFORM_MAX_CONCURRENT): `gate_id(PLATFORM_GATE, queue)`
+
+
+def model_gate(provider: str, model: str) -> str:
+    """The name the gate of one provider's model runs under (its slots are the model's limit)."""
+    return f"model:{provider}:{model}"
+
+
+def gate_layer(name: str) -> str:
+    """The admission layer a gate's name belongs to: platform, tenant, model or provider."""
+    if name == PLATFORM_GATE:
+        return "platform"
+    return next((layer for layer in ("tenant", "model") if name.startswith(f"{layer}:")), "provider")
 
 
 def summary(product_id: str, template_id: str, locale: str, aspect_ratio: str) -> str:

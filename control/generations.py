@@ -31,10 +31,10 @@ from catalog.plan import SUPPORTED_RATIOS, Plan, Template
 from contracts.task import TaskEvent, TaskStatus
 from contracts.workflow_api import workflow_id
 from schema.db import Database, bound_lock_waits
+from schema.import_scope import API_CATALOG
 from schema.models import Asset, CatalogImport, CreditEntry, IdempotencyRecord, Product, StateEvent, Task, TaskOutbox
 from schema.models import Plan as PlanRow
 
-API_CATALOG = "api:generations"
 API_TEMPLATE = "api"
 API_LOCALE = "en"
 SOURCE = "api"

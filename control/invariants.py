@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from adapters.storage import ListedObject, ObjectStorage
 from adapters.temporal_client import connect
+from config.defaults import AdmissionLayers
 from config.settings import Settings
 from contracts import workflow_api as api
 from control.ledger_audit import audit_ledger
@@ -66,7 +67,8 @@ async def check_invariants(
     production bucket is hours of hashing)."""
     ledger = await audit_ledger(settings, import_id)
     db = Database(settings.database_url)
-    pg = await asyncio.to_thread(_postgres_rules, db, import_id, provider_jobs, require_finished, storage)
+    pg = await asyncio.to_thread(_postgres_rules, db, import_id, provider_jobs, require_finished, storage,
+                                 settings.admission_layers())
     rules = [pg.finished]
     rules.append(inv.provider_jobs_rule(pg.jobs, provider_jobs) if pg.jobs is not None and provider_jobs is not None
                  else RuleResult.not_checked(Invariant.PROVIDER_JOBS, "no job counts from the provider"))
@@ -103,7 +105,7 @@ class _Postgres(BaseModel):
 
 
 def _postgres_rules(db: Database, import_id: str | None, provider_jobs: Mapping[str, int] | None,
-                    require_finished: bool, storage: bool) -> _Postgres:
+                    require_finished: bool, storage: bool, layers: AdmissionLayers) -> _Postgres:
     with db.transaction() as session:
         prefixes = None
         if storage and import_id is not None:
@@ -117,7 +119,7 @@ def _postgres_rules(db: Database, import_id: str | None, provider_jobs: Mapping[
             jobs=inv.jobs_expected(session, import_id) if provider_jobs is not None else None,
             assets=inv.asset_rows(session, import_id) if storage else [],
             prefixes=prefixes,
-            takers=inv.slot_takers(session, import_id),
+            takers=inv.slot_takers(session, import_id, layers),
         )
 
 
@@ -230,7 +232,7 @@ class GateAnswer(BaseModel):
 
 
 async def gate_slots(settings: Settings, db: Database, import_id: str | None, takers: Mapping[str, int]) -> RuleResult:
-    """Ask every provider and tenant gate of the scope (`takers`: gate name -> tasks of the scope
+    """Ask every gate of the scope (provider, tenant, model, platform) (`takers`: gate name -> tasks of the scope
     that took its slots) on `settings.task_queue` who holds a slot; a finished task must not. The
     detail names each gate and its answer. A gate that does not answer, or that Temporal does not
     know though tasks of the scope took its slots (they ran on another queue, or it is gone), leaves

@@ -7,7 +7,10 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, CompoundSelect, or_, select, union_all
 from sqlalchemy.orm import Session
 
+from contracts.admission import PriorityClass
 from schema.models import CatalogImport, ImportTask, Task
+
+API_CATALOG = "api:generations"  # the catalog of a tenant's API import (control/generations.py)
 
 
 def import_task_ids(import_id: str) -> CompoundSelect:
@@ -27,3 +30,12 @@ def import_paused_by(session: Session, task: Task) -> str | None:
     return session.scalar(select(CatalogImport.paused_by).where(
         CatalogImport.paused_by.is_not(None),
         or_(CatalogImport.id == task.import_id, CatalogImport.id.in_(linked))).limit(1))
+
+
+def task_priority(session: Session, task: Task) -> PriorityClass:
+    """A generation of the tenant API is interactive, an imported task bulk: the class follows from
+    the import that created the task, which no tenant can choose. A plan may name its catalog as it
+    likes, the API's included, but only the API's import has no file (an imported file always has a hash)."""
+    api_import = session.scalar(select(CatalogImport.id).where(
+        CatalogImport.id == task.import_id, CatalogImport.catalog == API_CATALOG, CatalogImport.file_sha256 == ""))
+    return PriorityClass.INTERACTIVE if api_import is not None else PriorityClass.BULK

@@ -20,8 +20,9 @@ from pydantic import BaseModel
 from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.orm import Session
 
+from config.defaults import AdmissionLayers
 from contracts.task import TaskEvent, TaskStatus
-from contracts.workflow_api import tenant_gate
+from contracts.workflow_api import PLATFORM_GATE, model_gate, tenant_gate
 from schema import ledger_check
 from schema import state_machine as sm
 from schema.import_scope import in_import
@@ -51,7 +52,7 @@ class Invariant(StrEnum):
     HELD_PAST_DEADLINE = Rule.HELD_PAST_DEADLINE.value
     ORPHAN_UNACCOUNTED = Rule.ORPHAN_UNACCOUNTED.value
     STATE_EVENTS = "state_events"  # versions strictly increase, every move is a row of the table
-    GATE_SLOTS = "gate_slots"  # no provider or tenant gate slot held by a finished task
+    GATE_SLOTS = "gate_slots"  # no slot of any layer's gate (provider, tenant, model, platform) held by a finished task
 
 
 # The rules schema/ledger_check.py decides (`ledger_results`): their rows are `ledger_violations`.
@@ -291,23 +292,30 @@ def state_events(session: Session, import_id: str | None) -> RuleResult:
 # -- gate slots -----------------------------------------------------------------------------------
 
 
-def slot_takers(session: Session, import_id: str | None) -> dict[str, int]:
-    """Per gate of the scope (a provider, or a tenant's `tenant_gate` name), the scope's tasks that
-    were granted one of its slots: the gate must have run for them. A task that was ever dispatched
-    held its provider's slot, and its tenant's too when the tenant has a concurrency (today's: a
-    limit set since then names a gate that may never have run, and the slot rule then says "not
-    checked" rather than pass it). Every provider and tenant of the scope is a key, 0 when none of
-    its tasks took a slot."""
+def slot_takers(session: Session, import_id: str | None, layers: AdmissionLayers | None = None) -> dict[str, int]:
+    """Per gate of the scope (a provider, a tenant's `tenant_gate` name, a model's `model_gate`, the
+    platform's), the scope's tasks that were granted one of its slots: the gate must have run for
+    them. A task that was ever dispatched held its provider's slot, its tenant's too when the tenant
+    has a concurrency, its model's when `layers` gives the model a limit and the platform's when it
+    has a total (today's: a limit set since then names a gate that may never have run, and the slot
+    rule then says "not checked" rather than pass it). Every provider and tenant of the scope is a
+    key, 0 when none of its tasks took a slot, and so is every limited model and the platform."""
     dispatched = exists().where(StateEvent.task_id == Task.id, StateEvent.applied.is_(True),
                                 StateEvent.event == TaskEvent.DISPATCH_CLAIMED.value)
     took = func.count().filter(dispatched)
-    rows = session.execute(scoped(select(Task.provider, Task.tenant_id, Tenant.max_concurrent, took)
+    rows = session.execute(scoped(select(Task.provider, Task.model, Task.tenant_id, Tenant.max_concurrent, took)
                                   .outerjoin(Tenant, Tenant.id == Task.tenant_id)
-                                  .group_by(Task.provider, Task.tenant_id, Tenant.max_concurrent), import_id)).all()
+                                  .group_by(Task.provider, Task.model, Task.tenant_id, Tenant.max_concurrent),
+                                  import_id)).all()
+    layers = layers or AdmissionLayers()
     takers: dict[str, int] = defaultdict(int)
-    for provider, tenant, limit, n in rows:
+    for provider, model, tenant, limit, n in rows:
         takers[provider] += n
         takers[tenant_gate(tenant)] += n if limit is not None else 0
+        if layers.model(provider, model) is not None:
+            takers[model_gate(provider, model)] += n
+        if layers.platform is not None:
+            takers[PLATFORM_GATE] += n
     return dict(takers)
 
 

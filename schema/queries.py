@@ -12,6 +12,8 @@ from typing import Any
 from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
+from config.defaults import AdmissionLayers
+from contracts.workflow_api import PLATFORM_GATE, model_gate, tenant_gate
 from schema.db import Database
 from schema.import_scope import in_import
 from schema.models import (
@@ -23,6 +25,7 @@ from schema.models import (
     ReviewCheck,
     StateEvent,
     Task,
+    Tenant,
 )
 
 
@@ -40,6 +43,19 @@ def status_counts(session: Session, import_id: str | None = None) -> dict[str, i
 def providers_in_use(session: Session, import_id: str | None = None) -> list[str]:
     stmt = _scoped(select(Task.provider).select_from(Task), import_id).distinct().order_by(Task.provider)
     return list(session.scalars(stmt).all())
+
+
+def layer_gates_in_use(session: Session, import_id: str | None, layers: AdmissionLayers) -> dict[str, list[str]]:
+    """The gates of the admission layers beside the providers' that tasks of the scope use: the
+    platform's when it has a total, each tenant's that has a concurrency, each model's that has a limit."""
+    tenants = session.scalars(_scoped(select(Task.tenant_id).join(Tenant, Tenant.id == Task.tenant_id)
+                                      .where(Tenant.max_concurrent.is_not(None)), import_id)
+                              .distinct().order_by(Task.tenant_id)).all()
+    models = session.execute(_scoped(select(Task.provider, Task.model), import_id).distinct()
+                             .order_by(Task.provider, Task.model)).all()
+    return {"platform": [PLATFORM_GATE] if layers.platform is not None else [],
+            "tenants": [tenant_gate(t) for t in tenants],
+            "models": [model_gate(p, m) for p, m in models if layers.model(p, m) is not None]}
 
 
 def list_tasks(session: Session, import_id: str | None = None, status: str | None = None,

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         GateSnapshot,
         GateState,
         Holder,
+        PriorityClass,
         SlotGrant,
         SlotRelease,
         SlotRenewal,
@@ -59,11 +60,25 @@ AIMD_ROUNDS = "gate-aimd-v2"
 # An accepted renewal counts once per slot: the submit step that sends it (renew-in-submit-v1) may run again
 # and send it again; one for a slot no longer held counts nothing.
 RENEW_ONCE = "gate-renew-once-v1"
+# A bulk request's place in line is its first ask plus BULK_LAG: it is overtaken only by requests asked
+# within BULK_LAG after its own, so for at most BULK_LAG of its wait (docs/architecture.md, "Admission").
+PRIORITY = "gate-priority-v1"
+BULK_LAG = timedelta(minutes=5)
 IDLE_WAKE = timedelta(hours=1)
 HISTORY_LIMIT = 8_000  # events before the gate continues as new with its state
 # The breaker in the worker's /metrics (the SDK's metrics, recorded only outside replay).
 BREAKER_STATE, BREAKER_OPENS = "reelqueue_provider_breaker_state", "reelqueue_provider_breaker_opens"
+# Every gate's figures in the worker's /metrics, labelled by gate and layer, as of the gate's last round.
+GATE_GAUGES = {"limit": ("reelqueue_admission_limit", "Slots of an admission gate"),
+               "in_use": ("reelqueue_admission_in_use", "Slots of an admission gate held"),
+               "waiting": ("reelqueue_admission_waiting", "Tasks waiting in an admission gate's line"),
+               "oldest_wait_s": ("reelqueue_admission_oldest_wait_seconds", "The oldest wait in a gate's line")}
 MODE_VALUE = {BreakerMode.CLOSED: 0, BreakerMode.HALF_OPEN: 1, BreakerMode.OPEN: 2}
+
+
+def _place(req: SlotRequest) -> datetime:
+    """A request's place in line: its first ask, later for bulk work (gate-priority-v1)."""
+    return req.place or req.requested_at
 
 
 @workflow.defn(name=api.GATE_WORKFLOW_NAME)
@@ -94,9 +109,13 @@ class ProviderGateWorkflow:
         if holder is not None:  # asked again (its activity re-ran): grant the same slot again
             self._state.regrant.append(req.workflow_id)
         elif all(q.workflow_id != req.workflow_id for q in self._state.queue):
-            # Oldest first: a task that asks again after a refusal keeps its place by its first ask.
-            req = req.model_copy(update={"requested_at": req.requested_at or workflow.now()})
-            bisect.insort(self._state.queue, req, key=lambda q: q.requested_at)
+            # Oldest first: a task that asks again after a refusal keeps its place by its first ask; bulk
+            # work's place is BULK_LAG later than its ask (gate-priority-v1), so interactive work asked up
+            # to BULK_LAG after it goes first, and no request asked later than that ever does.
+            asked = req.requested_at or workflow.now()
+            lag = BULK_LAG if req.priority is PriorityClass.BULK and workflow.patched(PRIORITY) else timedelta(0)
+            req = req.model_copy(update={"requested_at": asked, "place": asked + lag})
+            bisect.insort(self._state.queue, req, key=_place)
         self._changed = True
 
     @workflow.update(name=api.UPDATE_GATE_ASK)
@@ -322,8 +341,13 @@ class ProviderGateWorkflow:
         self._changed = True
 
     def _show(self) -> None:
-        """The breaker in the Web UI (the gate's current details) and the worker's metrics; neither is
-        history. Set every round: a worker that replayed the gate reports it from its next round."""
+        """The gate's figures and the breaker in the Web UI (the gate's current details) and the worker's
+        metrics; neither is history. Set every round: a worker that replayed the gate reports it from its
+        next round."""
+        figures = self.snapshot()
+        labels = {"gate": self._provider, "layer": api.gate_layer(self._provider)}
+        for field, (name, description) in GATE_GAUGES.items():
+            workflow.metric_meter().create_gauge_float(name, description).set(float(getattr(figures, field)), labels)
         if not self._breaker_on or self._grant_signal != api.SIGNAL_SLOT_GRANTED:  # a tenant gate: no breaker
             return
         b, now = self._state.breaker, workflow.now()

@@ -38,7 +38,8 @@ def test_the_workflow_keeps_its_registered_names():
     defn = workflow._Definition.must_from_class(GenerationWorkflow)
     assert defn.name == api.WORKFLOW_NAME
     assert set(defn.signals) == {api.SIGNAL_CANCEL, api.SIGNAL_PAUSE, api.SIGNAL_SLOT_GRANTED, api.SIGNAL_SLOT_CHECK,
-                                 api.SIGNAL_TENANT_SLOT_GRANTED, api.SIGNAL_PROVIDER_UPDATE}
+                                 api.SIGNAL_TENANT_SLOT_GRANTED, api.SIGNAL_MODEL_SLOT_GRANTED,
+                                 api.SIGNAL_PLATFORM_SLOT_GRANTED, api.SIGNAL_PROVIDER_UPDATE}
     assert set(defn.queries) == {api.QUERY_STATUS, api.QUERY_DETAILS}
     assert set(defn.updates) == {api.UPDATE_RESOLVE, api.UPDATE_REVIEW}
 

@@ -27,7 +27,7 @@ from workflow_fakes import ask_gate, media_worker
 
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
-from contracts.admission import AdmissionInput, SlotGrant
+from contracts.admission import AdmissionInput, PriorityClass, SlotGrant
 from contracts.messages import (
     AssetRef,
     AttemptRef,
@@ -66,6 +66,13 @@ class Job:
     cancelled: bool = False
 
 
+def peak(jobs: list[Job], job_s: float) -> int:
+    """The most of `jobs` alive at the provider at once (each lives `job_s` from its submit)."""
+    alive = timedelta(seconds=job_s)
+    return max((sum(1 for j in jobs if j.submitted_at <= k.submitted_at < j.submitted_at + alive) for k in jobs),
+               default=0)
+
+
 @dataclass
 class Fleet:
     """The facts of every task, and how the fake provider behaves."""
@@ -77,6 +84,10 @@ class Fleet:
     webhooks: bool = True  # polling as a safety net: few status calls per job
     tenants: dict[str, str] = field(default_factory=dict)  # task -> its tenant ("default" when absent)
     tenant_limit: int | None = None  # every tenant's max_concurrent (None: no tenant layer)
+    platform_limit: int | None = None  # REELQUEUE_PLATFORM_MAX_CONCURRENT (None: no platform layer)
+    models: dict[str, str] = field(default_factory=dict)  # task -> its model ("m" when absent)
+    model_limits: dict[str, int] = field(default_factory=dict)  # model -> its limit (absent: no model layer)
+    priorities: dict[str, PriorityClass] = field(default_factory=dict)  # task -> its class (absent: none)
     client: Any = None
     status: dict[str, TaskStatus] = field(default_factory=lambda: defaultdict(lambda: TaskStatus.CREATED))
     validated_at: dict[str, datetime] = field(default_factory=dict)  # server time (local activities see wall time)
@@ -85,6 +96,7 @@ class Fleet:
     jobs: dict[str, Job] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # request_slot runs per task
     asked: set[str] = field(default_factory=set)  # the gates (providers) asked for a slot
+    asked_at: dict[str, datetime] = field(default_factory=dict)  # task -> its first ask at the provider's gate
     failing: str | None = None  # "http_503": submits refused with a 5xx; "timeout": sent, no answer, no job
     breaker: BreakerPolicy | None = None  # the provider gate's breaker policy (None: the defaults)
     submits: list[tuple[str, datetime, str]] = field(default_factory=list)  # (task, when, "accepted" or failure)
@@ -123,11 +135,14 @@ class Fleet:
         async def validate_task(ref: TaskRef) -> ValidationResult:
             fleet.validated_at.setdefault(ref.task_id, now())
             info = TaskInfo(task_id=ref.task_id, tenant_id=fleet.tenants.get(ref.task_id, "default"),
-                            status=fleet.status[ref.task_id].value, provider=PROVIDER, model="m",
+                            status=fleet.status[ref.task_id].value, provider=PROVIDER,
+                            model=fleet.models.get(ref.task_id, "m"),
                             aspect_ratio="9:16", duration_s=2.0, estimated_cost=float(RESERVED),
                             min_poll_interval_s=1.0, deadline_s=fleet.deadline_s,
                             task_deadline_s=fleet.task_deadline_s, current_attempt_no=0,
-                            tenant_max_concurrent=fleet.tenant_limit)
+                            tenant_max_concurrent=fleet.tenant_limit, platform_max_concurrent=fleet.platform_limit,
+                            model_max_concurrent=fleet.model_limits.get(fleet.models.get(ref.task_id, "m")),
+                            priority=fleet.priorities.get(ref.task_id))
             return ValidationResult(ok=True, info=info)
 
         @activity.defn(name="reserve_credit")
@@ -149,7 +164,9 @@ class Fleet:
         async def request_slot(inp: AdmissionInput) -> SlotGrant | None:
             fleet.requests[inp.request.task_id] += 1
             fleet.asked.add(inp.provider)
-            tenant_gate = inp.grant_signal is not None  # its limit is the tenant's, sent as the plan's
+            if inp.provider == PROVIDER:
+                fleet.asked_at.setdefault(inp.request.task_id, now())
+            tenant_gate = inp.grant_signal is not None  # a layer's limit (tenant, model, platform), sent as the plan's
             return await ask_gate(fleet.client, inp, inp.plan_limits.max_concurrent if tenant_gate else fleet.limit,
                                   breaker=fleet.breaker)
 

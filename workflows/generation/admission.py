@@ -1,5 +1,7 @@
-"""Admission: when a task may submit. The tenant's slot, then the provider gate's slot (asked,
-waited for, renewed, given back), and a paused import's wait holding nothing."""
+"""Admission: when a task may submit. The tenant's slot and the model's, held while the task generates,
+then for each attempt the provider gate's slot (asked, waited for, renewed, given back) and the platform's
+with it, and a paused import's wait holding nothing. Every task takes its layers in the same order
+(tenant, model, provider, platform), so no two tasks wait for each other (docs/architecture.md, "Admission")."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
 from workflows.generation.patches import (
     ADMISSION,
     ADMISSION_BOUNDED,
+    ADMISSION_LAYERS,
     BREAKER,
     GRANT_AT_ONCE,
     IMPORT_PAUSE,
@@ -45,6 +48,12 @@ class Admission(RunState):
         granted = await self._await_slot(self._task_deadline if bounded else None, reask=bounded)
         if granted is None and not self._cancel_pending():
             await self._end(TaskEvent.DEADLINE_PASSED, error="the task's deadline passed while it waited for a slot")
+        if granted is not None and not await self._take_platform_slot():
+            await self._release_slot()  # the provider's too: a pause or a cancel holds nothing, a deadline ends
+            if not self._cancel_pending() and not self._paused():
+                await self._end(TaskEvent.DEADLINE_PASSED,
+                                error="the task's deadline passed while it waited for the platform's slot")
+            return False
         return granted is not None
 
     async def _await_slot(self, until: datetime | None, *, reask: bool) -> SlotGrant | None:
@@ -53,8 +62,7 @@ class Admission(RunState):
         first `requested_at`: a gate that still has it ignores it, a gate that lost it (reset,
         terminated) puts it back in its place in line."""
         self._asked_at = self._asked_at or workflow.now()
-        request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
-                              requested_at=self._asked_at)
+        request = self._slot_request(self._asked_at)
         while True:
             if self._paused() and not await self._wait_paused_holding_nothing(until):
                 return None
@@ -111,13 +119,14 @@ class Admission(RunState):
     async def _wait_paused_holding_nothing(self, until: datetime | None) -> bool:
         """Wait while paused, the tenant's slot given back meanwhile and asked for again after
         (pause-holds-nothing-v1); False when a cancel came or `until` passed."""
-        gives_back = self._tenant_slot is not None and self._pause_holds_nothing()
+        holds = self._tenant_slot is not None or any(g != api.PLATFORM_GATE for g in self._layer_slots)
+        gives_back = holds and self._pause_holds_nothing()
         if gives_back:
-            await self._give_tenant_slot()
+            await self._give_task_slots()
         if not await self._wait_while_paused(until):
             return False
         if gives_back:
-            await self._take_tenant_slot()
+            await self._take_task_slots()
         return True
 
     async def _wait_while_paused(self, until: datetime | None) -> bool:
@@ -129,6 +138,82 @@ class Admission(RunState):
             await workflow.wait_condition(lambda: self._paused_by is None or self._cancel_pending(), timeout=timeout)
         return self._paused_by is None and not self._cancel_pending()
 
+    def _slot_request(self, asked_at: datetime) -> SlotRequest:
+        """This task's request at a gate: its place kept by its first ask there, its line by its priority class."""
+        return SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
+                           requested_at=asked_at, priority=self._info.priority)
+
+    async def _take_task_slots(self) -> None:
+        """The slots held while the task generates: its tenant's, then its model's (admission-layers-v1);
+        a task that cannot have its model's slot gives its tenant's back as it ends."""
+        await self._take_tenant_slot()
+        layer = self._model_layer()
+        if layer is None or layer[0] in self._layer_slots or await self._take_layer_slot(*layer, leave_on_pause=False):
+            return
+        await self._give_tenant_slot()
+        if self._cancel_pending():
+            await self._end(TaskEvent.CANCEL_REQUESTED, payload=self._cancel_payload())
+        await self._end(TaskEvent.DEADLINE_PASSED,
+                        error="the task's deadline passed while it waited for its model's slot")
+
+    async def _give_task_slots(self) -> None:
+        """The model's slot, then the tenant's: given back together once the task stops generating."""
+        for gate in [g for g in self._layer_slots if g != api.PLATFORM_GATE]:
+            await self._give_layer_slot(gate)
+        await self._give_tenant_slot()
+
+    def _model_layer(self) -> tuple[str, int, str] | None:
+        """The gate, limit and grant signal of the task's model's layer; None when its model has no limit."""
+        limit = self._info.model_max_concurrent
+        if limit is None or not self._patched(ADMISSION_LAYERS):
+            return None
+        return api.model_gate(self._info.provider, self._info.model), limit, api.SIGNAL_MODEL_SLOT_GRANTED
+
+    async def _take_platform_slot(self) -> bool:
+        """One of the platform's slots, asked once the provider's is held (admission-layers-v1): a task
+        waits here only while the platform is full, so the provider's slots it holds meanwhile are
+        ones the platform could not have used. False when a cancel, a pause or the deadline came first."""
+        limit = self._info.platform_max_concurrent
+        if limit is None or api.PLATFORM_GATE in self._layer_slots or not self._patched(ADMISSION_LAYERS):
+            return True
+        return await self._take_layer_slot(api.PLATFORM_GATE, limit, api.SIGNAL_PLATFORM_SLOT_GRANTED,
+                                           leave_on_pause=True)
+
+    async def _take_layer_slot(self, gate: str, limit: int, signal: str, *, leave_on_pause: bool) -> bool:
+        """Wait, QUEUED, for one of a layer gate's slots (its place kept by its first ask); False, the
+        request withdrawn and a grant given back, when a cancel, the task deadline or (`leave_on_pause`)
+        a pause came first."""
+        self._layer_asked_at.setdefault(gate, workflow.now())
+        request = self._slot_request(self._layer_asked_at[gate])
+        self._layer_granted[gate] = None
+        self._tell("waiting_for_slot", f"waiting for one of the {limit} slots of {gate}")
+        granted = await self._run(AdmissionActivities.request_slot, AdmissionInput(
+            provider=gate, request=request, plan_limits=PlanLimits(max_concurrent=limit), grant_signal=signal,
+            at_once=True))
+        if granted is not None:
+            self._layer_granted[gate] = granted
+
+        def stop() -> bool:
+            return self._cancel_pending() or (leave_on_pause and self._paused())
+
+        if self._layer_granted[gate] is None and not stop():
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self._layer_granted[gate] is not None or stop(),
+                                              timeout=max(self._task_deadline - workflow.now(), timedelta(seconds=1)))
+        grant = self._layer_granted.pop(gate)
+        if grant is not None and not stop():
+            self._layer_slots[gate] = grant
+            return True
+        await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(
+            workflow_id=request.workflow_id, token=grant.token if grant is not None else None), provider=gate)
+        return False
+
+    async def _give_layer_slot(self, gate: str) -> None:
+        grant = self._layer_slots.pop(gate, None)
+        if grant is not None:
+            await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(
+                workflow_id=workflow.info().workflow_id, token=grant.token), provider=gate)
+
     async def _take_tenant_slot(self) -> None:
         """Wait, QUEUED, for one of the tenant's slots (its max_concurrent) before the provider's
         gate is asked; the task deadline bounds the wait and a cancel ends it (request withdrawn). A
@@ -139,8 +224,7 @@ class Admission(RunState):
             return
         gate = api.tenant_gate(self._info.tenant_id)
         self._tenant_asked_at = self._tenant_asked_at or workflow.now()
-        request = SlotRequest(workflow_id=workflow.info().workflow_id, task_id=self._task_id,
-                              requested_at=self._tenant_asked_at)
+        request = self._slot_request(self._tenant_asked_at)
         at_once = self._patched(GRANT_AT_ONCE)
         self._tenant_granted = None
         while not self._pause_holds_nothing() or await self._wait_while_paused(self._task_deadline):
@@ -210,6 +294,8 @@ class Admission(RunState):
 
     async def _release_slot(self, *, throttled: bool = False, retry_after_s: float | None = None,
                             failure: str | None = None) -> None:
+        """The provider's slot given back, and the platform's taken with it (admission-layers-v1)."""
+        await self._give_layer_slot(api.PLATFORM_GATE)
         if self._slot is None:
             return
         release = SlotRelease(workflow_id=workflow.info().workflow_id, token=self._slot.token, throttled=throttled,

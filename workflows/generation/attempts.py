@@ -27,12 +27,12 @@ class Attempts(RunState):
 
     async def _generate(self) -> JobRef:
         """Submit attempts until a job succeeds, holding a slot of the task's tenant throughout
-        (tenant-admission-v1); every other ending raises TaskEnded."""
-        await self._take_tenant_slot()
+        (tenant-admission-v1) and of its model (admission-layers-v1); every other ending raises TaskEnded."""
+        await self._take_task_slots()
         try:
             return await self._attempts()
         finally:
-            await self._give_tenant_slot()
+            await self._give_task_slots()
 
     async def _attempts(self) -> JobRef:
         while True:

@@ -68,6 +68,9 @@ CANCEL_BEFORE_SUBMIT = "cancel-before-submit-v1"
 # a paused task holds no slot of any layer: it waits before its tenant's line, and gives its tenant's slot
 # back when a pause finds it asking its provider's gate (it asks both again once resumed)
 PAUSE_HOLDS_NOTHING = "pause-holds-nothing-v1"
+# the platform's and a model's admission layers, asked only by a task that has such a layer: the model's slot
+# is held beside the tenant's while generating, the platform's is taken after the provider's and given back with it
+ADMISSION_LAYERS = "admission-layers-v1"
 # a takeover cancels the job this run started and follows it until the provider says it ended (the cancel
 # asked again after an outage), so its cost is known before the ledger closes
 TAKEOVER_FOLLOWS = "takeover-follows-job-v1"

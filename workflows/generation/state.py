@@ -75,6 +75,9 @@ class RunState:
         self._tenant_granted: SlotGrant | None = None
         self._given_back: int | None = None  # the token of the provider gate's slot this run last gave back
         self._recheck = False  # stale-grant-v1: a grant naming that token came; the gate is asked again
+        self._layer_slots: dict[str, SlotGrant] = {}  # admission-layers-v1: gate name -> the slot held there
+        self._layer_granted: dict[str, SlotGrant | None] = {}  # gate name -> a grant come as a signal
+        self._layer_asked_at: dict[str, Any] = {}  # gate name -> when this task first asked it (its place)
         self._asked_at = None  # when this task first asked its provider's gate (its place in the queue)
         self._tenant_asked_at = None  # likewise at its tenant's gate
         self._renewed_at = None

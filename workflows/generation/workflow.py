@@ -177,6 +177,14 @@ class GenerationWorkflow(Admission, Attempts, Following, Delivery, Review, Atten
     def tenant_slot_granted(self, grant: SlotGrant) -> None:
         self._tenant_granted = grant
 
+    @workflow.signal(name=api.SIGNAL_MODEL_SLOT_GRANTED)
+    def model_slot_granted(self, grant: SlotGrant) -> None:
+        self._layer_granted[api.model_gate(self._info.provider, self._info.model)] = grant
+
+    @workflow.signal(name=api.SIGNAL_PLATFORM_SLOT_GRANTED)
+    def platform_slot_granted(self, grant: SlotGrant) -> None:
+        self._layer_granted[api.PLATFORM_GATE] = grant
+
     @workflow.signal(name=api.SIGNAL_SLOT_CHECK)
     def slot_check(self, grant: SlotGrant) -> None:
         """The gate checks that a silent holder still runs; being delivered is the answer."""
