@@ -51,6 +51,7 @@ class Invariant(StrEnum):
     RESERVATION_WITHOUT_WORKFLOW = Rule.RESERVATION_WITHOUT_WORKFLOW.value
     HELD_PAST_DEADLINE = Rule.HELD_PAST_DEADLINE.value
     ORPHAN_UNACCOUNTED = Rule.ORPHAN_UNACCOUNTED.value
+    TOTALS_DRIFT = Rule.TOTALS_DRIFT.value  # each task run's running totals = the sums of its ledger rows
     STATE_EVENTS = "state_events"  # versions strictly increase, every move is a row of the table
     GATE_SLOTS = "gate_slots"  # no slot of any layer's gate (provider, tenant, model, platform) held by a finished task
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from contracts.task import TaskStatus
 from schema.import_scope import in_import
-from schema.models import Attempt, CreditEntry, StrayJob, Task
+from schema.models import Attempt, CreditEntry, LedgerRunTotal, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, TERMINAL, AttemptState
 
 # INVALID can be revalidated, but it holds no reservation and runs no job: for money it is an end.
@@ -47,6 +47,7 @@ class Rule(StrEnum):
     RESERVATION_WITHOUT_WORKFLOW = "reservation_without_workflow"  # open hold, nobody to close it
     HELD_PAST_DEADLINE = "held_past_deadline"  # open hold of a waiting task past its task deadline
     ORPHAN_UNACCOUNTED = "orphan_unaccounted"  # a job no task knows (provider backstop), cost not booked
+    TOTALS_DRIFT = "totals_drift"  # a task run's running totals (ledger_run_totals) differ from its ledger rows
 
 
 class Violation(BaseModel):
@@ -94,6 +95,7 @@ def check(session: Session, import_id: str | None = None) -> LedgerFindings:
     violations += _open_attempts(session, import_id)
     violations += _unaccounted_strays(session, import_id)
     violations += _held_past_deadline(session, import_id)
+    violations += _totals_drift(session, import_id)
     orphans = backstop_orphans(session, import_id)
     violations += [
         Violation(task_id=NO_TASK, status="-", rule=Rule.ORPHAN_UNACCOUNTED,
@@ -233,6 +235,33 @@ def _held_past_deadline(session: Session, import_id: str | None) -> list[Violati
                          f"({deadline.astimezone(UTC):%Y-%m-%d %H:%M} UTC): the wait outlived the task")
         for task_id, status, deadline, late in session.execute(stmt.order_by(Task.id))
     ]
+
+
+ENTRY_TOTALS = {"RESERVE": "reserved", "SETTLE": "settled", "RELEASE": "released", "REFUND": "refunded",
+                "ADJUSTMENT": "adjusted"}  # entry type -> its LedgerRunTotal column
+TOTALED = (*ENTRY_TOTALS.values(), "duplicate")
+
+
+def _totals_drift(session: Session, import_id: str | None) -> list[Violation]:
+    """Task runs whose running totals are not the sums of their ledger rows (a write that bypassed
+    the insert trigger, or a ledger row changed after it was written)."""
+    ledger = (_scoped(select(CreditEntry.task_id, CreditEntry.run_no,
+                             *(_sum(kind).label(column) for kind, column in ENTRY_TOTALS.items()),
+                             func.coalesce(func.sum(CreditEntry.amount).filter(
+                                 CreditEntry.entry_type == "ADJUSTMENT", CreditEntry.provider_job_id.is_not(None)),
+                                 0).label("duplicate"))
+                      .join(Task, Task.id == CreditEntry.task_id), import_id)
+              .group_by(CreditEntry.task_id, CreditEntry.run_no).subquery())
+    totals = (_scoped(select(LedgerRunTotal).join(Task, Task.id == LedgerRunTotal.task_id), import_id).subquery())
+    task_id = func.coalesce(ledger.c.task_id, totals.c.task_id)
+    differs = or_(*(func.coalesce(ledger.c[c], 0) != func.coalesce(totals.c[c], 0) for c in TOTALED))
+    stmt = (select(task_id, func.coalesce(ledger.c.run_no, totals.c.run_no), Task.status)
+            .select_from(ledger.join(totals, and_(ledger.c.task_id == totals.c.task_id,
+                                                  ledger.c.run_no == totals.c.run_no), full=True))
+            .join(Task, Task.id == task_id).where(differs).order_by(task_id))
+    return [Violation(task_id=t, status=status, rule=Rule.TOTALS_DRIFT,
+                      detail=f"run {run}: running totals differ from the ledger's rows")
+            for t, run, status in session.execute(stmt)]
 
 
 def _hours(late: timedelta) -> str:

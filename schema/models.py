@@ -493,6 +493,24 @@ class CreditEntry(Base):
     created_at: Mapped[datetime] = _now_column()
 
 
+class LedgerRunTotal(Base):
+    """One task run's ledger figures, kept by a trigger on every ledger insert (migration 0018), so
+    the spend query reads a row per run instead of the run's ledger rows. `duplicate`: ADJUSTMENTs of
+    stray jobs; `last_video`: the run's latest `...:review:{attempt}` ADJUSTMENT."""
+
+    __tablename__ = "ledger_run_totals"
+    task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_no: Mapped[int] = mapped_column(Integer, primary_key=True)
+    reserved: Mapped[Decimal] = mapped_column(server_default=text("0"))
+    settled: Mapped[Decimal] = mapped_column(server_default=text("0"))
+    released: Mapped[Decimal] = mapped_column(server_default=text("0"))
+    refunded: Mapped[Decimal] = mapped_column(server_default=text("0"))
+    adjusted: Mapped[Decimal] = mapped_column(server_default=text("0"))
+    duplicate: Mapped[Decimal] = mapped_column(server_default=text("0"))
+    last_video: Mapped[Decimal | None]
+    last_video_attempt: Mapped[int | None] = mapped_column(Integer)
+
+
 class StrayJob(Base):
     """A provider job no attempt follows: a duplicate found by reconcile, a submit answer that
     arrived after its attempt was concluded, or a job the provider backstop found in the provider's

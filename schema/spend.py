@@ -1,8 +1,10 @@
 """What an import cost, read from the credit ledger: `reelqueue spend`, the overview page and the
 spend gauges of /metrics share one query (docs/architecture.md, "Spend and waste").
 
-Every figure is a sum of ledger rows of the import's tasks; the waste causes split the charged
-credits (SETTLE + ADJUSTMENT - REFUND) of runs that ended without a kept video, by how they ended.
+Every figure is a sum over the import's task runs of the ledger's running totals
+(`ledger_run_totals`, kept by a trigger on each ledger insert; `reelqueue ledger check` compares
+them with the ledger); the waste causes split the charged credits (SETTLE + ADJUSTMENT - REFUND) of
+runs that ended without a kept video, by how they ended.
 """
 
 from __future__ import annotations
@@ -43,19 +45,9 @@ WITH wanted AS ({wanted}), scope AS (
   SELECT e.task_id, row_number() OVER (PARTITION BY e.task_id ORDER BY e.id) AS run_no, e.from_status AS ended
     FROM state_events e
    WHERE e.event = 'redrive' AND e.applied AND e.task_id IN (SELECT task_id FROM scope WHERE run_no > 1)
-), ledger AS (  -- per task and run, from the ledger alone: a narrow aggregate
-  SELECT c.task_id, c.run_no,
-         coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'RESERVE'), 0) AS reserved,
-         coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'SETTLE'), 0) AS settled,
-         coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'RELEASE'), 0) AS released,
-         coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'REFUND'), 0) AS refunded,
-         coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'ADJUSTMENT'), 0) AS adjusted,
-         coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'ADJUSTMENT' AND c.provider_job_id IS NOT NULL), 0)
-           AS duplicate,
-         (array_agg(c.amount ORDER BY c.attempt_no DESC)
-            FILTER (WHERE c.entry_type = 'ADJUSTMENT' AND c.business_key LIKE '%\\:review\\:%'))[1] AS last_video
-    FROM credit_ledger c WHERE c.task_id IN (SELECT task_id FROM scope)
-   GROUP BY c.task_id, c.run_no
+), ledger AS (  -- per task and run: the running totals the ledger's insert trigger keeps
+  SELECT c.task_id, c.run_no, c.reserved, c.settled, c.released, c.refunded, c.adjusted, c.duplicate, c.last_video
+    FROM ledger_run_totals c WHERE c.task_id IN (SELECT task_id FROM scope)
 ), runs AS (
   SELECT s.import_id, CASE WHEN l.run_no = s.run_no THEN s.status ELSE r.ended END AS ended, l.*
     FROM scope s JOIN ledger l ON l.task_id = s.task_id

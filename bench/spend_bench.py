@@ -1,0 +1,126 @@
+"""Spend benchmark (run on demand: `python -m bench.spend_bench`): what an import's spend costs to
+read at a large import, for the spend gauges of /metrics and the overview page.
+
+Starts its own Postgres and S3 under a temporary REELQUEUE_HOME, imports a generated catalog
+(25,000 rows x 8 combinations = 200,000 tasks by default), then gives every task a finished run in
+SQL: a RESERVE, a SETTLE (SUCCEEDED, 80 %) or a RELEASE (FAILED_FINAL), a stray's ADJUSTMENT on 1 %
+and a REFUND on 1 %, and four applied state events. It then times `reelqueue spend`'s query, the
+/metrics snapshot query (which includes it) and the whole overview page, each the median of a few
+runs. Nothing here is a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.import_bench import PLAN, write_catalog
+
+_FINISH = """
+UPDATE tasks SET status = CASE WHEN product_ref % 5 = 0 THEN 'FAILED_FINAL' ELSE 'SUCCEEDED' END,
+       version = 4, current_attempt_no = 1, started_at = now(), finished_at = now(), updated_at = now()
+ WHERE import_id = :imp
+"""
+_LEDGER = """
+INSERT INTO credit_ledger (tenant_id, task_id, entry_type, amount, business_key, attempt_no, provider_job_id, run_no)
+SELECT t.tenant_id, t.id, e.kind, e.amount, t.id || '/' || e.kind || '/bench', 1, e.job, 1
+  FROM tasks t CROSS JOIN LATERAL (VALUES
+       ('RESERVE', t.estimated_cost, NULL),
+       (CASE WHEN t.status = 'SUCCEEDED' THEN 'SETTLE' ELSE 'RELEASE' END, t.estimated_cost, NULL),
+       (CASE WHEN t.product_ref % 100 = 1 THEN 'ADJUSTMENT' END, t.estimated_cost, 'stray-' || t.id),
+       (CASE WHEN t.product_ref % 100 = 2 AND t.status = 'SUCCEEDED' THEN 'REFUND' END, 1, NULL)
+  ) AS e(kind, amount, job)
+ WHERE t.import_id = :imp AND e.kind IS NOT NULL
+"""
+_EVENTS = """
+INSERT INTO state_events (task_id, attempt_no, source, source_event_id, event, from_status, to_status,
+                          task_version, applied, payload, created_at)
+SELECT t.id, 1, 'workflow', t.id || '/bench/' || s.n, s.event, s.a, s.b, s.n, true, '{}'::jsonb,
+       now() - interval '1 hour' + s.n * interval '10 minutes'
+  FROM tasks t CROSS JOIN LATERAL (VALUES
+       (1, 'reserve', 'CREATED', 'QUOTA_RESERVED'), (2, 'queue', 'QUOTA_RESERVED', 'QUEUED'),
+       (3, 'submit', 'QUEUED', 'RUNNING'), (4, 'finish', 'RUNNING', t.status)) AS s(n, event, a, b)
+ WHERE t.import_id = :imp
+"""
+
+
+def median_s(run: Callable[[], object], times: int) -> float:
+    took = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        run()
+        took.append(time.perf_counter() - t0)
+    return statistics.median(took)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=25_000, help="catalog rows (8 tasks each)")
+    parser.add_argument("--times", type=int, default=5, help="runs per figure (the median is printed)")
+    args = parser.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="reelqueue-spend-bench-"))
+    os.environ["REELQUEUE_HOME"] = str(home)
+    from sqlalchemy import text
+
+    import devstack
+    from adapters.storage import ObjectStorage
+    from catalog.plan import load_plan
+    from catalog.service import run_import
+    from config.settings import Settings
+    from control.overview import overview
+    from metrics.collector import SNAPSHOT_SQL
+    from schema.db import Database
+    from schema.migrate import upgrade
+    from schema.spend import NO_JIT, import_spend
+
+    devstack.up(Settings(), services=["postgres", "s3"])
+    settings = Settings()
+    try:
+        upgrade(settings.database_url)
+        ObjectStorage.from_settings(settings).ensure_bucket()
+        catalog, plan_path = home / "catalog.csv", home / "plan.toml"
+        write_catalog(catalog, args.rows)
+        plan_path.write_text(PLAN)
+        summary = run_import(settings, catalog, load_plan(plan_path), catalog="bench", check_urls=False)
+        db = Database(settings.database_url)
+        t0 = time.perf_counter()
+        with db.transaction() as session:
+            for sql in (_FINISH, _LEDGER, _EVENTS):
+                session.execute(text(sql), {"imp": summary.import_id})
+        with db.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE"))
+        with db.transaction() as session:
+            ledger_rows = session.scalar(text("SELECT count(*) FROM credit_ledger"))
+        print(f"seeded {summary.tasks:,} tasks, {ledger_rows:,} ledger rows in {time.perf_counter() - t0:.1f} s")
+
+        def spend() -> object:
+            with db.transaction() as session:
+                return import_spend(session, [summary.import_id])
+
+        def scrape() -> object:
+            with db.engine.connect() as conn:
+                conn.execute(NO_JIT)
+                return conn.execute(SNAPSHOT_SQL).all()
+
+        def page() -> object:
+            with db.transaction() as session:
+                return overview(session, summary.import_id)
+
+        print(f"spend query:      {median_s(spend, args.times):.2f} s")
+        print(f"metrics snapshot: {median_s(scrape, args.times):.2f} s")
+        print(f"overview page:    {median_s(page, args.times):.2f} s")
+        print(spend()[summary.import_id].model_dump(include={"reserved", "settled", "released", "charged", "wasted"}))
+    finally:
+        devstack.down(settings)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
