@@ -494,7 +494,7 @@ class CreditEntry(Base):
 
 
 class LedgerRunTotal(Base):
-    """One task run's ledger figures, kept by a trigger on every ledger insert (migration 0018), so
+    """One task run's ledger figures, kept by a trigger on every ledger insert (migration 0015), so
     the spend query reads a row per run instead of the run's ledger rows. `duplicate`: ADJUSTMENTs of
     stray jobs; `last_video`: the run's latest `...:review:{attempt}` ADJUSTMENT."""
 

@@ -1,4 +1,4 @@
-"""The ledger's running totals (`ledger_run_totals`, kept by the insert trigger of migration 0018)
+"""The ledger's running totals (`ledger_run_totals`, kept by the insert trigger of migration 0015)
 stay equal to the sums of the ledger rows across every entry type, several runs, review videos,
 concurrent writers and a cleanup that deletes rows; `reelqueue ledger check` reports a drift."""
 

@@ -5,14 +5,14 @@ ledger row of an import at each scrape and page view. The trigger is the one pie
 keeps the totals: every path that writes the ledger goes through it, in the writer's transaction.
 `reelqueue ledger check` compares the totals with the ledger (rule `totals_drift`).
 
-Revision ID: 0018
+Revision ID: 0015
 Revises: 0014
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018"
+revision = "0015"
 down_revision = "0014"
 branch_labels = None
 depends_on = None
