@@ -31,7 +31,7 @@ REPEATS = int(os.environ.get("REELQUEUE_CLI_REPEATS", "10"))  # `status` runs; `
 # 2-s answer of a quiet machine (about 1.4 s, most of it starting Python) is a figure the test
 # prints and docs/architecture.md reports, not a timing the suite bets on.
 STATUS_WITHIN_S = 25.0
-STATUS_KEYS = {"total", "by_status", "providers", "webhooks"}
+STATUS_KEYS = {"total", "by_status", "providers", "layers", "poll_budgets", "webhooks"}
 GATE_KEYS = {*GateSnapshot.model_fields, "stale", "reason"}
 REELQUEUE = str(Path(sys.executable).with_name("reelqueue"))
 
