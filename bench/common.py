@@ -150,3 +150,22 @@ cost_estimate = 2
 [templates.prompts]
 "en-US" = "Product shot of {{title}}, {{price}}."
 """
+
+
+def database_and_storage():  # noqa: ANN201 - config.Settings, imported late (REELQUEUE_HOME first)
+    """Postgres and S3 of the embedded stack, migrated and with the bucket: what the import and spend
+    benches measure against (no Temporal, no workers)."""
+    import devstack
+    from adapters.storage import ObjectStorage
+    from config.settings import Settings
+    from schema.migrate import upgrade
+
+    devstack.up(Settings(), services=["postgres", "s3"])
+    settings = Settings()
+    try:
+        upgrade(settings.database_url)
+        ObjectStorage.from_settings(settings).ensure_bucket()
+    except BaseException:
+        devstack.down(settings)  # a half-set-up stack is not left running
+        raise
+    return settings

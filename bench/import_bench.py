@@ -8,10 +8,8 @@ prints rows/s, tasks/s and peak memory. Nothing here is a pass/fail test.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -62,22 +60,17 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="reelqueue-bench-"))
-    os.environ["REELQUEUE_HOME"] = str(home)
+    from bench.common import database_and_storage, fresh_home
+
+    home = fresh_home("reelqueue-bench-")
     import devstack
-    from adapters.storage import ObjectStorage
     from bench.common import cpu_by_process, cpu_delta, machine, service_pids
     from catalog.plan import load_plan
     from catalog.readers import read_catalog
     from catalog.service import run_import
-    from config.settings import Settings
-    from schema.migrate import upgrade
 
-    devstack.up(Settings(), services=["postgres", "s3"])
-    settings = Settings()
+    settings = database_and_storage()
     try:
-        upgrade(settings.database_url)
-        ObjectStorage.from_settings(settings).ensure_bucket()
         catalog, plan_path = home / "catalog.csv", home / "plan.toml"
         t0 = time.perf_counter()
         write_catalog(catalog, args.rows)

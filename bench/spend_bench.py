@@ -12,13 +12,10 @@ runs. Nothing here is a pass/fail test.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from bench.import_bench import PLAN, write_catalog
 
@@ -65,26 +62,21 @@ def main() -> None:
     parser.add_argument("--times", type=int, default=5, help="runs per figure (the median is printed)")
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="reelqueue-spend-bench-"))
-    os.environ["REELQUEUE_HOME"] = str(home)
+    from bench.common import database_and_storage, fresh_home
+
+    home = fresh_home("reelqueue-spend-bench-")
     from sqlalchemy import text
 
     import devstack
-    from adapters.storage import ObjectStorage
     from catalog.plan import load_plan
     from catalog.service import run_import
-    from config.settings import Settings
     from control.overview import overview
     from metrics.collector import SNAPSHOT_SQL
     from schema.db import Database
-    from schema.migrate import upgrade
     from schema.spend import NO_JIT, import_spend
 
-    devstack.up(Settings(), services=["postgres", "s3"])
-    settings = Settings()
+    settings = database_and_storage()
     try:
-        upgrade(settings.database_url)
-        ObjectStorage.from_settings(settings).ensure_bucket()
         catalog, plan_path = home / "catalog.csv", home / "plan.toml"
         write_catalog(catalog, args.rows)
         plan_path.write_text(PLAN)
