@@ -146,11 +146,12 @@ async def test_final_keys_are_write_once_and_gc_spares_what_rows_name(stack, cli
     removes only old staging objects and reports what no row names."""
     storage = ObjectStorage.from_settings(stack)
     db = Database(stack.database_url)
-    summary = import_small(stack, tmp_path, [("W-1", "Jar", "A jar")])
+    with db.transaction() as session:  # a demo video this task's checks accept (same ratio and duration)
+        donor, donor_task = session.execute(select(Asset, Task).join(Task, Task.id == Asset.task_id).where(
+            Asset.kind == "RAW_OUTPUT", Task.import_id == demo, Task.aspect_ratio == "9:16")).first()
+    summary = import_small(stack, tmp_path, [("W-1", "Jar", "A jar")], duration_s=int(donor_task.duration_s))
     with db.transaction() as session:
         (task,) = queries.list_tasks(session, summary.import_id)
-        donor = session.scalars(select(Asset).where(Asset.kind == "RAW_OUTPUT", Asset.task_id.in_(
-            select(Task.id).where(Task.import_id == demo)))).first()
     placed = storage.read_bytes(donor.key)  # a valid video, but not this job's
     raw_key = f"tenants/{task.tenant_id}/tasks/{task.id}/raw/1.mp4"
     storage.client.put_object(storage.bucket, raw_key, io.BytesIO(placed), len(placed))  # no sha256 metadata
