@@ -21,6 +21,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     from activities.media import MediaActivities
     from activities.poll import PollActivities
     from activities.review import ReviewActivities
+    from activities.status_calls import StatusCalls
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
     from adapters.fetcher import SafeFetcher
@@ -41,10 +42,11 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker",
                               webhook_url=settings.webhook_url, gate=GateNotices.on_running_loop(client),
                               inside=settings.emulated)
-    poll = PollActivities(db, providers, {name: limits.polls_per_second for name, limits in
-                                          settings.provider_limits.items() if limits.polls_per_second})
+    status_calls = StatusCalls(db, {name: limits.polls_per_second for name, limits in
+                                    settings.provider_limits.items() if limits.polls_per_second})
+    poll = PollActivities(db, providers, status_calls)
     fetch = FetchActivities(db, storage, providers, fetcher, url_refreshes=settings.fetch_url_refreshes,
-                            expiry_margin_s=settings.fetch_expiry_margin_s)
+                            expiry_margin_s=settings.fetch_expiry_margin_s, status_calls=status_calls)
     media = MediaActivities(
         db, storage,
         limits=MediaLimits(threads=settings.media_threads, nice=settings.media_nice,

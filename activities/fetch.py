@@ -24,6 +24,7 @@ from temporalio import activity
 
 from activities.errors import FETCH_REFUSED, OUTPUT_INVALID, OUTPUT_UNAVAILABLE, business_failure, classified
 from activities.failpoints import failpoint
+from activities.status_calls import StatusCalls
 from activities.tasks import Applied, apply_moves, moved
 from adapters.fetcher import MP4_BODY, BodyRejected, FetchFailed, FetchRefused, SafeFetcher, redact
 from adapters.media.transcode import MediaError, MediaInfo, probe
@@ -59,8 +60,10 @@ class FreshOutput:
     def __init__(
         self, provider: VideoProvider, job_id: str, *, refreshes: int, margin_s: float,
         now: Callable[[], datetime] = lambda: datetime.now(UTC), known: OutputRef | None = None,
+        status_calls: StatusCalls | None = None,
     ) -> None:
         self._provider, self._job_id = provider, job_id
+        self._status_calls = status_calls or StatusCalls(None)  # none: no polling budget
         self._budget, self._margin = refreshes, timedelta(seconds=margin_s)
         self._now = now
         self.refreshes = 0
@@ -91,7 +94,7 @@ class FreshOutput:
         self.output = self._ask()
 
     def _ask(self) -> OutputRef:
-        state = self._provider.get_job(self._job_id)
+        state = self._status_calls.get_job(self._provider, self._job_id)
         if state.status is not JobStatus.SUCCEEDED or not state.outputs:
             raise business_failure(f"job {self._job_id} has no output ({state.raw_status})", OUTPUT_UNAVAILABLE)
         output = state.outputs[0]
@@ -103,9 +106,11 @@ class FreshOutput:
 class FetchActivities:
     def __init__(
         self, db: Database, storage: ObjectStorage, providers: dict[str, VideoProvider], fetcher: SafeFetcher,
-        *, url_refreshes: int = 3, expiry_margin_s: float = 30.0,
+        *, url_refreshes: int = 3, expiry_margin_s: float = 30.0, status_calls: StatusCalls | None = None,
     ):
+        """`status_calls`: how the output URL is asked for (the providers' polling budgets)."""
         self.db = db
+        self.status_calls = status_calls or StatusCalls(db)
         self.storage = storage
         self.providers = providers
         self.fetcher = fetcher
@@ -155,7 +160,7 @@ class FetchActivities:
         used, whether the URL came from an earlier try's heartbeat)."""
         provider = self.providers[task.provider]
         source = FreshOutput(provider, ref.job_id, refreshes=self.url_refreshes, margin_s=self.expiry_margin_s,
-                             known=resumed_output(activity.info().heartbeat_details))
+                             known=resumed_output(activity.info().heartbeat_details), status_calls=self.status_calls)
         staging = f"tenants/{task.tenant_id}/tasks/{task.id}/staging/{ref.attempt_no}-{activity.info().attempt}.mp4"
         domains = provider.capabilities.output_domains
         while True:

@@ -6,8 +6,7 @@ Each records what it saw on the attempt row; an attempt's state only moves forwa
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -16,6 +15,7 @@ from temporalio import activity
 
 from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
+from activities.status_calls import StatusCalls
 from activities.tasks import Applied, apply_moves, moved
 from adapters.providers.base import JobState, VideoProvider
 from contracts.messages import (
@@ -28,10 +28,8 @@ from contracts.messages import (
     TransitionInput,
 )
 from contracts.provider import TERMINAL_JOB_STATUSES, JobStatus
-from metrics import POLL_BUDGET_LATE, POLL_BUDGET_REFUSED, POLL_BUDGET_WAIT, STATUS_CALLS
 from schema.db import Database
 from schema.models import Attempt, StrayJob, Task
-from schema.poll_budget import LATE_S, book_turn
 from schema.state_machine import ATTEMPT_SETTLED, AttemptState
 from schema.strays import book_stray
 from schema.task_store import TaskNotFound
@@ -48,22 +46,12 @@ _ATTEMPT_STATE = {
     JobStatus.EXPIRED: AttemptState.FAILED,
 }
 _FINAL_STATES = [s.value for s in ATTEMPT_SETTLED]
-# A status call waits for its turn in the provider's polling budget for at most this share of the
-# step's start-to-close timeout (5 s of poll_job's 15 s), leaving the rest to the call itself: the
-# wait never times the step out. A turn further away is not booked; the step is retried once the
-# budget's backlog has passed (its retry delay), and the workflow's own outage pacing takes over
-# when those tries run out.
-BUDGET_WAIT_SHARE = 1 / 3
-HEARTBEAT_EVERY_S = 1.0  # while waiting, when the step has a heartbeat timeout
-
-
 class PollActivities:
-    def __init__(self, db: Database, providers: dict[str, VideoProvider],
-                 polls_per_second: Mapping[str, float] | None = None):
-        """`polls_per_second`: the providers with a polling budget (REELQUEUE_PROVIDER_LIMITS)."""
+    def __init__(self, db: Database, providers: dict[str, VideoProvider], status_calls: StatusCalls | None = None):
+        """`status_calls`: how status calls are made (the providers' polling budgets); none by default."""
         self.db = db
         self.providers = providers
-        self.polls_per_second = dict(polls_per_second or {})
+        self.status_calls = status_calls or StatusCalls(db)
 
     def _route(self, task_id: str) -> tuple[VideoProvider, str, float]:
         """The task's provider, model and duration."""
@@ -84,7 +72,7 @@ class PollActivities:
     @activity.defn(name="poll_job")
     @classified
     def poll_job(self, ref: JobRef) -> PollResult:
-        _, state = self._observe(ref.task_id, lambda p: _status_call(p, ref.job_id, self._wait_turn))
+        _, state = self._observe(ref.task_id, lambda p: self.status_calls.get_job(p, ref.job_id))
         bind(provider=state.provider)
         annotate(provider=state.provider, job_id=ref.job_id, request_key=state.request_key,
                  job_status=state.status.value)
@@ -97,7 +85,7 @@ class PollActivities:
     @classified
     def cancel_job(self, ref: JobRef) -> PollResult:
         """Ask the provider to stop the job; a provider that cannot cancel is asked for its status."""
-        _, state = self._observe(ref.task_id, _stopper(ref.job_id))
+        _, state = self._observe(ref.task_id, self._stopper(ref.job_id))
         self._record(ref, state, poll=False)
         return _result(state)
 
@@ -106,7 +94,7 @@ class PollActivities:
     def account_stray_job(self, ref: StrayJobRef) -> StrayJobResult:
         """Cancel a duplicate job where the provider allows, wait for its end, record its cost as an
         ADJUSTMENT carrying the job id. Retried (with a delay) until the job is terminal."""
-        provider, state = self._observe(ref.task_id, _stopper(ref.job_id))
+        provider, state = self._observe(ref.task_id, self._stopper(ref.job_id))
         cost = Decimal(str(state.usage.cost)) if state.usage and state.usage.cost is not None else Decimal(0)
         terminal = state.status in TERMINAL_JOB_STATUSES
         with self.db.transaction() as session:
@@ -151,33 +139,9 @@ class PollActivities:
                         f"accepted by {decision.by}: {decision.reason}".rstrip(": "))
             return float(estimate)
 
-    def _wait_turn(self, provider: str) -> None:
-        """Wait for this status call's turn in `provider`'s polling budget, if it has one (heartbeating
-        when the step has a heartbeat timeout). A turn too far away is a retry after the backlog; a
-        turn this thread woke for too late (LATE_S: a loaded host) is let go and another booked."""
-        rate = self.polls_per_second.get(provider)
-        if rate is None:
-            return
-        info = activity.info()
-        max_wait_s = (info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 15.0) \
-            * BUDGET_WAIT_SHARE
-        give_up = time.monotonic() + max_wait_s
-        while True:
-            with self.db.transaction() as session:
-                turn = book_turn(session, provider, rate, max(0.0, give_up - time.monotonic()))
-            if not turn.booked:
-                POLL_BUDGET_REFUSED.labels(provider).inc()
-                raise retry_later(f"{provider}'s polling budget ({rate:g}/s) is booked {turn.wait_s:.1f} s ahead",
-                                  NOT_YET_CONCLUSIVE, max(turn.wait_s, 1.0))
-            POLL_BUDGET_WAIT.labels(provider).inc(turn.wait_s)
-            at = time.monotonic() + turn.wait_s
-            while (left := at - time.monotonic()) > 0:
-                time.sleep(min(left, HEARTBEAT_EVERY_S))
-                if info.heartbeat_timeout:
-                    activity.heartbeat()
-            if time.monotonic() - at <= LATE_S:
-                return
-            POLL_BUDGET_LATE.labels(provider).inc()
+    def _stopper(self, job_id: str) -> Callable[[VideoProvider], JobState]:
+        """Cancel where the provider allows, else ask for the status (a status call in its budget)."""
+        return lambda p: p.cancel(job_id) if p.capabilities.cancel else self.status_calls.get_job(p, job_id)
 
     def _record(self, ref: JobRef, state: JobState, *, poll: bool, moves: Sequence[TransitionInput] = ()) -> Applied:
         """The observation on the attempt's row, and the moves it calls for (transition-in-work-v2: the
@@ -205,9 +169,6 @@ class PollActivities:
             return apply_moves(session, list(moves))
 
 
-def _stopper(job_id: str) -> Callable[[VideoProvider], JobState]:
-    """Cancel where the provider allows, else ask for the status."""
-    return lambda p: p.cancel(job_id) if p.capabilities.cancel else p.get_job(job_id)
 
 
 def _result(state: JobState) -> PollResult:
@@ -219,16 +180,3 @@ def _result(state: JobState) -> PollResult:
         cost=state.usage.cost if state.usage else None, error_class=state.error_class, error=state.error_message,
         output_expires_at=expires,
     )
-
-
-def _status_call(provider: VideoProvider, job_id: str, wait_turn: Callable[[str], None]) -> JobState:
-    """One status call, once it is its turn in the provider's polling budget; counted by outcome for
-    /metrics."""
-    wait_turn(provider.name)
-    try:
-        state = provider.get_job(job_id)
-    except Exception:
-        STATUS_CALLS.labels(provider.name, "error").inc()
-        raise
-    STATUS_CALLS.labels(provider.name, "ok").inc()
-    return state

@@ -19,6 +19,8 @@ NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 class _Provider:
     """Answers status calls with the given expiries, one per call (the last one repeats)."""
 
+    name = "p"
+
     def __init__(self, expiries: list[timedelta | None], status: JobStatus = JobStatus.SUCCEEDED) -> None:
         self.expiries, self.status, self.calls = expiries, status, 0
 
