@@ -51,11 +51,11 @@ async def gates(env, handle: WorkflowHandle) -> tuple[WorkflowHandle, WorkflowHa
             env.client.get_workflow_handle(api.gate_id(api.tenant_gate("default"), queue)))
 
 
-async def occupy(env, gate: WorkflowHandle) -> SlotRequest:
-    """Another task takes the provider gate's only slot (token 1)."""
-    queue = gate.id.removeprefix(api.gate_id("fake", ""))
+async def occupy(env, gate: WorkflowHandle, layer: str = "fake") -> SlotRequest:
+    """Another task takes the only slot of `layer`'s gate (the provider's by default)."""
+    queue = gate.id.removeprefix(api.gate_id(layer, ""))
     someone = SlotRequest(workflow_id="another-task", task_id="t0")
-    assert await admission.ask_gate(env.client, GateInput(provider="fake", limit=1), gate.id, queue, someone)
+    assert await admission.ask_gate(env.client, GateInput(provider=layer, limit=1), gate.id, queue, someone)
     return someone
 
 

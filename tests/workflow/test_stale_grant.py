@@ -6,15 +6,17 @@ slot: the gate no longer counts it. The task keeps waiting in line for a grant t
 from __future__ import annotations
 
 import pytest
+from test_admission_bounds import snapshot
 from test_generation_paths import entered
 from test_money_paths import gates, occupy, waiting_in_line
 from workflow_fakes import SUCCEEDED, accepted, ending, job, until
 
 from contracts import workflow_api as api
 from contracts.admission import SlotGrant, SlotRelease
+from contracts.messages import PauseRequest
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
-from workflows.generation.patches import STALE_GRANT
+from workflows.generation.patches import STALE_GRANT, STALE_TENANT_GRANT
 
 FAILED_JOB = job(JobStatus.FAILED, cost=0.0, error_class=ErrorClass.RETRYABLE, error="render failed")
 
@@ -48,3 +50,38 @@ async def test_a_stale_grant_after_the_slot_was_given_back_is_not_a_slot(env, wo
     await until(env, lambda: world.status is S.SUCCEEDED)
     claims = [t.payload["slot"] for t in world.transitions if t.event.value == "dispatch_claimed"]
     assert claims == [first, first + 2]  # the second attempt ran under the slot the gate granted it
+
+
+@pytest.mark.histories(STALE_TENANT_GRANT)
+async def test_a_stale_tenant_grant_after_a_pause_gave_the_slot_back_is_not_a_slot(env, world, run_world):
+    """Paused in its provider's line, the task gives its tenant's slot back; another task of the
+    tenant takes it. Resumed, the task asks its tenant's gate again; a grant of the slot it gave back,
+    landing now, is not taken: it submits only once the tenant's gate grants it a slot it counts."""
+    world.tenant_limit, world.limit = 1, 1
+    world.hold("request_slot")
+    handle = await run_world()
+    await entered(world, "request_slot")  # the tenant's ask: its first slot, token 1
+    gate, tenant = await gates(env, handle)
+    other = await occupy(env, gate)
+    world.release("request_slot")
+    await waiting_in_line(env, gate)
+    await handle.signal(api.SIGNAL_PAUSE, PauseRequest(paused=True, by="ops"))
+    await until(env, lambda: world.status is S.QUEUED, step_s=1.0)
+    for _ in range(60):
+        if (await snapshot(tenant)).in_use == 0:
+            break
+        await env.sleep(1)
+    tenant_other = await occupy(env, tenant, api.tenant_gate("default"))  # the tenant's other task: token 2
+    await gate.signal(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=other.workflow_id, token=1))
+    await handle.signal(api.SIGNAL_PAUSE, PauseRequest(paused=False, by="ops"))
+    await waiting_in_line(env, tenant)
+
+    await handle.signal(api.SIGNAL_TENANT_SLOT_GRANTED, SlotGrant(token=1))  # the slot it gave back, again
+    await env.sleep(600)
+    assert world.called("submit") == [] and world.status is S.QUEUED
+    assert await tenant.query(api.QUERY_GATE_HOLDERS, result_type=list[str]) == [tenant_other.workflow_id]
+
+    await tenant.signal(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=tenant_other.workflow_id, token=2))
+    assert await ending(handle) == "completed"
+    assert len(world.called("submit")) == 1 and world.balanced()
+    assert (await snapshot(tenant)).in_use == 0

@@ -245,6 +245,8 @@ class Admission(RunState):
                 break
             kept = self._tenant_granted  # paused: out of the line, a slot just granted given back
             self._tenant_granted = None
+            if kept is not None:
+                self._tenant_given_back = kept.token
             await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(
                 workflow_id=request.workflow_id, token=kept.token if kept is not None else None), provider=gate)
         if self._tenant_granted is None:
@@ -260,7 +262,7 @@ class Admission(RunState):
         if self._tenant_slot is None:
             return
         release = SlotRelease(workflow_id=workflow.info().workflow_id, token=self._tenant_slot.token)
-        self._tenant_slot = None
+        self._tenant_given_back, self._tenant_slot = self._tenant_slot.token, None
         await self._signal_gate(api.SIGNAL_GATE_RELEASE, release, provider=api.tenant_gate(self._info.tenant_id))
 
     async def _request_slot(self, request: SlotRequest) -> None:

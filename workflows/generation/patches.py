@@ -87,6 +87,9 @@ CHECKS_GATE = "checks-gate-success-v1"
 # a grant signal naming the slot this run last gave back may be stale (the gate no longer counts it): not
 # taken as a slot; the task asks its gate again, whose answer says whether the slot is its own
 STALE_GRANT = "stale-grant-v1"
+# a grant of the tenant's slot a paused task gave back may land after its next ask: not taken; the
+# task waits in its tenant's line for a grant the gate counts (see STALE_GRANT).
+STALE_TENANT_GRANT = "stale-tenant-grant-v1"
 # `resolve --accept-duplicate-risk` of an unknown submit holds that attempt's estimate beside the task's
 # reservation before anything is sent again (no credit for it: the task fails); settle closes it
 RISK_HELD = "duplicate-risk-held-v1"

@@ -74,6 +74,7 @@ class RunState:
         self._tenant_slot: SlotGrant | None = None  # tenant-admission-v1: held while generating
         self._tenant_granted: SlotGrant | None = None
         self._given_back: int | None = None  # the token of the provider gate's slot this run last gave back
+        self._tenant_given_back: int | None = None  # and of the tenant gate's slot
         self._recheck = False  # stale-grant-v1: a grant naming that token came; the gate is asked again
         self._layer_slots: dict[str, SlotGrant] = {}  # admission-layers-v1: gate name -> the slot held there
         self._layer_granted: dict[str, SlotGrant | None] = {}  # gate name -> a grant come as a signal

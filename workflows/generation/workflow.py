@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         ADMISSION_BOUNDED,
         BASELINES,
         STALE_GRANT,
+        STALE_TENANT_GRANT,
         TRANSITIONS_CARRIED,
         TRANSITIONS_IN_WORK,
     )
@@ -175,6 +176,8 @@ class GenerationWorkflow(Admission, Attempts, Following, Delivery, Review, Atten
 
     @workflow.signal(name=api.SIGNAL_TENANT_SLOT_GRANTED)
     def tenant_slot_granted(self, grant: SlotGrant) -> None:
+        if grant.token == self._tenant_given_back and self._patched(STALE_TENANT_GRANT):
+            return  # a grant of the slot given back on a pause, landing late: the gate no longer counts it
         self._tenant_granted = grant
 
     @workflow.signal(name=api.SIGNAL_MODEL_SLOT_GRANTED)
