@@ -229,7 +229,7 @@ def _own_job(session: Session, base: Finding, attempt: Attempt, job: JobState, c
         _flag_output_after_cancel(session, task, attempt, job, found_by)
     elif cost is None:
         return found
-    booked = _booked_for(session, task.id, attempt.attempt_no, job.job_id)
+    booked = _booked_for(session, attempt, job.job_id)
     if cost is not None:
         diff, said = cost - booked, f"the provider charged {fmt_amount(cost)}"
     elif booked == 0:  # a late output whose charge nobody has said yet
@@ -255,18 +255,38 @@ def _own_job(session: Session, base: Finding, attempt: Attempt, job: JobState, c
     return found.model_copy(update={"verdict": verdict, "booked": float(abs(diff)), "detail": reason})
 
 
-def _booked_for(session: Session, task_id: str, attempt_no: int, job_id: str) -> Decimal:
-    """What the ledger charged for one attempt's job: its SETTLE and ADJUSTMENTs less REFUNDs (the
-    ADJUSTMENTs of other jobs, its strays, are theirs)."""
-    rows = session.execute(
+def _booked_for(session: Session, attempt: Attempt, job_id: str) -> Decimal:
+    """What the ledger charged for one attempt's job: the attempt's share of what its workflow settled,
+    and the corrections booked for that job since (the ADJUSTMENTs of other jobs, its strays, are theirs)."""
+    corrections = dict(session.execute(
         select(CreditEntry.entry_type, func.sum(CreditEntry.amount))
-        .where(CreditEntry.task_id == task_id, CreditEntry.attempt_no == attempt_no,
-               CreditEntry.entry_type.in_(("SETTLE", "ADJUSTMENT", "REFUND")),
-               or_(CreditEntry.provider_job_id.is_(None), CreditEntry.provider_job_id == job_id))
+        .where(CreditEntry.task_id == attempt.task_id, CreditEntry.provider_job_id == job_id,
+               CreditEntry.entry_type.in_(("ADJUSTMENT", "REFUND")))
         .group_by(CreditEntry.entry_type)
-    ).all()
-    sums = {kind: Decimal(total) for kind, total in rows}
-    return sums.get("SETTLE", Decimal(0)) + sums.get("ADJUSTMENT", Decimal(0)) - sums.get("REFUND", Decimal(0))
+    ).all())
+    share = _settled_by_attempt(session, attempt.task_id).get(attempt.attempt_no, Decimal(0))
+    return share + Decimal(corrections.get("ADJUSTMENT", 0)) - Decimal(corrections.get("REFUND", 0))
+
+
+def _settled_by_attempt(session: Session, task_id: str) -> dict[int, Decimal]:
+    """Each attempt's share of what the task's workflow settled (its SETTLE, ADJUSTMENTs and REFUNDs
+    that name no job). A run settles all its attempts in one SETTLE naming the last one, so the rows
+    alone would put a regenerated task's whole charge on its last attempt: each attempt's share is the
+    cost its row recorded from the provider when those costs add up to what was settled, else (a
+    ledger closed by other means, an operator's) what the rows naming the attempt hold."""
+    by_rows: dict[int, Decimal] = {}
+    for attempt_no, kind, total in session.execute(
+        select(CreditEntry.attempt_no, CreditEntry.entry_type, func.sum(CreditEntry.amount))
+        .where(CreditEntry.task_id == task_id, CreditEntry.provider_job_id.is_(None),
+               CreditEntry.entry_type.in_(("SETTLE", "ADJUSTMENT", "REFUND")))
+        .group_by(CreditEntry.attempt_no, CreditEntry.entry_type)
+    ).all():
+        amount = Decimal(total) if kind != "REFUND" else -Decimal(total)
+        by_rows[attempt_no or 0] = by_rows.get(attempt_no or 0, Decimal(0)) + amount
+    recorded = {attempt_no: Decimal(str((usage or {}).get("cost") or 0)).quantize(CENT)
+                for attempt_no, usage in session.execute(
+                    select(Attempt.attempt_no, Attempt.usage).where(Attempt.task_id == task_id)).all()}
+    return recorded if sum(recorded.values()) == sum(by_rows.values()) else by_rows
 
 
 def _flag_output_after_cancel(session: Session, task: Task, attempt: Attempt, job: JobState, found_by: str) -> None:

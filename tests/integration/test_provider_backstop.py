@@ -148,3 +148,30 @@ async def test_a_job_the_provider_re_rated_after_success_is_adjusted_or_refunded
     assert job_id not in {f["job_id"] for f in again["findings"]}  # ledger and provider agree now
     check = await run_cli_async("ledger", "check", summary.import_id, "--skip-storage", "--json")
     assert check.code == 0 and check.json["ok"], check.stdout
+
+
+async def test_a_task_charged_for_two_attempts_agrees_with_the_provider_job_by_job(stack, client, task_queue, tmp_path):
+    """A task whose first video failed its checks (a black clip) and whose second passed: the provider
+    charged both jobs and the task's one SETTLE holds their sum, naming the last attempt. The listing
+    finds each job charged what the ledger holds for it: nothing is booked (judged against the
+    SETTLE's attempt alone, the first job read as unbooked and the second as overcharged)."""
+    httpx.post(f"{stack.emulator_url}/_sim/faults", json={"black_video": 1}, timeout=10).raise_for_status()
+    try:
+        summary = import_small(stack, tmp_path, [("T-2", "Kettle", "A kettle")], duration_s=2)
+        (task,) = await run_all(client, stack, summary.import_id, task_queue)
+    finally:
+        httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
+    assert task.status == "SUCCEEDED"
+    with Database(stack.database_url).transaction() as session:
+        jobs = session.scalars(select(Attempt.provider_job_id).where(Attempt.task_id == task.id)
+                               .order_by(Attempt.attempt_no)).all()
+        settled = session.scalar(select(func.sum(CreditEntry.amount)).where(
+            CreditEntry.task_id == task.id, CreditEntry.entry_type == "SETTLE"))
+    listed = {j["id"]: j for j in httpx.get(f"{stack.emulator_url}/_sim/jobs", timeout=10).json()["jobs"]}
+    costs = [Decimal(str(listed[j]["usage"]["cost"])) for j in jobs]
+    assert len(jobs) == 2 and all(c > 0 for c in costs) and settled == sum(costs)
+
+    report = await reconcile_until_settled()
+
+    assert [f for f in report["findings"] if f["job_id"] in jobs and f["booked"]] == []
+    assert [e for j in jobs for e in adjustments_of(stack, j)] == []
