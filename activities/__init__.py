@@ -27,6 +27,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     from adapters.fetcher import SafeFetcher
     from adapters.media.ffmpeg_tools import MediaLimits
     from adapters.providers import build_providers
+    from adapters.providers.base import JobLister
     from adapters.storage import ObjectStorage
     from catalog.images import image_fetcher
     from schema.db import Database, session_options
@@ -38,7 +39,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     fetcher = SafeFetcher.from_settings(settings)
     tasks = TaskActivities(db, storage, providers, image_fetcher(settings, timeout_s=VALIDATION_IMAGE_TIMEOUT_S),
                            settings.admission_layers())
-    ledger = LedgerActivities(db)
+    ledger = LedgerActivities(db, [name for name, p in providers.items() if not isinstance(p, JobLister)])
     submit = SubmitActivities(db, storage, providers, settings.worker_id or "worker",
                               webhook_url=settings.webhook_url, gate=GateNotices.on_running_loop(client),
                               inside=settings.emulated)

@@ -7,10 +7,11 @@ duplicate provider job, is an ADJUSTMENT (docs/architecture.md, "Money").
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from temporalio import activity
@@ -21,7 +22,8 @@ from activities.tasks import apply_moves, moved
 from contracts.messages import LedgerResult, SettleInput, TaskRef, run_suffix
 from metrics import CREDIT_SPENT
 from schema.db import Database
-from schema.models import CreditEntry
+from schema.models import Attempt, CreditEntry, Task
+from schema.state_machine import AttemptState
 from schema.task_store import TaskNotFound
 
 CENT = Decimal("0.000001")
@@ -29,8 +31,11 @@ SPENDING = ("SETTLE", "ADJUSTMENT")  # what a tenant was charged (reelqueue_cred
 
 
 class LedgerActivities:
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, unlisted: Collection[str] = ()):
+        """`unlisted`: the providers whose jobs the provider backstop cannot list (it never finds a
+        job of theirs we lost track of)."""
         self.db = db
+        self.unlisted = frozenset(unlisted)
 
     @activity.defn(name="reserve_credit")
     @classified
@@ -66,7 +71,7 @@ class LedgerActivities:
         failpoint("before_settle")
         with self.db.transaction() as session:
             ledger = _TaskLedger.read(session, req.task_id, req.run)
-            ledger.append(session, _closing(req, ledger))
+            ledger.append(session, _closing(req, ledger) + _unverifiable_risks(session, req, ledger, self.unlisted))
             done = apply_moves(session, req.moves)
             balance = ledger.balance()
         return balance.model_copy(update={"moved": moved(done)})
@@ -93,6 +98,29 @@ def _closing(req: SettleInput, ledger: _TaskLedger) -> list[_Entry]:
         entries.append(_Entry("ADJUSTMENT", cost - reserved, f"adjustment:{req.task_id}:{req.attempt_no}",
                               req.attempt_no, note="provider cost above reservation"))
     return entries
+
+
+def _unverifiable_risks(session: Session, req: SettleInput, ledger: _TaskLedger,
+                        unlisted: frozenset[str]) -> list[_Entry]:
+    """The accepted duplicate risks nobody can ever settle: an unknown submit given up (ABANDONED, no
+    job id) whose estimate was held (`reserve:{task}:a{attempt}`, duplicate-risk-held-v1), at a
+    provider the backstop cannot list. The job that submit may have made is charged at that estimate,
+    an ADJUSTMENT naming the attempt, rather than released with the task: the ledger accounts for
+    every job the provider may bill."""
+    prefix = f"reserve:{req.task_id}{run_suffix(req.run)}:a"
+    holds = {int(key[len(prefix):]): amount for key, (_, amount) in ledger.entries.items() if key.startswith(prefix)}
+    if req.after_review or not holds or not unlisted:
+        return []
+    provider = session.scalar(select(Task.provider).where(Task.id == req.task_id))
+    if provider not in unlisted:
+        return []
+    abandoned = session.scalars(select(Attempt.attempt_no).where(
+        Attempt.task_id == req.task_id, Attempt.attempt_no.in_(list(holds)), Attempt.provider_job_id.is_(None),
+        Attempt.submit_state == AttemptState.ABANDONED.value).order_by(Attempt.attempt_no)).all()
+    return [_Entry("ADJUSTMENT", holds[n], f"adjustment:{req.task_id}{run_suffix(req.run)}:risk:a{n}", n,
+                   note=f"the job attempt {n}'s unknown submit may have made (duplicate risk accepted): {provider} "
+                        f"cannot list its jobs, so its cost is charged at the estimate held for it")
+            for n in abandoned]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from contracts.task import TaskEvent as E
 from contracts.task import TaskStatus as S
 from schema import queries
 from schema.db import Database
-from schema.models import CreditEntry, StateEvent, Task
+from schema.models import Attempt, CreditEntry, StateEvent, Task
 
 pytestmark = pytest.mark.integration
 
@@ -141,3 +141,37 @@ def test_a_regeneration_holds_its_estimate_and_settle_closes_both_holds(stack, t
     with db.transaction() as session:
         findings = check(session, summary.import_id)
     assert [v for v in findings.violations if v.task_id == first] == []
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["provider-cannot-list", "provider-lists"])
+def test_an_accepted_risk_at_a_provider_that_cannot_list_is_charged_not_released(stack, tmp_path, listed):
+    """Attempt 1's submit stayed unknown; a person accepted the duplicate risk (its estimate held,
+    the attempt ABANDONED) and attempt 2 succeeded for 2 credits. Where the backstop can list the
+    provider's jobs, the hold is released with the task (a first job found later is booked then);
+    where it cannot, nothing would ever find that job: the hold is charged as an ADJUSTMENT naming
+    attempt 1, once however often settle runs, and `ledger check` stays ok."""
+    from schema.ledger_check import check
+
+    summary = import_small(stack, tmp_path, [("K-1", "Kite", "A kite")])
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        (task,) = queries.list_tasks(session, summary.import_id)  # 3 credits
+        for n, state, job in ((1, "ABANDONED", None), (2, "SUCCEEDED", f"job-{uuid.uuid4().hex[:8]}")):
+            session.add(Attempt(task_id=task.id, attempt_no=n, provider=task.provider, model=task.model,
+                                request_key=f"{task.id}-a{n}", provider_job_id=job, submit_state=state,
+                                request_fingerprint="0" * 64))
+    ledger, env = LedgerActivities(db, [] if listed else [task.provider]), ActivityEnvironment()
+    env.run(ledger.reserve_credit, TaskRef(task_id=task.id))
+    env.run(ledger.reserve_credit, TaskRef(task_id=task.id, hold_for_attempt=1))
+    for _ in range(2):
+        settled = env.run(ledger.settle, SettleInput(task_id=task.id, attempt_no=2, cost=2.0))
+    with db.transaction() as session:
+        rows = session.execute(select(CreditEntry.entry_type, CreditEntry.amount, CreditEntry.attempt_no)
+                               .where(CreditEntry.task_id == task.id).order_by(CreditEntry.id)).all()
+        session.execute(update(Task).where(Task.id == task.id).values(status="SUCCEEDED"))
+    business = [("RESERVE", Decimal(3), None), ("RESERVE", Decimal(3), 1), ("SETTLE", Decimal(2), 2),
+                ("RELEASE", Decimal(4), 2)]
+    assert [tuple(r) for r in rows] == business + ([] if listed else [("ADJUSTMENT", Decimal(3), 1)])
+    assert settled.adjusted == (0.0 if listed else 3.0)
+    with db.transaction() as session:
+        assert [v for v in check(session, summary.import_id).violations if v.task_id == task.id] == []
