@@ -111,6 +111,12 @@ def _values(keys: list[str], labels: Labels) -> list[str]:
 _installed: Runtime | None = None
 
 
+def buffered() -> tuple[TelemetryConfig, SdkMetrics]:
+    """The telemetry a Runtime records the SDK's metrics into, and the collector that serves them."""
+    buffer = MetricBuffer(BUFFER_SIZE, MetricBufferDurationFormat.SECONDS)
+    return TelemetryConfig(metrics=buffer), SdkMetrics(buffer)
+
+
 def install(registry: CollectorRegistry = REGISTRY) -> Runtime:
     """A Runtime recording into a buffer that `registry` serves, drained every few seconds by a
     daemon thread; made the process's default, so clients connected after this use it. Once per
@@ -118,9 +124,8 @@ def install(registry: CollectorRegistry = REGISTRY) -> Runtime:
     global _installed
     if _installed is not None:
         return _installed
-    buffer = MetricBuffer(BUFFER_SIZE, MetricBufferDurationFormat.SECONDS)
-    runtime = core_logs.default_runtime(TelemetryConfig(metrics=buffer))
-    collector = SdkMetrics(buffer)
+    telemetry, collector = buffered()
+    runtime = core_logs.default_runtime(telemetry)
     registry.register(collector)
     threading.Thread(target=_drain_forever, args=(collector,), name="sdk-metrics", daemon=True).start()
     _installed = runtime

@@ -3,19 +3,19 @@ here (docs/deploy.md); the Kubernetes manifests are tests/unit/test_kubernetes.p
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from metrics.queries import names, panels
+
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
 NOWHERE_DB = "postgresql+psycopg://nobody@127.0.0.1:1/nothing?connect_timeout=2"
 # Series Prometheus makes itself, not the code.
 PROMETHEUS_OWN = {"up"}
-_METRIC = re.compile(r"\b((?:reelqueue|temporal)_[a-z0-9_]+|up)\b(?!\s*\()")
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
@@ -47,8 +47,9 @@ def _alert_rules() -> list[dict]:
 
 
 def _dashboard_queries() -> list[str]:
-    dashboard = json.loads((MONITORING / "grafana" / "dashboards" / "reelqueue.json").read_text())
-    return [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    """reelqueue.json's queries (the Temporal dashboards read the server's and the SDK's names:
+    tests/integration/test_dashboard_metrics.py checks those against live endpoints)."""
+    return [expr for panel in panels(MONITORING / "grafana" / "dashboards" / "reelqueue.json") for expr in panel.exprs]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def exported() -> set[str]:
 
 
 def _names(expr: str) -> set[str]:
-    found = {m.group(1) for m in _METRIC.finditer(expr)}
+    found = names(expr)
     assert found, f"no metric in {expr!r}"
     return found
 
@@ -76,18 +77,6 @@ def test_the_dashboard_covers_queues_states_spend_webhooks_and_slots() -> None:
                    "reelqueue_activities_in_flight", "reelqueue_import_credits", "reelqueue_import_wasted_credits",
                    "reelqueue_import_cost_per_video"):
         assert needle in text, needle
-
-
-def test_no_two_dashboard_panels_overlap() -> None:
-    """Panels added by different branches keep their own cells (Grafana would shuffle overlaps)."""
-    dashboard = json.loads((MONITORING / "grafana" / "dashboards" / "reelqueue.json").read_text())
-    taken: dict[tuple[int, int], str] = {}
-    for panel in dashboard["panels"]:
-        g = panel["gridPos"]
-        for cell in ((x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])):
-            assert cell not in taken, (panel["title"], taken[cell])
-            taken[cell] = panel["title"]
-    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
 
 
 def test_every_alert_names_only_metrics_the_code_exports(exported: set[str]) -> None:
@@ -120,28 +109,4 @@ def test_prometheus_loads_the_rules_and_grafana_the_dashboard() -> None:
     provider = yaml.safe_load((MONITORING / "grafana/provisioning/dashboards/reelqueue.yml").read_text())
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
     datasource = yaml.safe_load((MONITORING / "grafana/provisioning/datasources/prometheus.yml").read_text())
-    uid = datasource["datasources"][0]["uid"]
-    dashboard = json.loads((MONITORING / "grafana" / "dashboards" / "reelqueue.json").read_text())
-    for panel in dashboard["panels"]:
-        if panel["type"] != "row":
-            assert panel["datasource"]["uid"] == uid and panel["targets"], panel["title"]
-
-
-def _database_gauges() -> set[str]:
-    """The gauges the gateway reads from Postgres: every gateway replica reports the same values."""
-    from metrics.collector import PostgresCollector, snapshot_metrics
-    from schema.db import Database
-
-    families = [*snapshot_metrics([], {}, ["emulator"]), *PostgresCollector(Database(NOWHERE_DB), {}, []).collect()]
-    return {family.name for family in families}
-
-
-def test_no_database_gauge_is_summed_over_gateway_replicas() -> None:
-    """Two gateways report the same queue depth: summing it doubles it. Take it with max (then sum
-    over a label of its own, such as the providers of a status, if the panel wants that)."""
-    gauges = _database_gauges()
-    assert {"reelqueue_queue_depth", "reelqueue_tasks", "reelqueue_reserved_credit"} <= gauges
-    names = "|".join(sorted(gauges, key=len, reverse=True))
-    summed = re.compile(rf"\b(sum|count)\s*(by\s*\([^)]*\))?\s*\(\s*({names})\b")
-    for expr in [rule["expr"] for rule in _alert_rules()] + _dashboard_queries():
-        assert not summed.search(expr), expr
+    assert datasource["datasources"][0]["uid"] == "prometheus"  # each panel's: tests/unit/test_dashboards.py
