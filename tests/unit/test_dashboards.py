@@ -8,6 +8,7 @@ tests/integration/test_dashboard_metrics.py; reelqueue.json's against the code b
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -154,3 +155,13 @@ def test_no_alert_or_panel_adds_up_a_database_gauge_over_gateway_replicas() -> N
     database, _ = _gateway_metrics()
     found = [(where, names) for where, expr in _expressions() if (names := _summed_over_replicas(expr, database))]
     assert not found, found
+
+
+def test_every_sdk_series_is_read_from_our_workers_only() -> None:
+    """The Temporal server runs workers of its own and exports the same SDK names
+    (temporal_worker_task_slots_used, temporal_num_pollers: test_dashboard_metrics.py sees them on
+    the dev server), so a panel of our workers' SDK metrics selects job="worker"."""
+    unfiltered = [(f"{p.dashboard} panel {p.id}", m.group(0)) for path in dashboard_files() for p in panels(path)
+                  for expr in p.exprs for m in re.finditer(r"\btemporal_\w+(\{[^}]*\})?", expr)
+                  if 'job="worker"' not in (m.group(1) or "")]
+    assert not unfiltered, unfiltered
