@@ -27,7 +27,6 @@ _KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_r
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|\{[^}]*\}|\[[^\]]*\]|\$\{?\w+\}?|'
                     r"[A-Za-z_:][A-Za-z0-9_:]*|\d+(?:\.\d+)?(?:e[+-]?\d+)?|[()]|,|[^\s\w(),]+")
 _NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
-HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 
 
 @dataclass(frozen=True)
@@ -107,14 +106,6 @@ def _closing(tokens: list[str], i: int) -> int:
 def names(expr: str) -> set[str]:
     """The metric names `expr` reads."""
     return {use.name for use in uses(expr)}
-
-
-def base_name(name: str, histograms: set[str]) -> str:
-    """A histogram series' family name (`x_bucket` -> `x` when `x` is a histogram), else the name."""
-    for suffix in HISTOGRAM_SUFFIXES:
-        if name.endswith(suffix) and name[: -len(suffix)] in histograms:
-            return name[: -len(suffix)]
-    return name
 
 
 @dataclass(frozen=True)
