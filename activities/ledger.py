@@ -45,9 +45,7 @@ class LedgerActivities:
         more estimate held for that attempt (its RESERVE names it; settle closes every hold of the run)."""
         with self.db.transaction() as session:
             ledger = _TaskLedger.read(session, ref.task_id, ref.run)
-            reserve_key = f"reserve:{ref.task_id}{run_suffix(ref.run)}"
-            if ref.hold_for_attempt is not None:
-                reserve_key += f":a{ref.hold_for_attempt}"
+            reserve_key = _reserve_key(ref.task_id, ref.run, ref.hold_for_attempt)
             if reserve_key not in ledger.entries:
                 available = available_credit(session, ledger.tenant_id)  # locks the tenant row: check and insert agree
                 if available < ledger.estimated_cost:
@@ -100,6 +98,13 @@ def _closing(req: SettleInput, ledger: _TaskLedger) -> list[_Entry]:
     return entries
 
 
+def _reserve_key(task_id: str, run: int, hold_for_attempt: int | str | None = None) -> str:
+    """A RESERVE's business key: the task's run, and the attempt a further hold is for (`""`: the
+    prefix every such hold's key starts with)."""
+    key = f"reserve:{task_id}{run_suffix(run)}"
+    return key if hold_for_attempt is None else f"{key}:a{hold_for_attempt}"
+
+
 def _unverifiable_risks(session: Session, req: SettleInput, ledger: _TaskLedger,
                         unlisted: frozenset[str]) -> list[_Entry]:
     """The accepted duplicate risks nobody can ever settle: an unknown submit given up (ABANDONED, no
@@ -107,7 +112,7 @@ def _unverifiable_risks(session: Session, req: SettleInput, ledger: _TaskLedger,
     provider the backstop cannot list. The job that submit may have made is charged at that estimate,
     an ADJUSTMENT naming the attempt, rather than released with the task: the ledger accounts for
     every job the provider may bill."""
-    prefix = f"reserve:{req.task_id}{run_suffix(req.run)}:a"
+    prefix = _reserve_key(req.task_id, req.run, "")
     holds = {int(key[len(prefix):]): amount for key, (_, amount) in ledger.entries.items() if key.startswith(prefix)}
     if req.after_review or not holds or not unlisted:
         return []

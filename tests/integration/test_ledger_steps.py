@@ -25,12 +25,19 @@ from schema.models import Attempt, CreditEntry, StateEvent, Task
 pytestmark = pytest.mark.integration
 
 
-def test_reserve_settle_once_per_key_within_the_tenant_credit(stack, tmp_path):
-    tenant = stack.model_copy(update={"tenant": f"ledger-{uuid.uuid4().hex[:8]}", "tenant_credit_limit": 5})
+def two_tasks(stack, tmp_path, tenant_prefix: str, *, credit_limit: int):  # noqa: ANN201
+    """A tenant of its own with `credit_limit` credits and an import of one product in two ratios:
+    the import's summary, the database and the two tasks' ids."""
+    tenant = stack.model_copy(update={"tenant": f"{tenant_prefix}-{uuid.uuid4().hex[:8]}",
+                                      "tenant_credit_limit": credit_limit})
     summary = import_small(tenant, tmp_path, [("L-1", "Lamp", "A lamp")], ratios=("9:16", "16:9"))
     db = Database(stack.database_url)
     with db.transaction() as session:
-        first, second = (t.id for t in queries.list_tasks(session, summary.import_id))  # 3 credits each
+        return summary, db, tuple(t.id for t in queries.list_tasks(session, summary.import_id))
+
+
+def test_reserve_settle_once_per_key_within_the_tenant_credit(stack, tmp_path):
+    summary, db, (first, second) = two_tasks(stack, tmp_path, "ledger", credit_limit=5)  # 3 credits each
     ledger, env = LedgerActivities(db), ActivityEnvironment()
 
     for _ in range(2):  # a repeated reservation adds nothing
@@ -56,11 +63,7 @@ def test_reserve_settle_once_per_key_within_the_tenant_credit(stack, tmp_path):
 def test_reserve_commits_the_moves_it_carries_with_the_hold_and_none_without_it(stack, tmp_path):
     """transition-in-work-v1: the task becomes QUEUED in the transaction that holds its credit; a
     refused reservation moves nothing, and a repeat applies nothing twice."""
-    tenant = stack.model_copy(update={"tenant": f"moves-{uuid.uuid4().hex[:8]}", "tenant_credit_limit": 5})
-    summary = import_small(tenant, tmp_path, [("M-1", "Lamp", "A lamp")], ratios=("9:16", "16:9"))
-    db = Database(stack.database_url)
-    with db.transaction() as session:
-        first, second = (t.id for t in queries.list_tasks(session, summary.import_id))  # 3 credits each
+    _, db, (first, second) = two_tasks(stack, tmp_path, "moves", credit_limit=5)  # 3 credits each
     ledger, tasks, env = LedgerActivities(db), TaskActivities(db, None, {}, None), ActivityEnvironment()  # type: ignore[arg-type]
 
     def moves(task_id: str) -> list[TransitionInput]:
@@ -117,11 +120,7 @@ def test_a_regeneration_holds_its_estimate_and_settle_closes_both_holds(stack, t
     (a RESERVE naming the attempt, within the tenant's credit); settle closes both holds; ledger check ok."""
     from schema.ledger_check import check
 
-    tenant = stack.model_copy(update={"tenant": f"regen-{uuid.uuid4().hex[:8]}", "tenant_credit_limit": 8})
-    summary = import_small(tenant, tmp_path, [("R-1", "Lamp", "A lamp")], ratios=("9:16", "16:9"))
-    db = Database(stack.database_url)
-    with db.transaction() as session:
-        first, second = (t.id for t in queries.list_tasks(session, summary.import_id))  # 3 credits each
+    summary, db, (first, second) = two_tasks(stack, tmp_path, "regen", credit_limit=8)  # 3 credits each
     ledger, env = LedgerActivities(db), ActivityEnvironment()
     env.run(ledger.reserve_credit, TaskRef(task_id=first))
     for _ in range(2):  # once per attempt however often the step runs
