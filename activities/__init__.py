@@ -21,6 +21,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     from activities.media import MediaActivities
     from activities.poll import PollActivities
     from activities.review import ReviewActivities
+    from activities.routing import RoutingActivities
     from activities.status_calls import StatusCalls
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
@@ -56,7 +57,9 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     )
     review = ReviewActivities(db, storage)
     admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s, settings.provider_breaker)
+    routing = RoutingActivities(db, client, providers, settings.admission_layers())
     return [
+        routing.choose_route,
         admission.request_slot,
         tasks.validate_task,
         tasks.record_transition,

@@ -215,3 +215,25 @@ def available_credit(session: Session, tenant_id: str, *, lock: bool = True) -> 
         # for; the sum below, a new statement, sees it (four 2-credit holds passed on 5 credits).
         session.execute(_LOCK_TENANT, {"tenant_id": tenant_id})
     return session.scalar(_AVAILABLE, {"tenant_id": tenant_id})
+
+
+def _route_key(task_id: str, run: int, attempt_no: int) -> str:
+    """The RESERVE of the difference a dearer route costs, for the attempt that takes it."""
+    return f"{_reserve_key(task_id, run)}:route:a{attempt_no}"
+
+
+def held_for_video(session: Session, task_id: str, run: int) -> Decimal:
+    """What the run holds for its video: its reservation and the top-ups of the routes it took (not the
+    further holds of regenerations or accepted risks, which are for other jobs)."""
+    base = _reserve_key(task_id, run)
+    return sum((amount for key, (kind, amount) in _TaskLedger.read(session, task_id, run).entries.items()
+                if kind == "RESERVE" and (key == base or key.startswith(f"{base}:route:"))), Decimal(0))
+
+
+def reserve_route_difference(session: Session, task_id: str, run: int, attempt_no: int, extra: Decimal,
+                             note: str) -> None:
+    """Hold `extra` more for the dearer route `attempt_no` takes, once per attempt (its business key
+    names it). The caller checked the tenant's credit with the tenant row locked (`available_credit`)."""
+    ledger = _TaskLedger.read(session, task_id, run)
+    ledger.append(session, [_Entry("RESERVE", extra.quantize(CENT), _route_key(task_id, run, attempt_no), attempt_no,
+                                   note=note)])

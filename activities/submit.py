@@ -223,7 +223,7 @@ class SubmitActivities:
                 task_id=task.id, attempt_no=ref.attempt_no, provider=task.provider, model=task.model,
                 request_key=key, submit_state=AttemptState.SENDING.value,
                 request_fingerprint=_fingerprint(request), worker_id=self.worker_id,
-                software_version=SOFTWARE_VERSION, sent_at=now, updated_at=now,
+                software_version=SOFTWARE_VERSION, sent_at=now, updated_at=now, route_note=ref.route_note,
             )
         )
         task.current_attempt_no = max(task.current_attempt_no, ref.attempt_no)

@@ -24,11 +24,20 @@ from catalog.images import ImageResolver, is_url, record_image_asset
 from catalog.plan import Deadlines, ReviewMode, ReviewSettings
 from catalog.plan import Plan as PlanSpec
 from config.defaults import AdmissionLayers
-from contracts.messages import ReviewPolicy, TaskInfo, TaskRef, TransitionInput, TransitionResult, ValidationResult
+from contracts.messages import (
+    ReviewPolicy,
+    RouteFields,
+    TaskInfo,
+    TaskRef,
+    TransitionInput,
+    TransitionResult,
+    ValidationResult,
+)
+from contracts.routing import Route
 from metrics import STATE_SECONDS, TRANSITION_CONFLICTS, TRANSITIONS
 from schema import task_store
 from schema.db import Database
-from schema.import_scope import import_paused_by, task_priority
+from schema.import_scope import api_request, import_paused_by, priority_of
 from schema.models import Asset, Plan, Product, Task, Tenant
 
 
@@ -73,22 +82,23 @@ class TaskActivities:
             tenant_limit = _lowest(session.scalar(select(Tenant.max_concurrent).where(Tenant.id == task.tenant_id)),
                                    plan.own_limit(task.provider))
             paused_by = import_paused_by(session, task)
-            priority = task_priority(session, task)
+            asked = api_request(session, task)  # a generation of the tenant API: what it asked for
+            priority = priority_of(asked, plan.priority)
+            routes, lock_model = routes_of(asked, plan, task)
         image_error = None
         if product is not None and (product.image_asset_id or (product.image_url and is_url(product.image_url))):
             image, image_error = self._store_image(task, product)
         provider = self.providers.get(task.provider)
         deadlines = plan.deadlines or Deadlines()
         info = TaskInfo(
-            task_id=task.id, tenant_id=task.tenant_id, status=task.status, provider=task.provider,
-            model=task.model, aspect_ratio=task.aspect_ratio, duration_s=float(task.duration_s),
-            estimated_cost=float(task.estimated_cost),
-            min_poll_interval_s=provider.capabilities.min_poll_interval_s if provider else 1.0,
+            task_id=task.id, tenant_id=task.tenant_id, status=task.status, aspect_ratio=task.aspect_ratio,
+            duration_s=float(task.duration_s), estimated_cost=float(task.estimated_cost),
             deadline_s=deadlines.job_minutes * 60, task_deadline_s=deadlines.task_hours * 3600,
-            plan_limits=plan.limits_for(task.provider), current_attempt_no=task.current_attempt_no,
+            current_attempt_no=task.current_attempt_no,
             review=review_policy(plan, task), checks=checks_policy(plan, task), tenant_max_concurrent=tenant_limit,
-            paused_by=paused_by, platform_max_concurrent=self.layers.platform,
-            model_max_concurrent=self.layers.model(task.provider, task.model), priority=priority,
+            paused_by=paused_by, platform_max_concurrent=self.layers.platform, priority=priority,
+            routes=routes if len(routes) > 1 else [], lock_model=lock_model,
+            **route_fields(plan, self.providers, self.layers, task.provider, task.model).model_dump(),
         )
         reason = image_error or _invalid_reason(task, provider, image, self.storage)
         return ValidationResult(ok=reason is None, reason=reason, info=info)
@@ -111,6 +121,33 @@ class TaskActivities:
                                 .values(image_asset_id=asset_id))
             linked = session.get(Task, task.id, populate_existing=True).image_asset_id
             return session.get(Asset, linked), None
+
+
+def task_routes(session: Session, plan: PlanSpec, task: Task) -> tuple[list[Route], bool]:
+    """The routes the task may be generated on (`routes_of` what its API request asked, or its template)."""
+    return routes_of(api_request(session, task), plan, task)
+
+
+def routes_of(asked: dict | None, plan: PlanSpec, task: Task) -> tuple[list[Route], bool]:
+    """The routes, the primary first, and whether the task is locked to the primary: what a generation of
+    the API asked (`asked`, its request), or what the task's template says."""
+    if asked is not None:
+        primary = Route(provider=asked.get("provider", task.provider), model=asked.get("model", task.model))
+        fallbacks = [Route.model_validate(r) for r in asked.get("fallbacks") or []]
+        return [primary, *fallbacks], bool(asked.get("lock_model"))
+    template = plan.template(task.template_id)
+    if template is None:
+        return [Route(provider=task.provider, model=task.model)], False
+    return template.routes(), bool(template.lock_model)
+
+
+def route_fields(plan: PlanSpec, providers: dict[str, VideoProvider], layers: AdmissionLayers, provider: str,
+                 model: str) -> RouteFields:
+    """The task facts that follow from its route (validation, and a route changed before an attempt)."""
+    adapter = providers.get(provider)
+    return RouteFields(provider=provider, model=model,
+                       min_poll_interval_s=adapter.capabilities.min_poll_interval_s if adapter else 1.0,
+                       plan_limits=plan.limits_for(provider), model_max_concurrent=layers.model(provider, model))
 
 
 def _lowest(*limits: int | None) -> int | None:

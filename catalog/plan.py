@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from contracts.admission import OwnLimits, PlanLimits
+from contracts.admission import OwnLimits, PlanLimits, PriorityClass
 from contracts.routing import MAX_FALLBACKS, Route
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ class ReviewSettings(BaseModel):
 
 
 # Operational settings: absent unless the plan sets them, so plans without them keep their hash.
-_OPERATIONAL = ("deadlines", "providers", "tenant_limits", "review")
+_OPERATIONAL = ("deadlines", "providers", "tenant_limits", "review", "priority")
 _TEMPLATE_OPTIONAL = ("review", "sample_rate", "fallbacks", "lock_model")  # likewise per template
 
 
@@ -191,6 +191,9 @@ class Plan(BaseModel):
     tenant_limits: dict[str, OwnLimits] | None = Field(
         default=None, description="a tenant's own limits per provider (what a tenant's `[providers]` becomes)")
     review: ReviewSettings | None = None
+    # The line its tasks join at every gate (absent: bulk); "interactive" is an operator's to give (/v1/imports
+    # refuses it), for work that must go before the imports queued (docs/architecture.md, "Admission")
+    priority: PriorityClass | None = None
 
     @field_validator("aspect_ratios")
     @classmethod

@@ -304,9 +304,10 @@ def show(
         console.print(f"waiting: next attempt due at {t['next_retry_at']}")
     elif t["status"] == "QUEUED":
         console.print(f"waiting: for a {t['provider']} slot (its gate admits tasks oldest first)")
-    attempts = Table("no", "state", "job", "provider status", "polls", "error", title="attempts")
+    attempts = Table("no", "route", "state", "job", "provider status", "polls", "error", title="attempts")
     for a in detail["attempts"]:
-        attempts.add_row(str(a["attempt_no"]), a["submit_state"], a["provider_job_id"] or "-",
+        route = f"{a['provider']}/{a['model']}" + (f"\n[dim]{a['route_note']}[/]" if a["route_note"] else "")
+        attempts.add_row(str(a["attempt_no"]), route, a["submit_state"], a["provider_job_id"] or "-",
                          a["provider_status"] or "-", str(a["poll_count"]), a["error"] or "")
     console.print(attempts)
     events = Table("v", "event", "from", "to", "applied", "at", title="state events")

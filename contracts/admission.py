@@ -162,6 +162,7 @@ class GateSnapshot(BaseModel):
     breaker_failures: int = 0  # submit failures in the current window (closed)
     breaker_open_until: datetime | None = None  # open: when the probe may go
     breaker_opens: int = 0
+    breaker_probe_out: bool = False  # half-open: its one probe's submit is out (routing skips it meanwhile)
 
 
 class AdmissionInput(BaseModel):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from contracts.admission import PlanLimits, PriorityClass, SlotRenewal
 from contracts.provider import TERMINAL_JOB_STATUSES, ErrorClass, JobStatus, SubmitOutcome
+from contracts.routing import Route, RouteChoice
 from contracts.task import TaskEvent, TaskStatus
 
 
@@ -187,6 +188,35 @@ class TaskInfo(BaseModel):
     model_max_concurrent: int | None = None  # jobs at once of the task's provider and model; None: no model layer
     priority: PriorityClass | None = None  # its line at every gate (None: a task from before priority classes)
     paused_by: str | None = None  # the task's import is paused (import-pause-v1): who paused it
+    # The routes its template accepts, the primary first (route-fallback-v1); empty: the primary alone
+    routes: list[Route] = Field(default_factory=list)
+    lock_model: bool = False  # the template forbids any route but the primary
+
+
+class RouteFields(BaseModel):
+    """The task facts that depend on its route: what the workflow takes over when the route changes."""
+
+    provider: str
+    model: str
+    min_poll_interval_s: float
+    plan_limits: PlanLimits | None = None
+    model_max_concurrent: int | None = None
+
+
+class RouteRequest(BaseModel):
+    """Choose the route of the task's next paid attempt (route-fallback-v1)."""
+
+    task_id: str
+    run: int = 1
+    attempt_no: int  # the attempt the route is for (names the top-up RESERVE when the route is dearer)
+    current: Route  # the route the task is on now
+    job_may_exist: bool = False  # a job of the task may still exist on `current`: it keeps it
+    take: bool = True  # False: only say which route would be chosen now (a task waiting in a gate's line)
+
+
+class RouteTaken(BaseModel):
+    choice: RouteChoice
+    fields: RouteFields  # the task's facts on the chosen route
 
 
 class ValidationResult(BaseModel):
@@ -232,6 +262,7 @@ class AttemptRef(BaseModel):
     # sent by the step after transaction B
     gate_id: str | None = None
     renewal: SlotRenewal | None = None
+    route_note: str | None = None  # the route chosen for the attempt and why others were not (route-fallback-v1)
 
 
 class SubmitActivityResult(BaseModel):

@@ -12,6 +12,7 @@ what a gateway did not).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Literal
@@ -28,14 +29,28 @@ from adapters.providers.base import VideoProvider
 from catalog.expand import canonical_json, sha256_text, task_id_for
 from catalog.importer import import_id_for
 from catalog.plan import SUPPORTED_RATIOS, Plan, Template
+from contracts.admission import PriorityClass
+from contracts.routing import MAX_FALLBACKS, Route
 from contracts.task import TaskEvent, TaskStatus
 from contracts.workflow_api import workflow_id
 from schema.db import Database, bound_lock_waits
 from schema.import_scope import API_CATALOG
-from schema.models import Asset, CatalogImport, CreditEntry, IdempotencyRecord, Product, StateEvent, Task, TaskOutbox
+from schema.models import (
+    Asset,
+    Attempt,
+    CatalogImport,
+    CreditEntry,
+    IdempotencyRecord,
+    Product,
+    StateEvent,
+    Task,
+    TaskOutbox,
+)
 from schema.models import Plan as PlanRow
 
 API_TEMPLATE = "api"
+# Fields a request names only when it asks for them: a request without them hashes as it did before them
+_OPTIONS = ("fallbacks", "lock_model", "priority")
 API_LOCALE = "en"
 SOURCE = "api"
 CENT = Decimal("0.000001")
@@ -52,6 +67,17 @@ class GenerationBody(BaseModel):
     model: str = Field(default="emu-motion-1", min_length=1, max_length=100)
     duration_s: float = Field(default=2.0, gt=0, le=600)
     aspect_ratio: Literal["9:16", "16:9", "1:1"] = "9:16"
+    # Routes after the primary, tried in order when it cannot take an attempt (docs/architecture.md, "Routing")
+    fallbacks: list[Route] | None = Field(default=None, max_length=MAX_FALLBACKS)
+    lock_model: bool = False  # true: no route but the primary
+    priority: PriorityClass = PriorityClass.INTERACTIVE  # "bulk": behind the tenant's interactive work
+
+    @field_validator("fallbacks")
+    @classmethod
+    def _distinct(cls, fallbacks: list[Route] | None) -> list[Route] | None:
+        if fallbacks and len(set(fallbacks)) < len(fallbacks):
+            raise ValueError("a route is named twice")
+        return fallbacks or None
 
     @field_validator("prompt")
     @classmethod
@@ -71,7 +97,8 @@ class GenerationBody(BaseModel):
     def normalised(self) -> dict[str, Any]:
         """Equal requests hash equal: surrounding blanks and runs of blanks in the prompt do not
         count, nor the spelling of the duration (2, 2.0, 2.0001: kept to the millisecond)."""
-        return {**self.model_dump(), "prompt": " ".join(self.prompt.split())}
+        asked = self.model_dump(mode="json", exclude_defaults=True, include=set(_OPTIONS))  # absent: as before
+        return {**self.model_dump(exclude=set(_OPTIONS)), **asked, "prompt": " ".join(self.prompt.split())}
 
     def sha256(self) -> str:
         return sha256_text(canonical_json(self.normalised()))
@@ -100,17 +127,15 @@ def api_plan(tenant_id: str) -> Plan:
                                     prompts={API_LOCALE: "{title}"})])
 
 
-def create(db: Database, tenant_id: str, key: str, body: GenerationBody, *, provider: VideoProvider | None,
-           credits_per_second: float) -> Created:
+def create(db: Database, tenant_id: str, key: str, body: GenerationBody, *,
+           providers: Mapping[str, VideoProvider], credits_per_second: float) -> Created:
     """One create; a repeated key answers the first answer again (409 if the body differs)."""
     request_sha = body.sha256()
     with db.transaction() as session:
         seen = session.get(IdempotencyRecord, (tenant_id, key))
         if seen is not None:
             return _replay(seen, request_sha)
-    problem = route_problem(body.provider, provider, body.model, body.duration_s, body.aspect_ratio)
-    if problem:
-        raise Refusal(422, "unsupported-route", problem)
+    _check_routes(body, providers)
     cost = server_price(body.duration_s, credits_per_second)
     try:
         with db.transaction() as session:
@@ -122,6 +147,17 @@ def create(db: Database, tenant_id: str, key: str, body: GenerationBody, *, prov
         if seen is None:
             raise
         return _replay(seen, request_sha)
+
+
+def _check_routes(body: GenerationBody, providers: Mapping[str, VideoProvider]) -> None:
+    """The primary route, and each fallback, can make this video here: 422 naming the route otherwise (a
+    fallback is tried only when the primary fails, too late to find a typo)."""
+    for field, route in [("", Route(provider=body.provider, model=body.model)),
+                         *((f"fallbacks[{i}]: ", r) for i, r in enumerate(body.fallbacks or []))]:
+        problem = route_problem(route.provider, providers.get(route.provider), route.model, body.duration_s,
+                                body.aspect_ratio)
+        if problem:
+            raise Refusal(422, "unsupported-route", f"{field}{problem}")
 
 
 def server_price(duration_s: float | Decimal, credits_per_second: float) -> Decimal:
@@ -217,6 +253,12 @@ def generation_view(task: Task, *, cost: Decimal | None, assets: list[dict[str, 
         "error": task.last_error, "created_at": task.created_at.isoformat() if task.created_at else None,
         "assets": assets,
     }
+
+
+def route_note(session: Session, task_id: str) -> str | None:
+    """Why the task's latest attempt went where it did (a task with fallback routes), else None."""
+    return session.scalar(select(Attempt.route_note).where(Attempt.task_id == task_id)
+                          .order_by(Attempt.attempt_no.desc()).limit(1))
 
 
 def charged(session: Session, task_id: str) -> Decimal | None:

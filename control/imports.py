@@ -20,6 +20,7 @@ from catalog.plan import Plan, PlanError, check_routes, plan_from_data, read_tom
 from catalog.readers import read_catalog
 from catalog.service import run_import
 from config.settings import Settings
+from contracts.admission import PriorityClass
 from control.generations import server_price
 from schema import queries
 from schema.db import Database
@@ -88,6 +89,9 @@ def _tenant_sections(data: dict[str, Any]) -> dict[str, Any]:
     """The tenant's plan with its operator-only sections turned into what a tenant may ask for."""
     if "tenant_limits" in data:
         raise PlanError("plan: tenant_limits is the server's; ask with [providers.NAME] max_concurrent")
+    if data.get("priority") not in (None, PriorityClass.BULK.value):
+        raise PlanError('plan: priority: an import through the API runs as "bulk" (a generation of '
+                        'POST /v1/generations is interactive); only the operator gives an import another class')
     templates = data.get("templates")
     if isinstance(templates, list):  # a placeholder: the server's price replaces it after validation
         data["templates"] = [{**t, "cost_estimate": 0} if isinstance(t, dict) else t for t in templates]

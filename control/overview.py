@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from contracts.task import TaskStatus
 from schema.import_scope import in_import
-from schema.models import CatalogImport, Task
+from schema.models import Attempt, CatalogImport, Task
 from schema.spend import NO_JIT, Spend, import_spend
 from schema.state_machine import TERMINAL
 
@@ -96,6 +96,8 @@ class TaskRow(BaseModel):
     locale: str
     aspect_ratio: str
     updated_at: datetime
+    route: str = ""  # provider/model of its latest attempt (or of its template, before any)
+    route_note: str | None = None  # why its latest attempt took that route (routing), None without fallbacks
 
 
 class Overview(BaseModel):
@@ -168,8 +170,10 @@ def _thumbnails(session: Session, import_id: str) -> list[Thumbnail]:
 
 
 def _tasks(session: Session, import_id: str) -> list[TaskRow]:
+    note = (select(Attempt.route_note).where(Attempt.task_id == Task.id)
+            .order_by(Attempt.attempt_no.desc()).limit(1).scalar_subquery())
     stmt = (select(Task.id, Task.workflow_id, Task.status, Task.product_id, Task.locale, Task.aspect_ratio,
-                   Task.updated_at).where(in_import(import_id))
+                   Task.updated_at, Task.provider, Task.model, note).where(in_import(import_id))
             .order_by(Task.updated_at.desc(), Task.id).limit(SHOWN_TASKS))
     return [TaskRow(task_id=r[0], workflow_id=r[1], status=r[2], product_id=r[3], locale=r[4], aspect_ratio=r[5],
-                    updated_at=r[6]) for r in session.execute(stmt)]
+                    updated_at=r[6], route=f"{r[7]}/{r[8]}", route_note=r[9]) for r in session.execute(stmt)]

@@ -125,10 +125,11 @@ def _tasks(view: Overview, ui: str) -> str:
     rows = "".join(
         f'<tr><td>{_workflow_link(ui, t.task_id, t.workflow_id)}</td><td>{escape(t.status)}</td>'
         f'<td>{escape(t.product_id)}</td><td>{escape(t.locale)}</td><td>{escape(t.aspect_ratio)}</td>'
+        f'<td class="route" title="{escape(t.route_note or "")}">{escape(t.route)}</td>'
         f'<td class="small">{escape(t.updated_at.strftime("%H:%M:%S"))}</td></tr>' for t in view.tasks)
     shown = f"the {len(view.tasks)} most recently changed of {view.total}" if len(view.tasks) < view.total else "all"
     return (f'<p class="small">{shown}; each links to its workflow in the Temporal Web UI</p><table id="tasks">'
-            f'<tr><th>task</th><th>status</th><th>product</th><th>locale</th><th>ratio</th><th>changed</th></tr>'
+            f'<tr><th>task</th><th>status</th><th>product</th><th>locale</th><th>ratio</th><th>route</th><th>changed</th></tr>'
             f'{rows}</table>')
 
 

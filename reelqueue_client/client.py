@@ -43,6 +43,9 @@ class GenerationRequest(BaseModel):
     model: str = "emu-motion-1"
     duration_s: float = 2.0
     aspect_ratio: str = "9:16"
+    fallbacks: list[dict[str, str]] | None = None  # [{"provider": ..., "model": ...}]: routes after the primary
+    lock_model: bool = False  # true: no route but the primary
+    priority: str = "interactive"  # or "bulk": behind the tenant's interactive generations
 
 
 class GenerationAsset(BaseModel):
@@ -66,6 +69,7 @@ class Generation(BaseModel):
     error: str | None = None
     created_at: str | None = None
     assets: list[GenerationAsset] = []
+    route_note: str | None = None  # the route of its latest attempt, and why others were skipped
 
 
 class GenerationPage(BaseModel):

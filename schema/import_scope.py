@@ -4,11 +4,13 @@ a row, an index entry and two foreign-key checks per task, see docs/performance.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import ColumnElement, CompoundSelect, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from contracts.admission import PriorityClass
-from schema.models import CatalogImport, ImportTask, Task
+from schema.models import CatalogImport, ImportTask, Plan, Product, Task
 
 API_CATALOG = "api:generations"  # the catalog of a tenant's API import (control/generations.py)
 
@@ -32,10 +34,30 @@ def import_paused_by(session: Session, task: Task) -> str | None:
         or_(CatalogImport.id == task.import_id, CatalogImport.id.in_(linked))).limit(1))
 
 
-def task_priority(session: Session, task: Task) -> PriorityClass:
-    """A generation of the tenant API is interactive, an imported task bulk: the class follows from
-    the import that created the task, which no tenant can choose. A plan may name its catalog as it
-    likes, the API's included, but only the API's import has no file (an imported file always has a hash)."""
+def api_request(session: Session, task: Task) -> dict[str, Any] | None:
+    """What a generation of the tenant API asked for (its request, as its product keeps it); None for an
+    imported task. Told apart by the import that created the task, which no tenant can choose: a plan
+    may name its catalog and templates as it likes, the API's included, but only the API's import has
+    no file (an imported file always has a hash)."""
     api_import = session.scalar(select(CatalogImport.id).where(
         CatalogImport.id == task.import_id, CatalogImport.catalog == API_CATALOG, CatalogImport.file_sha256 == ""))
-    return PriorityClass.INTERACTIVE if api_import is not None else PriorityClass.BULK
+    if api_import is None:
+        return None
+    data = session.scalar(select(Product.data).where(Product.id == task.product_ref)) or {}
+    return data.get("request") or {}
+
+
+def task_priority(session: Session, task: Task) -> PriorityClass:
+    """The task's class, read from the database (`priority_of` its API request, or its plan's `priority`)."""
+    asked = api_request(session, task)
+    named = None if asked is not None else session.scalar(
+        select(Plan.content["priority"].as_string()).where(Plan.id == task.plan_id))
+    return priority_of(asked, PriorityClass(named) if named else None)
+
+
+def priority_of(asked: dict[str, Any] | None, plan_priority: PriorityClass | None) -> PriorityClass:
+    """A generation of the tenant API (`asked`: its request) is interactive unless it asked for bulk; an
+    imported task is bulk unless its plan (an operator's: /v1/imports refuses a tenant's) says interactive."""
+    if asked is None:
+        return plan_priority or PriorityClass.BULK
+    return PriorityClass.BULK if asked.get("priority") == PriorityClass.BULK.value else PriorityClass.INTERACTIVE

@@ -299,6 +299,7 @@ class Attempt(Base):
     http_status: Mapped[int | None] = mapped_column(Integer)
     error_class: Mapped[str | None] = mapped_column(String(32))
     error_message: Mapped[str | None] = mapped_column(Text)
+    route_note: Mapped[str | None] = mapped_column(Text)  # its route, and why others were skipped (routing)
     provider_status: Mapped[str | None] = mapped_column(String(32))
     poll_count: Mapped[int] = mapped_column(Integer, default=0)
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)

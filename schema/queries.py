@@ -152,6 +152,7 @@ def task_detail(session: Session, task_id: str) -> dict[str, Any] | None:
                 "provider_status": a.provider_status, "http_status": a.http_status, "error_class": a.error_class,
                 "error": a.error_message, "poll_count": a.poll_count, "usage": a.usage, "worker_id": a.worker_id,
                 "software_version": a.software_version, "request_fingerprint": a.request_fingerprint,
+                "route_note": a.route_note,
                 "sent_at": _iso(a.sent_at), "acked_at": _iso(a.acked_at), "completed_at": _iso(a.completed_at),
             }
             for a in attempts

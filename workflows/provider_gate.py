@@ -192,6 +192,7 @@ class ProviderGateWorkflow:
             breaker=breaker.mode_at(self._state.breaker, workflow.now()),
             breaker_failures=breaker.failures(self._state.breaker, self._policy, workflow.now()),
             breaker_open_until=self._state.breaker.open_until, breaker_opens=self._state.breaker.opens,
+            breaker_probe_out=self._state.breaker.probe is not None,
         )
 
     @workflow.query(name=api.QUERY_GATE_HOLDERS)

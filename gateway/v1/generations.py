@@ -81,6 +81,7 @@ class GenerationOut(BaseModel):
     created_at: str | None = None
     assets: list[GenerationAssetOut] = []
     outcome: str | None = None  # a cancel's outcome
+    route_note: str | None = None  # the route of its latest attempt and why others were skipped (fallbacks)
 
 
 class GenerationPageOut(BaseModel):
@@ -108,7 +109,7 @@ async def create_generation(body: generations.GenerationBody, principal: TenantD
     try:
         created = await run_in_threadpool(
             generations.create, deps.db, principal.tenant_id, idempotency_key, body,
-            provider=deps.providers.get(body.provider), credits_per_second=deps.api.credits_per_second)
+            providers=deps.providers, credits_per_second=deps.api.credits_per_second)
     except generations.Refusal as refused:
         raise ProblemError(refused.status, refused.detail, slug=refused.slug) from None
     await _start(deps, created.task_id)
@@ -127,7 +128,8 @@ def get_generation(generation_id: GenerationId, principal: TenantDep, deps: Deps
         cost = generations.charged(session, task.id)
         media = list(session.scalars(select(Asset).where(Asset.task_id == task.id, Asset.tenant_id == task.tenant_id,
                                                          Asset.kind.in_(MEDIA_KINDS)).order_by(Asset.kind)))
-    return generations.generation_view(task, cost=cost, assets=_links(deps, media))
+        note = generations.route_note(session, task.id)
+    return {**generations.generation_view(task, cost=cost, assets=_links(deps, media)), "route_note": note}
 
 
 @router.get("/generations", response_model=GenerationPageOut)

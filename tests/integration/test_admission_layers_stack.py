@@ -1,5 +1,5 @@
-"""The platform's and a model's admission layers on the real stack: 100 short clips at once behind
-one layer's limit, the worker SIGKILLed mid-run and started again; the emulator never holds more
+"""The platform's, a tenant's and a model's admission layers on the real stack: 100 short clips at once
+behind one layer's limit, the worker SIGKILLed mid-run and started again; the emulator never holds more
 jobs than the layer allows, every task succeeds with one job, and the invariant checker finds no
 slot of any layer held by a finished task. `status --json` shows the layer's gate."""
 
@@ -13,6 +13,7 @@ import uuid
 import httpx
 import pytest
 from cli_helpers import run_cli_async
+from sqlalchemy import update
 from stack_helpers import import_small, run_all
 
 import devstack
@@ -22,6 +23,7 @@ from control.invariants import check_invariants, emulator_jobs_by_task
 from control.starting import start_workflows
 from schema import queries
 from schema.db import Database
+from schema.models import Tenant
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
@@ -37,15 +39,18 @@ async def _in_use(client, gate_id: str) -> int:
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("layer", ["platform", "model"])
+@pytest.mark.parametrize("layer", ["platform", "tenant", "model"])
 async def test_a_layers_limit_holds_for_100_tasks_through_a_sigkilled_worker(stack, client, tmp_path, monkeypatch,
                                                                             layer):
     queue = f"layers-{uuid.uuid4().hex[:10]}"
     products = [(f"L-{i:03d}", f"Layer item {i}", f"Thing {i}") for i in range(TASKS)]
-    summary = import_small(stack, tmp_path, products, duration_s=1)
+    tenant = f"layers-{uuid.uuid4().hex[:8]}"  # a tenant of its own: its concurrency is the tenant layer's limit
+    summary = import_small(stack.model_copy(update={"tenant": tenant}), tmp_path, products, duration_s=1)
     db = Database(stack.database_url)
     with db.transaction() as session:
         tasks = queries.list_tasks(session, summary.import_id)
+        if layer == "tenant":
+            session.execute(update(Tenant).where(Tenant.id == tenant).values(max_concurrent=LIMIT))
     model = tasks[0].model
     limits = {"emulator": {"max_concurrent": PROVIDER_LIMIT,
                            "models": {model: {"max_concurrent": LIMIT}} if layer == "model" else {}}}
@@ -55,7 +60,9 @@ async def test_a_layers_limit_holds_for_100_tasks_through_a_sigkilled_worker(sta
         monkeypatch.setenv(name, value)  # the worker process and the CLI read these
     settings = stack.model_copy(update={"task_queue": queue, "provider_limits": limits,
                                         "platform_max_concurrent": LIMIT if layer == "platform" else 0})
-    gate = api.gate_id(api.PLATFORM_GATE if layer == "platform" else api.model_gate("emulator", model), queue)
+    name = {"platform": api.PLATFORM_GATE, "tenant": api.tenant_gate(tenant),
+            "model": api.model_gate("emulator", model)}[layer]
+    gate = api.gate_id(name, queue)
     httpx.delete(f"{stack.emulator_url}/_sim/stats", timeout=10)
     devstack.up(stack, services=["worker"])
     try:
@@ -81,6 +88,5 @@ async def test_a_layers_limit_holds_for_100_tasks_through_a_sigkilled_worker(sta
     rule = report.rule("gate_slots")
     assert rule.checked and rule.violations == 0, rule
     assert gate in rule.detail, rule.detail
-    shown = json.loads(status.stdout)["layers"]["platform" if layer == "platform" else "models"]
-    name = api.PLATFORM_GATE if layer == "platform" else api.model_gate("emulator", model)
+    shown = json.loads(status.stdout)["layers"][{"platform": "platform", "tenant": "tenants", "model": "models"}[layer]]
     assert (shown[name]["limit"], shown[name]["in_use"], shown[name]["waiting"]) == (LIMIT, 0, 0), shown

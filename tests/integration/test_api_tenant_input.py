@@ -119,20 +119,39 @@ async def test_a_tenant_plan_limits_only_its_own_tasks(stack, client, task_queue
         assert "submits_per_minute" in refused.value.detail
 
 
-def test_a_tenant_plan_naming_an_unknown_fallback_is_refused_naming_the_field(stack, tmp_path):
-    """The same check as `reelqueue import`: 422 naming the template's fallback field, nothing written."""
-    with api_server(stack) as url:
-        tenant_id, api = _tenant(url)
-        catalog = upload(api, (CSV_HEAD + "P-1,Lamp,A lamp,https://example.com/a.png,1,USD,Home\n").encode(),
-                         "shop.csv", "text/csv")
-        plan = make_plan(tmp_path, template_extra='fallbacks = [{ provider = "runway", model = "gen9" }]').read_text()
-        with pytest.raises(ApiProblem) as refused:
-            api.request("POST", "/v1/imports", json={"asset_id": catalog.id, "plan": plan, "check_urls": False})
-        assert (refused.value.status, refused.value.slug) == (422, "plan-invalid")
-        assert "templates[0].fallbacks[0].model: runway has no model 'gen9'" in refused.value.detail
+def _plan_refused(stack, url: str, plan: str) -> tuple[ReelqueueClient, str, str]:
+    """POST /v1/imports of `plan` by a new tenant with a one-product catalog: 422 `plan-invalid` and no
+    import written. The tenant's client, its catalog's asset id and the refusal's detail."""
+    tenant_id, api = _tenant(url)
+    catalog = upload(api, (CSV_HEAD + "P-1,Lamp,A lamp,https://example.com/a.png,1,USD,Home\n").encode(),
+                     "shop.csv", "text/csv")
+    with pytest.raises(ApiProblem) as refused:
+        api.request("POST", "/v1/imports", json={"asset_id": catalog.id, "plan": plan, "check_urls": False})
+    assert (refused.value.status, refused.value.slug) == (422, "plan-invalid")
     with Database(stack.database_url).transaction() as session:
         assert session.scalar(select(func.count()).select_from(CatalogImport)
                               .where(CatalogImport.tenant_id == tenant_id)) == 0
+    return api, catalog.id, refused.value.detail
+
+
+def test_a_tenant_plan_naming_an_unknown_fallback_is_refused_naming_the_field(stack, tmp_path):
+    """The same check as `reelqueue import`: 422 naming the template's fallback field, nothing written."""
+    with api_server(stack) as url:
+        plan = make_plan(tmp_path, template_extra='fallbacks = [{ provider = "runway", model = "gen9" }]').read_text()
+        _, _, detail = _plan_refused(stack, url, plan)
+    assert "templates[0].fallbacks[0].model: runway has no model 'gen9'" in detail
+
+
+def test_a_tenant_plan_cannot_raise_its_imports_priority(stack, tmp_path):
+    """An import's tasks are bulk; only the operator's plan may make them interactive (the API's line):
+    `priority = "interactive"` from a tenant is 422 naming the field, nothing written; "bulk" is taken."""
+    plan = make_plan(tmp_path).read_text()
+    with api_server(stack) as url:
+        api, catalog, detail = _plan_refused(stack, url, f'priority = "interactive"\n{plan}')
+        taken = api.request("POST", "/v1/imports", json={"asset_id": catalog, "plan": f'priority = "bulk"\n{plan}',
+                                                         "check_urls": False})
+    assert "plan: priority:" in detail
+    assert taken.status_code in (200, 201, 202), taken.text
 
 
 def test_prompt_templates_accept_only_named_fields(stack, tmp_path):

@@ -46,3 +46,25 @@ async def test_an_api_generation_is_interactive_and_an_import_bulk_even_under_th
     assert _classes(db, [gen.id]) == {PriorityClass.INTERACTIVE}
     assert _classes(db, imported_ids) == {PriorityClass.BULK}
     assert forged_ids and _classes(db, forged_ids) == {PriorityClass.BULK}
+
+
+async def test_a_generation_may_ask_for_bulk_and_an_operators_plan_for_interactive(
+        stack: Settings, task_queue: str, tmp_path) -> None:
+    """Each class is settable within what its author may use: an API call lowers itself to bulk; an
+    operator's plan (`reelqueue import`) raises its import to interactive (a tenant's is refused that)."""
+    db = Database(stack.database_url)
+    tenant, key = _tenant(db)
+    image = _image(stack, db, tenant)
+    with gateway(stack, task_queue) as base:
+        api = ReelqueueClient(base, key)
+        gen = api.create_generation(GenerationRequest(prompt="a lamp, later", image_asset_id=image, duration_s=1,
+                                                      priority="bulk"))
+        assert (await _until(api, gen.id, {"SUCCEEDED", "FAILED_FINAL", "INVALID"})).status == "SUCCEEDED"
+    plan = make_plan(tmp_path)
+    plan.write_text(f'priority = "interactive"\n{plan.read_text()}')
+    imported = run_import(stack, make_catalog(tmp_path, [(f"I-{tmp_path.name}", "A lamp", "Bright")]),
+                          load_plan(plan), catalog=f"cat-i-{tmp_path.name}")
+    with db.transaction() as session:
+        imported_ids = [t.id for t in queries.list_tasks(session, imported.import_id)]
+    assert _classes(db, [gen.id]) == {PriorityClass.BULK}
+    assert imported_ids and _classes(db, imported_ids) == {PriorityClass.INTERACTIVE}

@@ -376,7 +376,7 @@ async def test_studio_lists_generations_a_page_at_a_time(stack, browser, gateway
     image = _image(stack, db, tenant)
     made = [generations.create(db, tenant, f"list-{n}", generations.GenerationBody(
                 prompt=f"video {n:02d}", image_asset_id=image, duration_s=1),
-                provider=build_providers(stack)["emulator"], credits_per_second=1.0).task_id for n in range(12)]
+                providers=build_providers(stack), credits_per_second=1.0).task_id for n in range(12)]
     try:
         context, page, _ = await _signed_in(browser, stack, key)
         await expect(page.locator("#list li")).to_have_count(10)

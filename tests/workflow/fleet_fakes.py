@@ -3,7 +3,9 @@ keep each task's facts apart (status through the real state machine, ledger, pro
 
 A fake provider job runs `job_s` from its submit (the time-skipping server's clock, read from the
 activity's scheduled time) and then succeeds; the workflow finds out by its status calls. While
-`failing` is set every submit fails so (a 5xx refusal, or a timeout whose reconcile finds no job).
+`failing` is set every submit fails so (a 5xx refusal, a timeout whose reconcile finds no job, or one
+whose job was made), on every provider or (`failing_on`) on one. With `routes` each task may change route
+(route-fallback-v1): choose_route applies the real choice to the real gates' breakers.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from server_clock import terminate_between_tasks
 from temporalio import activity
 from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -27,7 +30,7 @@ from workflow_fakes import ask_gate, media_worker
 
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
-from contracts.admission import AdmissionInput, PriorityClass, SlotGrant
+from contracts.admission import AdmissionInput, GateSnapshot, PriorityClass, SlotGrant
 from contracts.messages import (
     AssetRef,
     AttemptRef,
@@ -38,6 +41,9 @@ from contracts.messages import (
     ReconcileOutcome,
     ReconcileResult,
     RenditionsResult,
+    RouteFields,
+    RouteRequest,
+    RouteTaken,
     SettleInput,
     StrayJobRef,
     SubmitActivityResult,
@@ -49,6 +55,7 @@ from contracts.messages import (
     ValidationResult,
 )
 from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
+from contracts.routing import Route, RouteFacts, choose_route
 from contracts.task import TaskStatus
 from schema import state_machine as sm
 from workflows.generation import GenerationWorkflow
@@ -97,7 +104,15 @@ class Fleet:
     requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # request_slot runs per task
     asked: set[str] = field(default_factory=set)  # the gates (providers) asked for a slot
     asked_at: dict[str, datetime] = field(default_factory=dict)  # task -> its first ask at the provider's gate
-    failing: str | None = None  # "http_503": submits refused with a 5xx; "timeout": sent, no answer, no job
+    # "http_503": submits refused with a 5xx; "timeout": sent, no answer, no job; "timeout_created": no answer,
+    # the job made
+    failing: str | None = None
+    failing_on: str | None = None  # the provider whose submits fail (None: every provider)
+    routes: list[Route] = field(default_factory=list)  # every task's template routes (the primary: fake/m)
+    lock_model: bool = False
+    route: dict[str, Route] = field(default_factory=dict)  # task -> the route it took last (absent: the primary)
+    sent_on: list[tuple[str, datetime, str]] = field(default_factory=list)  # (task, when, provider) of each submit
+    routed: list[tuple[str, datetime, bool]] = field(default_factory=list)  # (task, when, take) of choose_route
     breaker: BreakerPolicy | None = None  # the provider gate's breaker policy (None: the defaults)
     submits: list[tuple[str, datetime, str]] = field(default_factory=list)  # (task, when, "accepted" or failure)
     reconciled: list[tuple[str, datetime]] = field(default_factory=list)  # (task, when)
@@ -113,6 +128,9 @@ class Fleet:
     def balanced(self, task_id: str) -> bool:
         rows = self.ledger[task_id]
         return rows.get("RESERVE", 0) == rows.get("SETTLE", 0) + rows.get("RELEASE", 0)
+
+    def route_of(self, task_id: str) -> Route:
+        return self.route.get(task_id, Route(provider=PROVIDER, model=self.models.get(task_id, "m")))
 
     def activities(self) -> list[Callable[..., Any]]:
         fleet = self
@@ -142,7 +160,8 @@ class Fleet:
                             task_deadline_s=fleet.task_deadline_s, current_attempt_no=0,
                             tenant_max_concurrent=fleet.tenant_limit, platform_max_concurrent=fleet.platform_limit,
                             model_max_concurrent=fleet.model_limits.get(fleet.models.get(ref.task_id, "m")),
-                            priority=fleet.priorities.get(ref.task_id))
+                            priority=fleet.priorities.get(ref.task_id), routes=fleet.routes,
+                            lock_model=fleet.lock_model)
             return ValidationResult(ok=True, info=info)
 
         @activity.defn(name="reserve_credit")
@@ -172,16 +191,42 @@ class Fleet:
 
         @activity.defn(name="submit")
         async def submit(ref: AttemptRef) -> SubmitActivityResult:
-            fleet.submits.append((ref.task_id, now(), fleet.failing or "accepted"))
-            if fleet.failing == "timeout":
+            provider = fleet.route_of(ref.task_id).provider
+            failing = fleet.failing if fleet.failing_on in (None, provider) else None
+            fleet.submits.append((ref.task_id, now(), failing or "accepted"))
+            fleet.sent_on.append((ref.task_id, now(), provider))
+            job_id = f"{ref.task_id}-a{ref.attempt_no}"
+            if failing in ("timeout", "timeout_created"):
+                if failing == "timeout_created":
+                    fleet.jobs.setdefault(job_id, Job(task_id=ref.task_id, submitted_at=now()))
                 return SubmitActivityResult(outcome=SubmitOutcome.UNKNOWN, error="sent, no answer",
                                             error_class=ErrorClass.UNKNOWN_OUTCOME, failure="timeout")
-            if fleet.failing:
+            if failing:
                 return SubmitActivityResult(outcome=SubmitOutcome.REJECTED_RETRYABLE, error="HTTP 503",
-                                            error_class=ErrorClass.RETRYABLE, retry_after_s=1.0, failure=fleet.failing)
-            job_id = f"{ref.task_id}-a{ref.attempt_no}"
+                                            error_class=ErrorClass.RETRYABLE, retry_after_s=1.0, failure=failing)
             fleet.jobs.setdefault(job_id, Job(task_id=ref.task_id, submitted_at=now()))
             return SubmitActivityResult(outcome=SubmitOutcome.ACCEPTED, job_id=job_id, webhooks=fleet.webhooks)
+
+        async def breaker(provider: str) -> GateSnapshot:
+            try:
+                return await fleet.client.get_workflow_handle(api.gate_id(provider, activity.info().task_queue)).query(
+                    api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+            except RPCError:  # no gate yet: closed
+                return GateSnapshot(limit=0, effective=0, in_use=0, waiting=0, oldest_wait_s=0, granted=0,
+                                    throttles=0)
+
+        @activity.defn(name="choose_route")
+        async def choose_route_(req: RouteRequest) -> RouteTaken:
+            fleet.routed.append((req.task_id, now(), req.take))
+            gates = {r.provider: await breaker(r.provider) for r in fleet.routes}
+            facts = [RouteFacts(route=r, breaker=gates[r.provider].breaker, price=float(RESERVED),
+                                probe_free=not gates[r.provider].breaker_probe_out) for r in fleet.routes]
+            choice = choose_route(facts, reserved=float(RESERVED), spendable=0.0, lock_model=fleet.lock_model,
+                                  current=req.current, job_may_exist=req.job_may_exist)
+            if req.take and not choice.waits:
+                fleet.route[req.task_id] = choice.route
+            return RouteTaken(choice=choice, fields=RouteFields(
+                provider=choice.route.provider, model=choice.route.model, min_poll_interval_s=1.0))
 
         def state(job_id: str) -> PollResult:
             job = fleet.jobs[job_id]
@@ -230,7 +275,8 @@ class Fleet:
             return RenditionsResult(renditions=[])
 
         return [record_transition, validate_task, reserve_credit, settle, request_slot, submit, poll_job,
-                reconcile_submit, cancel_job, fetch_output, transcode_proxy, make_renditions, unaccounted_strays]
+                reconcile_submit, cancel_job, fetch_output, transcode_proxy, make_renditions, unaccounted_strays,
+                choose_route_]
 
 
 @dataclass

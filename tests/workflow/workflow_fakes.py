@@ -27,7 +27,7 @@ from activities import admission
 from activities.errors import DEPENDENCY_UNAVAILABLE, DISPATCH_NOT_CLAIMED, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
-from contracts.admission import AdmissionInput, GateInput, PlanLimits, SlotGrant, SlotRenewal
+from contracts.admission import AdmissionInput, BreakerMode, GateInput, PlanLimits, SlotGrant, SlotRenewal
 from contracts.messages import (
     AssetRef,
     AttemptRef,
@@ -48,6 +48,9 @@ from contracts.messages import (
     ResolveRequest,
     ResolveResult,
     ReviewPolicy,
+    RouteFields,
+    RouteRequest,
+    RouteTaken,
     SettleInput,
     StrayCostAcceptance,
     StrayJobRef,
@@ -62,6 +65,7 @@ from contracts.messages import (
     ValidationResult,
 )
 from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
+from contracts.routing import Route, RouteFacts, choose_route
 from contracts.task import TaskStatus
 from schema import state_machine as sm
 
@@ -183,6 +187,11 @@ class World:
     # (submit then refuses a task that is not DISPATCHING, as its transaction A did)
     carries: bool = True
     renewed: list[SlotRenewal] = field(default_factory=list)  # renewals the submit step sent the gate
+    # route-fallback-v1: the template's routes (the primary is fake/m) and its lock; choose_route applies the
+    # real choice (contracts.routing) to `breakers`, each provider's breaker as the test sets it (else closed)
+    routes: list[Route] = field(default_factory=list)
+    lock_model: bool = False
+    breakers: dict[str, BreakerMode] = field(default_factory=dict)
 
     # -- script helpers ---------------------------------------------------------------------
 
@@ -311,7 +320,7 @@ class World:
                             min_poll_interval_s=1.0, deadline_s=world.deadline_s, current_attempt_no=0,
                             task_deadline_s=world.task_deadline_s,
                             plan_limits=world.plan_limits, review=world.review, checks=world.checks_policy,
-                            paused_by=world.paused_by,
+                            paused_by=world.paused_by, routes=world.routes, lock_model=world.lock_model,
                             tenant_max_concurrent=world.tenant_limit)
             return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=info)
 
@@ -424,6 +433,17 @@ class World:
         async def check_output(req: CheckInput) -> CheckResult:
             return await world._answer("check_output", req, world.checks)
 
+        @activity.defn(name="choose_route")
+        async def choose_route_(req: RouteRequest) -> RouteTaken:
+            await world._enter("choose_route", req)
+            facts = [RouteFacts(route=r, breaker=world.breakers.get(r.provider, BreakerMode.CLOSED),
+                                price=float(RESERVED)) for r in world.routes]
+            choice = choose_route(facts, reserved=float(RESERVED), spendable=0.0, lock_model=world.lock_model,
+                                  current=req.current, job_may_exist=req.job_may_exist)
+            return RouteTaken(choice=choice, fields=RouteFields(
+                provider=choice.route.provider, model=choice.route.model, min_poll_interval_s=1.0,
+                plan_limits=world.plan_limits))
+
         @activity.defn(name="request_slot")
         async def request_slot(inp: AdmissionInput) -> SlotGrant | None:
             await world._enter("request_slot", inp)
@@ -435,9 +455,9 @@ class World:
             return await ask_gate(world.client, inp if world.carries else inp.model_copy(update={"at_once": False}),
                                   inp.plan_limits.max_concurrent if tenant_gate else world.limit)
 
-        return [request_slot, record_transition, validate_task, reserve_credit, settle, submit, reconcile_submit,
-                abandon_attempt, poll_job, cancel_job, account_stray_job, unaccounted_strays, accept_stray_cost,
-                fetch_output, transcode, transcode_proxy, make_renditions, check_output]
+        return [choose_route_, request_slot, record_transition, validate_task, reserve_credit, settle, submit,
+                reconcile_submit, abandon_attempt, poll_job, cancel_job, account_stray_job, unaccounted_strays,
+                accept_stray_cost, fetch_output, transcode, transcode_proxy, make_renditions, check_output]
 
 
 def media_worker(client: Any, queue: str, activities: list[Callable[..., Any]]) -> Worker:

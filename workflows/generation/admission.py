@@ -30,7 +30,7 @@ from workflows.generation.patches import (
     TENANT_ADMISSION,
 )
 from workflows.generation.state import RunState
-from workflows.generation.steps import REASK_EVERY, RENEW_EVERY
+from workflows.generation.steps import REASK_EVERY, RENEW_EVERY, REROUTE_EVERY
 
 
 class Admission(RunState):
@@ -46,6 +46,8 @@ class Admission(RunState):
             return True
         bounded = self._patched(ADMISSION_BOUNDED)
         granted = await self._await_slot(self._task_deadline if bounded else None, reask=bounded)
+        if granted is None and self._rerouted:
+            return False  # it left the line for another route: the next attempt chooses it
         if granted is None and not self._cancel_pending():
             await self._end(TaskEvent.DEADLINE_PASSED, error="the task's deadline passed while it waited for a slot")
         if granted is not None and not await self._take_platform_slot():
@@ -89,7 +91,8 @@ class Admission(RunState):
     async def _wait_for_grant(self, request: SlotRequest, until: datetime | None, *, reask: bool) -> None:
         """Until the gate grants, a cancel comes, `until` passes or (import-pause-v1) the import is paused."""
         while True:
-            every = REASK_EVERY * workflow.random().uniform(0.8, 1.2)  # spread: tasks queued together re-ask apart
+            # spread: tasks queued together re-ask apart; one with fallback routes looks at them more often
+            every = (REROUTE_EVERY if self._routable() else REASK_EVERY) * workflow.random().uniform(0.8, 1.2)
             wait = None if not reask else every if until is None else min(every, until - workflow.now())
             try:
                 await workflow.wait_condition(
@@ -103,6 +106,8 @@ class Admission(RunState):
                     return
             except TimeoutError:
                 if until is not None and workflow.now() >= until:
+                    return
+                if self._routable() and await self._route_elsewhere():
                     return
                 if not await self._signal_gate(api.SIGNAL_GATE_REQUEST, request):
                     await self._request_slot(request)  # no gate runs: bring one up
@@ -144,9 +149,20 @@ class Admission(RunState):
                            requested_at=asked_at, priority=self._info.priority)
 
     async def _take_task_slots(self) -> None:
-        """The slots held while the task generates: its tenant's, then its model's (admission-layers-v1);
-        a task that cannot have its model's slot gives its tenant's back as it ends."""
+        """The slots held while the task generates: its tenant's, then its model's (admission-layers-v1)."""
         await self._take_tenant_slot()
+        await self._take_model_slot()
+
+    async def _swap_model_slot(self, old: tuple[str, int, str] | None) -> None:
+        """The route changed (route-fallback-v1): the old model's slot given back, the new one's taken; the
+        tenant's is kept. The task holds no provider's slot here, so the layers' order still holds."""
+        if old is not None:
+            await self._give_layer_slot(old[0])
+        await self._take_model_slot()
+
+    async def _take_model_slot(self) -> None:
+        """The slot of the task's model (its layer); a task that cannot have it gives its tenant's back
+        as it ends."""
         layer = self._model_layer()
         if layer is None or layer[0] in self._layer_slots or await self._take_layer_slot(*layer, leave_on_pause=False):
             return

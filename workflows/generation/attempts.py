@@ -43,6 +43,9 @@ class Attempts(RunState):
                                 error_class="retry_budget")
             if workflow.now() >= self._task_deadline:
                 await self._end(TaskEvent.DEADLINE_PASSED, error="the task's deadline passed before a job succeeded")
+            if self._slot is None and self._routable():
+                self._rerouted = False
+                await self._route()
             if not await self._admit():
                 continue
             if self._cancel_pending() and self._patched(CANCEL_BEFORE_SUBMIT):
@@ -56,7 +59,7 @@ class Attempts(RunState):
                                                 moves=[claim] if self._carry else [],
                                                 accepted=(self._offer(TaskEvent.PROVIDER_ACCEPTED)
                                                           if self._carry else None),
-                                                **self._renewal_on_acceptance()))
+                                                route_note=self._route_note, **self._renewal_on_acceptance()))
             if job is None:
                 continue
             final = await self._follow(job)
@@ -69,7 +72,7 @@ class Attempts(RunState):
 
     async def _submit(self, ref: AttemptRef) -> JobRef | None:
         """One submit; the job to follow, or None once the task is back in QUEUED."""
-        self._tell("submitting", f"submitting attempt {ref.attempt_no} to {self._info.provider}")
+        self._tell("submitting", f"submitting attempt {ref.attempt_no} to {self._info.provider}/{self._info.model}")
         try:
             sent = await self._send(ref)
         except ActivityError as exc:  # out of budget: the call may have gone out, so ask, never resend
@@ -135,6 +138,7 @@ class Attempts(RunState):
                     raise
                 decision = await self._attention("reconcile", f"cannot ask the provider: {describe(exc)}")
                 if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK and self._patched(ACCEPTED_RISK_ENDS):
+                    self._route_pinned = True  # its job may exist on this route: later attempts stay on it
                     await self._release_slot()  # the attempt is abandoned: asking again would call it absent
                     return None
                 continue
@@ -157,6 +161,7 @@ class Attempts(RunState):
                 return None
             decision = await self._attention("reconcile", found.evidence)
             if decision.action is ResolveAction.ACCEPT_DUPLICATE_RISK:
+                self._route_pinned = True
                 await self._release_slot()
                 return None
 

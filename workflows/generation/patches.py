@@ -93,6 +93,10 @@ STALE_TENANT_GRANT = "stale-tenant-grant-v1"
 # `resolve --accept-duplicate-risk` of an unknown submit holds that attempt's estimate beside the task's
 # reservation before anything is sent again (no credit for it: the task fails); settle closes it
 RISK_HELD = "duplicate-risk-held-v1"
+# a task whose template names fallback routes chooses the route of each paid attempt (its providers' breakers,
+# what each can make, its price within the task's credit), never leaving a route a job of it may exist on;
+# asked only by such a task
+ROUTE_FALLBACK = "route-fallback-v1"
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
 BASELINES = ((GRANT_AT_ONCE, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT}),
              (RENEW_IN_SUBMIT, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED}),

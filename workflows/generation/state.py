@@ -101,6 +101,9 @@ class RunState:
         self._implied: frozenset[str] = frozenset()  # patches the run's baseline stands for (BASELINES)
         self._carry = False  # transition-in-work-v2: the main line's moves ride on its steps
         self._shown: str | None = None  # coarse-status-v1: the TaskStatus search attribute's last upsert
+        self._route_note: str | None = None  # route-fallback-v1: the route chosen for the next attempt, and why
+        self._route_pinned = False  # a job of the task may exist on its route (an accepted duplicate risk)
+        self._rerouted = False  # the task left a gate's line for another route
 
     def _cancel_pending(self) -> bool:
         return self._cancel is not None and not self._cancel_handled

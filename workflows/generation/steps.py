@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.media import MediaActivities
     from activities.poll import PollActivities
     from activities.review import ReviewActivities
+    from activities.routing import RoutingActivities
     from activities.submit import SubmitActivities
     from activities.tasks import TaskActivities
     from contracts.messages import ResolveRequest
@@ -26,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
 MAX_PAID_ATTEMPTS = 3  # submits that created (or may have created) a provider job
 DEPENDENCY_PAUSE_S = 30.0  # between runs of a step waiting for Postgres or object storage to come back
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
+REROUTE_EVERY = timedelta(minutes=1)  # a task with fallback routes waiting in a gate's line re-chooses this often
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
 MAX_POLL_INTERVAL_S = 15.0
 OUTAGE_PAUSE_S = 30.0  # between status-call bursts while the provider's status API is down
@@ -47,6 +49,8 @@ STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]]
     SubmitActivities.reconcile_submit: (timedelta(seconds=30), retry_policy(40, first_s=2.0), None),
     SubmitActivities.abandon_attempt: (timedelta(seconds=30), retry_policy(None), None),
     AdmissionActivities.request_slot: (timedelta(seconds=30), retry_policy(None), None),
+    # Reads gates and the ledger; a task waits here only while Postgres or Temporal is out of reach
+    RoutingActivities.choose_route: (timedelta(seconds=30), retry_policy(None), None),
     # A short burst: the workflow itself rides out longer status outages until the deadline.
     PollActivities.poll_job: (timedelta(seconds=15), retry_policy(5, max_s=10.0), None),
     # About 18 minutes of provider trouble; then a person decides (the reservation stays held).

@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         TRANSITIONS_IN_WORK,
     )
     from workflows.generation.review import Review
+    from workflows.generation.routing import Routing
     from workflows.generation.state import TaskEnded, TaskTakenOver
     from workflows.generation.steps import MAX_PAID_ATTEMPTS, describe, error_type
     from workflows.generation.strays import STRAY, Strays
@@ -74,7 +75,7 @@ FAILED_CLOSE = frozenset({TaskStatus.FAILED_FINAL, TaskStatus.EXPIRED, TaskStatu
 
 
 @workflow.defn(name=api.WORKFLOW_NAME)
-class GenerationWorkflow(Admission, Attempts, Following, Delivery, Review, Attention, Strays, Closing):
+class GenerationWorkflow(Admission, Routing, Attempts, Following, Delivery, Review, Attention, Strays, Closing):
     """One task's run: its steps (`_produce`: validate and reserve, generate, deliver), then the messages
     it takes; each part it is made of decides one thing (docs/architecture.md)."""
 
@@ -182,7 +183,7 @@ class GenerationWorkflow(Admission, Attempts, Following, Delivery, Review, Atten
 
     @workflow.signal(name=api.SIGNAL_MODEL_SLOT_GRANTED)
     def model_slot_granted(self, grant: SlotGrant) -> None:
-        self._layer_granted[api.model_gate(self._info.provider, self._info.model)] = grant
+        self._layer_granted[api.model_gate(self._info.provider, self._info.model)] = grant  # the route's model
 
     @workflow.signal(name=api.SIGNAL_PLATFORM_SLOT_GRANTED)
     def platform_slot_granted(self, grant: SlotGrant) -> None:
