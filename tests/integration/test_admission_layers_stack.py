@@ -1,4 +1,4 @@
-"""The platform's, a tenant's and a model's admission layers on the real stack: 100 short clips at once
+"""Each admission layer on the real stack (the platform's, a tenant's, a provider's, a model's): 100 short clips at once
 behind one layer's limit, the worker SIGKILLed mid-run and started again; the emulator never holds more
 jobs than the layer allows, every task succeeds with one job, and the invariant checker finds no
 slot of any layer held by a finished task. `status --json` shows the layer's gate."""
@@ -39,7 +39,7 @@ async def _in_use(client, gate_id: str) -> int:
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("layer", ["platform", "tenant", "model"])
+@pytest.mark.parametrize("layer", ["platform", "tenant", "provider", "model"])
 async def test_a_layers_limit_holds_for_100_tasks_through_a_sigkilled_worker(stack, client, tmp_path, monkeypatch,
                                                                             layer):
     queue = f"layers-{uuid.uuid4().hex[:10]}"
@@ -52,7 +52,7 @@ async def test_a_layers_limit_holds_for_100_tasks_through_a_sigkilled_worker(sta
         if layer == "tenant":
             session.execute(update(Tenant).where(Tenant.id == tenant).values(max_concurrent=LIMIT))
     model = tasks[0].model
-    limits = {"emulator": {"max_concurrent": PROVIDER_LIMIT,
+    limits = {"emulator": {"max_concurrent": LIMIT if layer == "provider" else PROVIDER_LIMIT,
                            "models": {model: {"max_concurrent": LIMIT}} if layer == "model" else {}}}
     env = {"REELQUEUE_TASK_QUEUE": queue, "REELQUEUE_PROVIDER_LIMITS": json.dumps(limits),
            "REELQUEUE_PLATFORM_MAX_CONCURRENT": str(LIMIT if layer == "platform" else 0)}
@@ -60,7 +60,7 @@ async def test_a_layers_limit_holds_for_100_tasks_through_a_sigkilled_worker(sta
         monkeypatch.setenv(name, value)  # the worker process and the CLI read these
     settings = stack.model_copy(update={"task_queue": queue, "provider_limits": limits,
                                         "platform_max_concurrent": LIMIT if layer == "platform" else 0})
-    name = {"platform": api.PLATFORM_GATE, "tenant": api.tenant_gate(tenant),
+    name = {"platform": api.PLATFORM_GATE, "tenant": api.tenant_gate(tenant), "provider": "emulator",
             "model": api.model_gate("emulator", model)}[layer]
     gate = api.gate_id(name, queue)
     httpx.delete(f"{stack.emulator_url}/_sim/stats", timeout=10)
@@ -88,5 +88,7 @@ async def test_a_layers_limit_holds_for_100_tasks_through_a_sigkilled_worker(sta
     rule = report.rule("gate_slots")
     assert rule.checked and rule.violations == 0, rule
     assert gate in rule.detail, rule.detail
-    shown = json.loads(status.stdout)["layers"][{"platform": "platform", "tenant": "tenants", "model": "models"}[layer]]
+    shown = json.loads(status.stdout)
+    shown = shown["providers"] if layer == "provider" else shown["layers"][
+        {"platform": "platform", "tenant": "tenants", "model": "models"}[layer]]
     assert (shown[name]["limit"], shown[name]["in_use"], shown[name]["waiting"]) == (LIMIT, 0, 0), shown
