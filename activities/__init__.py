@@ -46,7 +46,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
                               inside=settings.emulated)
     status_calls = StatusCalls(db, {name: limits.polls_per_second for name, limits in
                                     settings.provider_limits.items() if limits.polls_per_second})
-    poll = PollActivities(db, providers, status_calls)
+    poll = PollActivities(db, providers, status_calls, gate=GateNotices.on_running_loop(client))
     fetch = FetchActivities(db, storage, providers, fetcher, url_refreshes=settings.fetch_url_refreshes,
                             expiry_margin_s=settings.fetch_expiry_margin_s, status_calls=status_calls)
     media = MediaActivities(

@@ -18,7 +18,15 @@ from temporalio.service import RPCError
 from activities.errors import classified_async
 from config.defaults import BreakerPolicy, ProviderLimits
 from contracts import workflow_api as api
-from contracts.admission import AdmissionInput, GateInput, SlotGrant, SlotRenewal, SlotRequest, effective_limits
+from contracts.admission import (
+    AdmissionInput,
+    GateInput,
+    SlotGrant,
+    SlotRelease,
+    SlotRenewal,
+    SlotRequest,
+    effective_limits,
+)
 
 NOTICE_TIMEOUT_S = 10.0
 log = logging.getLogger(__name__)
@@ -90,12 +98,20 @@ class GateNotices:
     def renew(self, gate_id: str, renewal: SlotRenewal) -> bool:
         """True once the gate took the renewal; False when it could not be told (the workflow then
         tells it: a renewal that reached it twice counts once, gate-renew-once-v1)."""
+        return self._tell(gate_id, api.SIGNAL_GATE_RENEW, renewal, renewal.workflow_id)
+
+    def release(self, gate_id: str, release: SlotRelease) -> bool:
+        """True once the gate took the slot back; False when it could not be told (the workflow then
+        gives it back: a release naming a slot no longer held changes nothing at the gate)."""
+        return self._tell(gate_id, api.SIGNAL_GATE_RELEASE, release, release.workflow_id)
+
+    def _tell(self, gate_id: str, signal_name: str, message: object, holder: str) -> bool:
         if self.client is None or self.loop is None:
             return False
-        signal = self.client.get_workflow_handle(gate_id).signal(api.SIGNAL_GATE_RENEW, renewal)
+        signal = self.client.get_workflow_handle(gate_id).signal(signal_name, message)
         try:
             asyncio.run_coroutine_threadsafe(signal, self.loop).result(timeout=NOTICE_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 - a gate that is gone or slow: the workflow renews instead
-            log.warning("gate %s did not take the renewal of %s: %s", gate_id, renewal.workflow_id, exc)
+        except Exception as exc:  # noqa: BLE001 - a gate that is gone or slow: the workflow tells it instead
+            log.warning("gate %s did not take %s of %s: %s", gate_id, signal_name, holder, exc)
             return False
         return True

@@ -13,6 +13,7 @@ from decimal import Decimal
 from sqlalchemy import select, update
 from temporalio import activity
 
+from activities.admission import GateNotices
 from activities.errors import NOT_YET_CONCLUSIVE, classified, retry_later
 from activities.failpoints import failpoint
 from activities.status_calls import StatusCalls
@@ -47,11 +48,14 @@ _ATTEMPT_STATE = {
 }
 _FINAL_STATES = [s.value for s in ATTEMPT_SETTLED]
 class PollActivities:
-    def __init__(self, db: Database, providers: dict[str, VideoProvider], status_calls: StatusCalls | None = None):
-        """`status_calls`: how status calls are made (the providers' polling budgets); none by default."""
+    def __init__(self, db: Database, providers: dict[str, VideoProvider], status_calls: StatusCalls | None = None,
+                 gate: GateNotices | None = None):
+        """`status_calls`: how status calls are made (the providers' polling budgets); none by default.
+        `gate`: tells a provider's gate that a job observed terminal gave its slot back (release-in-step-v1)."""
         self.db = db
         self.providers = providers
         self.status_calls = status_calls or StatusCalls(db)
+        self.gate = gate or GateNotices(None, None)
 
     def _route(self, task_id: str) -> tuple[VideoProvider, str, float]:
         """The task's provider, model and duration."""
@@ -79,7 +83,10 @@ class PollActivities:
         failpoint("mid_poll")
         offered = ref.move_on.get(state.status)
         done = self._record(ref, state, poll=True, moves=[offered] if offered is not None else [])
-        return _result(state).model_copy(update={"moved": moved(done)})
+        result = _result(state).model_copy(update={"moved": moved(done)})
+        if result.terminal and ref.release is not None and ref.gate_id is not None:  # after the transaction
+            result.released = self.gate.release(ref.gate_id, ref.release)
+        return result
 
     @activity.defn(name="cancel_job")
     @classified

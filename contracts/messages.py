@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from contracts.admission import PlanLimits, PriorityClass, SlotRenewal
+from contracts.admission import PlanLimits, PriorityClass, SlotRelease, SlotRenewal
 from contracts.provider import TERMINAL_JOB_STATUSES, ErrorClass, JobStatus, SubmitOutcome
 from contracts.routing import Route, RouteChoice
 from contracts.task import TaskEvent, TaskStatus
@@ -301,6 +301,10 @@ class JobRef(BaseModel):
     # sha256); poll_job commits the move for the status it observed with the attempt's row
     moves: list[TransitionInput] = Field(default_factory=list)
     move_on: dict[JobStatus, TransitionInput] = Field(default_factory=dict)
+    # release-in-step-v1 (poll_job only): the slot's release the gate `gate_id` gets, sent by the step once it
+    # observed the job terminal (after its transaction), instead of by a workflow task of its own
+    gate_id: str | None = None
+    release: SlotRelease | None = None
 
 
 class PollResult(BaseModel):
@@ -312,6 +316,7 @@ class PollResult(BaseModel):
     error: str | None = None
     output_expires_at: datetime | None = None  # when the provider's output URL expires (a job that succeeded)
     moved: list[TransitionResult] = Field(default_factory=list)  # what became of the request's `move_on`
+    released: bool = False  # the step gave the slot back at the gate (the request's `release`)
 
     @property
     def terminal(self) -> bool:

@@ -239,7 +239,11 @@ class Fleet:
         @activity.defn(name="poll_job")
         async def poll_job(ref: JobRef) -> PollResult:
             fleet.followed.append(("poll_job", ref.job_id, now()))
-            return state(ref.job_id)
+            polled = state(ref.job_id)
+            if polled.terminal and ref.release and ref.gate_id:  # release-in-step-v1: the step gives the slot back
+                await fleet.client.get_workflow_handle(ref.gate_id).signal(api.SIGNAL_GATE_RELEASE, ref.release)
+                return polled.model_copy(update={"released": True})
+            return polled
 
         @activity.defn(name="reconcile_submit")
         async def reconcile_submit(ref: AttemptRef) -> ReconcileResult:

@@ -30,7 +30,7 @@ async def outage_past_budget(env, world: World, run_world, step, script: list, w
     tries = budget(step) + 4
     script[:] = [unavailable(message)] * tries + [None]
     handle = await run_world()
-    await until(env, lambda: len(world.called(step.__name__)) > budget(step))
+    await until(env, lambda: len(world.called(step.__name__)) > budget(step), tries=200)
     assert world.status is waiting, "waiting for the dependency, not ended"
     submitted_meanwhile = list(world.called("submit"))
     assert await ending(handle) == "completed"

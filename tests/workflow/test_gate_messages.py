@@ -3,7 +3,8 @@ submit step tells the gate of an accepted submit (the renewal that carries the A
 transaction B, so the task's history holds no renew signal of its own. grant-at-once-v1: request_slot
 asks with the gate's `ask` update, whose answer is the slot when one is free, so a task that does not
 wait gets no grant signal and spends no re-ask timer. Activity workers from before the patches leave
-both to the workflow, as before.
+both to the workflow, as before. release-in-step-v1: the status call that sees the job end gives the slot
+back itself. local-db-steps-v1: reserve_credit and settle run as local activities.
 
 `REELQUEUE_RECORD_HISTORIES=1` records the histories into tests/fixtures/histories/generation/<patch>/.
 """
@@ -16,7 +17,7 @@ from workflow_fakes import World, ending, job
 
 from contracts import workflow_api as api
 from contracts.provider import JobStatus
-from workflows.generation.patches import GRANT_AT_ONCE, RENEW_IN_SUBMIT
+from workflows.generation.patches import GRANT_AT_ONCE, LOCAL_DB_STEPS, RENEW_IN_SUBMIT
 
 HISTORY_FOLDER = RENEW_IN_SUBMIT
 
@@ -48,7 +49,33 @@ async def test_the_submit_step_tells_the_gate_of_the_acceptance(world: World, ru
     [sent] = world.called("submit")
     [queue] = world.queues["submit"]
     assert sent.gate_id == api.gate_id("fake", queue), "the gate that granted the slot"
-    assert await signals_sent(handle) == [api.SIGNAL_GATE_RELEASE], "the release only: no renew of its own"
+    assert await signals_sent(handle) == [], "no renew and no release of its own"
+
+
+@pytest.mark.histories(LOCAL_DB_STEPS)
+async def test_the_status_call_that_sees_the_job_end_gives_the_slot_back(world: World, run_world):
+    """release-in-step-v1: the poll step that observed the job terminal released the slot at the gate
+    after its transaction; the workflow sends no signal and its gate holds nothing."""
+    handle = await run_world()
+    assert await ending(handle) == "completed"
+    [release] = world.released
+    assert (release.token, release.workflow_id) == (1, handle.id)
+    assert await signals_sent(handle) == []
+    polls = world.called("poll_job")
+    assert polls[-1].release == release and all(p.gate_id for p in polls)
+
+
+@pytest.mark.histories(LOCAL_DB_STEPS)
+async def test_the_database_steps_run_as_local_activities(world: World, run_world):
+    """local-db-steps-v1: reserve_credit and settle are markers of the workflow task that asked for
+    them, not activities of their own; the ledger closes as before."""
+    handle = await run_world()
+    assert await ending(handle) == "completed"
+    history = await handle.fetch_history()
+    scheduled = {e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+                 if e.HasField("activity_task_scheduled_event_attributes")}
+    assert scheduled.isdisjoint({"reserve_credit", "settle"}) and "validate_task" in scheduled
+    assert world.called("reserve_credit") and world.called("settle") and world.balanced()
 
 
 async def test_a_step_that_could_not_tell_the_gate_leaves_the_renewal_to_the_workflow(world: World, run_world):

@@ -88,7 +88,8 @@ async def test_a_task_waiting_for_a_person_shows_it_and_then_running_again(env, 
 
 
 async def local_moves_before_the_gate(handle) -> int:  # noqa: ANN001
-    """Local activity markers between validate_task's completion and request_slot's scheduling."""
+    """record_transition markers (moves recorded on their own) between validate_task's completion and
+    request_slot's scheduling (reserve_credit itself is a local step since local-db-steps-v1: not counted)."""
     history = await handle.fetch_history()
     count, after_validate = 0, False
     for e in history.events:
@@ -99,7 +100,8 @@ async def local_moves_before_the_gate(handle) -> int:  # noqa: ANN001
             after_validate = after_validate or name == "validate_task"
         elif after_validate and e.HasField("marker_recorded_event_attributes") and (
                 e.marker_recorded_event_attributes.marker_name == "core_local_activity"):
-            count += 1
+            marker = json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)
+            count += marker["activity_type"] == "record_transition"
     return count
 
 

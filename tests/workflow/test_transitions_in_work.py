@@ -19,6 +19,7 @@ from workflow_fakes import TASK_ID, World, accepted, ending, job
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
 from workflows.generation.patches import TRANSITIONS_CARRIED
+from workflows.generation.steps import LOCAL_STEPS
 
 HISTORY_FOLDER = TRANSITIONS_CARRIED
 
@@ -29,14 +30,15 @@ MAIN_EVENTS = ["validation_started", "validation_passed", "queued", "dispatch_cl
 
 
 async def local_activities(handle: WorkflowHandle) -> list[str]:
-    """The local activities a run recorded (one marker each), in order."""
+    """The local activities a run recorded (one marker each), in order: moves and reads, not the
+    steps that run as local activities since local-db-steps-v1 (reserve_credit, settle)."""
     history = await handle.fetch_history()
     names = []
     for e in history.events:
         marker = e.marker_recorded_event_attributes
         if e.HasField("marker_recorded_event_attributes") and marker.marker_name == "core_local_activity":
             names.append(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
-    return names
+    return [n for n in names if n not in {step.__name__ for step in LOCAL_STEPS}]
 
 
 def state_events(world: World) -> list[tuple[str, str, dict]]:

@@ -27,7 +27,15 @@ from activities import admission
 from activities.errors import DEPENDENCY_UNAVAILABLE, DISPATCH_NOT_CLAIMED, INSUFFICIENT_CREDIT, PROVIDER_REFUSED
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
-from contracts.admission import AdmissionInput, BreakerMode, GateInput, PlanLimits, SlotGrant, SlotRenewal
+from contracts.admission import (
+    AdmissionInput,
+    BreakerMode,
+    GateInput,
+    PlanLimits,
+    SlotGrant,
+    SlotRelease,
+    SlotRenewal,
+)
 from contracts.messages import (
     AssetRef,
     AttemptRef,
@@ -187,6 +195,7 @@ class World:
     # (submit then refuses a task that is not DISPATCHING, as its transaction A did)
     carries: bool = True
     renewed: list[SlotRenewal] = field(default_factory=list)  # renewals the submit step sent the gate
+    released: list[SlotRelease] = field(default_factory=list)  # releases the poll step sent the gate
     # route-fallback-v1: the template's routes (the primary is fake/m) and its lock; choose_route applies the
     # real choice (contracts.routing) to `breakers`, each provider's breaker as the test sets it (else closed)
     routes: list[Route] = field(default_factory=list)
@@ -373,7 +382,13 @@ class World:
         async def poll_job(ref: JobRef) -> PollResult:
             polled = await world._answer("poll_job", ref, world.polls)
             offered = ref.move_on.get(polled.status)
-            return polled.model_copy(update={"moved": world.carried([offered] if offered else [])})
+            moved = world.carried([offered] if offered else [])
+            released = False
+            if polled.terminal and ref.release and ref.gate_id and world.carries:  # release-in-step-v1
+                await world.client.get_workflow_handle(ref.gate_id).signal(api.SIGNAL_GATE_RELEASE, ref.release)
+                world.released.append(ref.release)
+                released = True
+            return polled.model_copy(update={"moved": moved, "released": released})
 
         @activity.defn(name="cancel_job")
         async def cancel_job(ref: JobRef) -> PollResult:

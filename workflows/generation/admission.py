@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
     from contracts import workflow_api as api
     from contracts.admission import AdmissionInput, PlanLimits, SlotGrant, SlotRelease, SlotRenewal, SlotRequest
+    from contracts.messages import JobRef
     from contracts.task import TaskEvent
 
 from workflows.generation.patches import (
@@ -26,6 +27,7 @@ from workflows.generation.patches import (
     GRANT_AT_ONCE,
     IMPORT_PAUSE,
     PAUSE_HOLDS_NOTHING,
+    RELEASE_IN_STEP,
     RENEW_IN_SUBMIT,
     TENANT_ADMISSION,
 )
@@ -311,15 +313,25 @@ class Admission(RunState):
             workflow_id=workflow.info().workflow_id, token=self._slot.token, failure=failure))
 
     async def _release_slot(self, *, throttled: bool = False, retry_after_s: float | None = None,
-                            failure: str | None = None) -> None:
-        """The provider's slot given back, and the platform's taken with it (admission-layers-v1)."""
+                            failure: str | None = None, given: bool = False) -> None:
+        """The provider's slot given back, and the platform's taken with it (admission-layers-v1); `given`:
+        the step that saw the job end gave the provider's back already (release-in-step-v1)."""
         await self._give_layer_slot(api.PLATFORM_GATE)
         if self._slot is None:
             return
         release = SlotRelease(workflow_id=workflow.info().workflow_id, token=self._slot.token, throttled=throttled,
                               retry_after_s=retry_after_s, failure=failure)
         self._given_back, self._slot = self._slot.token, None
-        await self._signal_gate(api.SIGNAL_GATE_RELEASE, release)
+        if not given:
+            await self._signal_gate(api.SIGNAL_GATE_RELEASE, release)
+
+    def _release_on_end(self, job: JobRef) -> dict[str, Any]:
+        """What a status call of the live job sends the gate if it sees the job end (release-in-step-v1)."""
+        live = self._live is not None and self._live.job_id == job.job_id
+        if not live or self._slot is None or not self._patched(RELEASE_IN_STEP):
+            return {}
+        return {"gate_id": api.gate_id(self._info.provider, workflow.info().task_queue), "release": SlotRelease(
+            workflow_id=workflow.info().workflow_id, token=self._slot.token)}
 
     async def _signal_gate(self, signal: str, message: object, *, provider: str | None = None) -> bool:
         """Tell the provider's gate (or another, e.g. the tenant's); False when no gate runs. A gate

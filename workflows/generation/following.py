@@ -96,8 +96,8 @@ class Following(RunState):
         unreachable. A provider that refuses to answer for the job (not an outage) sends the task to a
         person first."""
         try:
-            polled = await self._run(PollActivities.poll_job, job.model_copy(update={"move_on": offers})
-                                     if offers else job)
+            polled = await self._run(PollActivities.poll_job, job.model_copy(update={
+                "move_on": offers or {}, **self._release_on_end(job)}))
         except ActivityError as exc:
             if ask_on_refusal and error_type(exc) in BUSINESS_FAILURES:
                 await self._attention("poll", f"job {job.job_id}: {describe(exc)}")
@@ -115,7 +115,7 @@ class Following(RunState):
                    job_id=job.job_id, job_status=state.raw_status, progress=state.progress)
         if state.terminal and self._live is not None and self._live.job_id == job.job_id:
             self._live = None
-            await self._release_slot()
+            await self._release_slot(given=state.released)
 
     async def _stop(self, job: JobRef, ending: TaskEvent, error: str | None = None) -> PollResult:
         """Cancel the job and end the task with `ending` once it is terminal; a job that succeeded

@@ -97,8 +97,18 @@ RISK_HELD = "duplicate-risk-held-v1"
 # what each can make, its price within the task's credit), never leaving a route a job of it may exist on;
 # asked only by such a task
 ROUTE_FALLBACK = "route-fallback-v1"
+# workflow.patched, asked first as a run starts (it stands for grant-at-once-v1 and every patch before): the
+# steps that only write Postgres, reserve_credit and settle, run as local activities (`LOCAL_STEPS`): each
+# is a marker in the workflow task that asked for it instead of an activity's three events and the
+# workflow task its completion wakes
+LOCAL_DB_STEPS = "local-db-steps-v1"
+# workflow.patched (stood for by local-db-steps-v1): the status call that observes the job terminal gives its
+# provider slot back at the gate itself, after its transaction; the workflow signals only when it could not
+RELEASE_IN_STEP = "release-in-step-v1"
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
-BASELINES = ((GRANT_AT_ONCE, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT}),
+BASELINES = ((LOCAL_DB_STEPS, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT,
+                                         GRANT_AT_ONCE, RELEASE_IN_STEP}),
+             (GRANT_AT_ONCE, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT}),
              (RENEW_IN_SUBMIT, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED}),
              (TRANSITIONS_CARRIED, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK}),
              (PATCH_BASELINE, IMPLIED))

@@ -10,7 +10,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities.errors import DEPENDENCY_UNAVAILABLE
@@ -36,8 +36,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.queues import fetch_priority, queue_of
     from workflows.search_attributes import TASK_STATUS, shown_status
 
-from workflows.generation.patches import COARSE_STATUS, DEGRADATION, EXPIRY_FIRST, TASK_QUEUES
-from workflows.generation.steps import DEPENDENCY_PAUSE_S, STEPS, error_type, summary
+from workflows.generation.patches import COARSE_STATUS, DEGRADATION, EXPIRY_FIRST, LOCAL_DB_STEPS, TASK_QUEUES
+from workflows.generation.steps import (
+    DEPENDENCY_PAUSE_S,
+    LOCAL_RETRY_THRESHOLD,
+    LOCAL_STEPS,
+    STEPS,
+    error_type,
+    summary,
+)
 
 
 class TaskEnded(Exception):
@@ -191,6 +198,8 @@ class RunState:
         start_to_close, retry, heartbeat = STEPS[step]
         while True:
             try:
+                if step in LOCAL_STEPS and self._patched(LOCAL_DB_STEPS):
+                    return await self._run_local(step, arg)
                 return await workflow.execute_activity_method(
                     step, arg, start_to_close_timeout=start_to_close, retry_policy=retry, heartbeat_timeout=heartbeat,
                     task_queue=queue_of(step.__name__, TASK_QUEUES, self._patched), summary=summary(step, arg),
@@ -201,6 +210,21 @@ class RunState:
                     raise
             self._tell("waiting", f"{step.__name__} waits for Postgres or object storage to come back")
             await self._pause(DEPENDENCY_PAUSE_S, wake_on_cancel=False)
+
+    async def _run_local(self, step: Callable[..., Any], arg: Any) -> Any:
+        """A step as a local activity (local-db-steps-v1), by the step table. Its failure arrives as the
+        step's own error, unwrapped: raised as an activity's failure is, so every caller handles both alike."""
+        start_to_close, retry, _ = STEPS[step]
+        try:
+            return await workflow.execute_local_activity_method(
+                step, arg, start_to_close_timeout=start_to_close, retry_policy=retry,
+                local_retry_threshold=LOCAL_RETRY_THRESHOLD, summary=summary(step, arg))
+        except ActivityError:
+            raise
+        except FailureError as failure:  # ApplicationError, a timeout, a cancel
+            raise ActivityError(f"local activity {step.__name__} failed", scheduled_event_id=0, started_event_id=0,
+                                identity="", activity_type=step.__name__, activity_id="",
+                                retry_state=None) from failure
 
     def _priority(self, step: Callable[..., Any]) -> Priority:
         """An output's fetch is dispatched by how soon its provider URL expires (expiry-first-v1), worked

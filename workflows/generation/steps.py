@@ -68,6 +68,15 @@ STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]]
 }
 
 
+# Steps that only write Postgres in one short transaction, run as local activities (local-db-steps-v1) on the
+# workflow's worker: their retries are the step table's, re-run by the SDK within the workflow task while
+# short (past a minute, after a timer). validate_task stays an activity: it may fetch an input image.
+LOCAL_STEPS = frozenset({LedgerActivities.reserve_credit, LedgerActivities.settle})
+# A local step's retry waits up to this long inside the workflow task (the first tries of a short blip); a
+# longer backoff is a durable timer, so a database out for minutes holds no worker slot meanwhile
+LOCAL_RETRY_THRESHOLD = timedelta(seconds=5)
+
+
 def summary(step: Callable[..., Any], arg: Any) -> str:
     """The line the Web UI shows for an activity call: the step, and the attempt and job it is about."""
     parts = [step.__name__]
