@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from activities.errors import OUTPUT_INVALID, business_failure, classified
 from activities.failpoints import SLOW_TRANSCODE_S, armed, failpoint
 from activities.fetch import asset_ref
+from activities.heartbeats import QuietHeartbeat
 from adapters.media.ffmpeg_tools import MediaLimits, MediaUnreadable
 from adapters.media.transcode import (
     MediaError,
@@ -68,8 +69,11 @@ def rendition_key(raw_asset_id: str, profile: str) -> str:
 
 
 def _heartbeat(step: str) -> Callable[[float], None]:
+    """ffmpeg's progress as the step's heartbeat, from QUIET_S on (a short transcode sends none)."""
+    heartbeat = QuietHeartbeat()
+
     def beat(out_time_s: float) -> None:
-        activity.heartbeat({"step": step, "out_time_s": round(out_time_s, 1)})
+        heartbeat({"step": step, "out_time_s": round(out_time_s, 1)})
 
     return beat
 

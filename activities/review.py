@@ -15,6 +15,7 @@ from sqlalchemy.dialects.postgresql import insert
 from temporalio import activity
 
 from activities.errors import classified
+from activities.heartbeats import QuietHeartbeat
 from adapters.media.checks import Expectations, check_video
 from adapters.media.ffmpeg_tools import MediaError
 from adapters.storage import ObjectStorage
@@ -51,9 +52,10 @@ class ReviewActivities:
         expect = Expectations(aspect_ratio=req.aspect_ratio, duration_s=req.duration_s,
                               duration_tolerance_s=policy.duration_tolerance_s, audio_expected=policy.audio_expected,
                               max_black_ratio=policy.max_black_ratio, max_frozen_ratio=policy.max_frozen_ratio)
+        heartbeat = QuietHeartbeat()
         with tempfile.TemporaryDirectory(prefix="rq-check-") as tmp:
             path = self.storage.get_to_file(key, Path(tmp) / "proxy.mp4")
-            activity.heartbeat("checks")
+            heartbeat("checks")
             try:
                 found = [CheckOutcome(name=c.name, passed=c.passed, detail=c.detail) for c in check_video(path, expect)]
             except MediaError as exc:
