@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -57,10 +58,18 @@ def jobs_of(emulator_jobs, task_id: str) -> list[dict]:
 
 
 async def pending(client, workflow_id: str) -> tuple[str, int, str] | None:
-    """The workflow's running activity: its name, its try and the last try's failure."""
-    described = await client.get_workflow_handle(workflow_id).describe()
+    """The workflow's retrying step: its name, its try and the last try's failure; an activity pending at
+    the server, or a local step (local-db-steps-v1) whose failed try its last marker records."""
+    handle = client.get_workflow_handle(workflow_id)
+    described = await handle.describe()
     for activity in described.raw_description.pending_activities:
         return activity.activity_type.name, activity.attempt, activity.last_failure.message
+    for event in reversed((await handle.fetch_history()).events):
+        marker = event.marker_recorded_event_attributes
+        if event.HasField("marker_recorded_event_attributes") and marker.marker_name == "core_local_activity":
+            data = json.loads(marker.details["data"].payloads[0].data)
+            failure = marker.failure.cause if marker.failure.HasField("cause") else marker.failure
+            return (data["activity_type"], data["attempt"], failure.message) if marker.HasField("failure") else None
     return None
 
 

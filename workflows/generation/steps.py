@@ -72,9 +72,10 @@ STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]]
 # workflow's worker: their retries are the step table's, re-run by the SDK within the workflow task while
 # short (past a minute, after a timer). validate_task stays an activity: it may fetch an input image.
 LOCAL_STEPS = frozenset({LedgerActivities.reserve_credit, LedgerActivities.settle})
-# A local step's retry waits up to this long inside the workflow task (the first tries of a short blip); a
-# longer backoff is a durable timer, so a database out for minutes holds no worker slot meanwhile
-LOCAL_RETRY_THRESHOLD = timedelta(seconds=5)
+# A local step's retry waits up to this long inside the workflow task (the first retry of a blip); a longer
+# backoff is a durable timer, recorded with the failed try (a marker: `describe` shows no pending activity
+# for a local step), so a database out for minutes holds no worker slot and its failures are on record
+LOCAL_RETRY_THRESHOLD = timedelta(seconds=1)
 
 
 def summary(step: Callable[..., Any], arg: Any) -> str:
