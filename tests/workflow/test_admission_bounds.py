@@ -44,6 +44,7 @@ async def finish(env, fleet: Fleet, run: FleetRun, step_s: float = 60) -> None:
     await until(env, lambda: all(fleet.status[t] in TERMINAL for t in tasks), step_s=step_s)
 
 
+@pytest.mark.timeout(600)  # 200 workflows on one time-skipping server: minutes of CPU on a loaded machine
 async def test_200_tasks_behind_a_limit_of_5_all_succeed_within_their_deadlines(own_env):
     """Hours of queue (200 x 3-minute jobs / 5): no fresh job is cancelled as 'past its deadline'."""
     fleet = Fleet(limit=5, job_s=180.0)
