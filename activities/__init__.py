@@ -57,7 +57,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     )
     review = ReviewActivities(db, storage)
     admission = AdmissionActivities(client, settings.provider_limits, settings.gate_lease_s, settings.provider_breaker)
-    routing = RoutingActivities(db, client, providers, settings.admission_layers())
+    routing = RoutingActivities(db, client, providers, tasks.plan, settings.admission_layers())
     return [
         routing.choose_route,
         admission.request_slot,

@@ -6,10 +6,12 @@ dearer) (docs/architecture.md, "Routing")."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
@@ -25,7 +27,7 @@ from contracts.admission import BreakerMode, GateSnapshot
 from contracts.messages import RouteRequest, RouteTaken
 from contracts.routing import Route, RouteChoice, RouteFacts, choose_route
 from schema.db import Database
-from schema.models import Plan, Task
+from schema.models import Task
 from schema.task_store import TaskNotFound
 
 GATE_QUERY_TIMEOUT_S = 5.0
@@ -33,12 +35,13 @@ GATE_QUERY_TIMEOUT_S = 5.0
 
 class RoutingActivities:
     def __init__(self, db: Database, client: Client, providers: dict[str, VideoProvider],
-                 layers: AdmissionLayers | None = None):
+                 plans: Callable[[Session, str], PlanSpec], layers: AdmissionLayers | None = None):
+        """`plans`: a plan by id, validated once per process (TaskActivities.plan, shared with validation)."""
         self.db = db
         self.client = client
         self.providers = providers
+        self.plans = plans
         self.layers = layers or AdmissionLayers()
-        self._plans: dict[str, PlanSpec] = {}  # plan id (its content hash) -> the validated plan
 
     @activity.defn(name="choose_route")
     @classified_async
@@ -62,9 +65,7 @@ class RoutingActivities:
             task = session.get(Task, req.task_id)
             if task is None:
                 raise TaskNotFound(req.task_id)
-            if task.plan_id not in self._plans:
-                self._plans[task.plan_id] = PlanSpec.model_validate(session.get(Plan, task.plan_id).content)
-            plan = self._plans[task.plan_id]
+            plan = self.plans(session, task.plan_id)
             routes, lock_model = task_routes(session, plan, task)
             return plan, routes, lock_model, float(task.duration_s), task.aspect_ratio
 

@@ -53,7 +53,7 @@ class TaskActivities:
         self.image_fetcher = image_fetcher  # time-capped so that a resolve fits the step's timeout
         self._plans: dict[str, PlanSpec] = {}  # plan id (its content hash) -> the validated plan
 
-    def _plan(self, session: Session, plan_id: str) -> PlanSpec:
+    def plan(self, session: Session, plan_id: str) -> PlanSpec:
         """A plan's id is the hash of its content, so each is read and validated once per process,
         not once per task (thousands of tasks share one plan)."""
         if plan_id not in self._plans:
@@ -78,7 +78,7 @@ class TaskActivities:
                 raise task_store.TaskNotFound(ref.task_id)
             image = session.get(Asset, task.image_asset_id) if task.image_asset_id else None
             product = session.get(Product, task.product_ref) if image is None else None
-            plan = self._plan(session, task.plan_id)
+            plan = self.plan(session, task.plan_id)
             tenant_limit = _lowest(session.scalar(select(Tenant.max_concurrent).where(Tenant.id == task.tenant_id)),
                                    plan.own_limit(task.provider))
             paused_by = import_paused_by(session, task)
