@@ -34,7 +34,7 @@ SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|API_KEY|ACCESS_KEY|DATABASE_UR
 TEMPORAL_CLIENT_ENV = re.compile(r"TEMPORAL_(ADDRESS|NAMESPACE|API_KEY|PROFILE|CONFIG_FILE|TLS(_[A-Z_]+)?)")
 SET_UP = [("migrate", ["reelqueue", "db", "upgrade"]),
           ("temporal-setup", ["reelqueue", "temporal", "setup", "--create-namespace"]),
-          ("s3-bucket", ["reelqueue", "storage", "setup"])]
+          ("s3-bucket", ["reelqueue", "storage", "setup", "--check"])]  # the operator's bucket, untouched
 WORKERS = {"io": DEFAULT_TASK_QUEUE, "media": media_queue(DEFAULT_TASK_QUEUE)}
 
 
