@@ -196,6 +196,15 @@ def test_selectors_budgets_identities_and_network_policy_cover_every_pod() -> No
     assert open_ports == {("reelqueue-gateway", "http"), ("reelqueue-worker-metrics", "metrics")}
 
 
+def test_the_gateway_port_admits_what_its_comment_says() -> None:
+    """The rule has no `from` (a load balancer sending to pod IPs comes from no namespace), so the file
+    must not promise that only the ingress controller gets through."""
+    rule = objects(BASE, "NetworkPolicy")["reelqueue-gateway"]["spec"]["ingress"]
+    assert len(rule) == 1 and "from" not in rule[0]
+    text = (BASE / "network-policy.yaml").read_text()
+    assert "admits any source" in text and "(from your ingress controller;" not in text
+
+
 def test_base_scales_workers_on_cpu_and_production_on_their_queues_backlog_with_keda() -> None:
     base = objects(BASE, "HorizontalPodAutoscaler")
     config = env_file(BASE / "config.env")
