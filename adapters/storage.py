@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import urllib3
@@ -32,6 +33,7 @@ SHA_META = "sha256"
 PART_SIZE = 8 * 1024 * 1024
 # S3 error codes that say the credentials are wrong: waiting will not change them.
 REFUSED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch")
+_T = TypeVar("_T")
 
 
 class StoredObject(BaseModel):
@@ -126,8 +128,7 @@ class ObjectStorage:
 
         `wait_s`: keep trying that long while the server does not answer yet (a one-shot job started
         together with S3, or a filer a moment behind its S3 port); refused credentials end it at once."""
-        deadline = time.monotonic() + wait_s
-        while True:
+        def make() -> bool:
             try:
                 if self.client.bucket_exists(self.bucket):
                     return False
@@ -136,6 +137,24 @@ class ObjectStorage:
             except S3Error as exc:
                 if exc.code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):  # another process first
                     return False
+                raise
+
+        return self._answered(make, wait_s)
+
+    def bucket_exists(self, *, wait_s: float = 0.0) -> bool:
+        """Whether the bucket exists, asked with these keys (HeadBucket), waiting as `ensure_bucket` does.
+        Creates and changes nothing: the check for a deployment whose bucket (and its CORS rule) is set
+        up once by its operator, so that the app's keys need no CreateBucket or PutBucketCORS right."""
+        return self._answered(lambda: self.client.bucket_exists(self.bucket), wait_s)
+
+    @staticmethod
+    def _answered(call: Callable[[], _T], wait_s: float) -> _T:
+        """`call`'s answer, retried for `wait_s` while S3 does not answer; refused keys raise at once."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return call()
+            except S3Error as exc:
                 if exc.code in REFUSED or time.monotonic() > deadline:
                     raise
             except (OSError, urllib3.exceptions.HTTPError):  # not listening yet, or reset while it starts

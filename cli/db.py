@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.output import console, emit_json
+from cli.output import console, emit_json, fail
 from config.settings import get_settings
 
 db_app = typer.Typer(help="The ledger's Postgres database.", no_args_is_help=True)
@@ -16,15 +16,22 @@ def upgrade(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Apply the ledger's migrations up to REVISION; safe to repeat and to run from several processes
-    at once (they take turns on an advisory lock)."""
+    at once (they take turns on an advisory lock). A database a later release has already migrated
+    is left alone, exit 0: an older build's pods still start while its pinned runs drain."""
     from schema import migrate
 
-    url = get_settings().database_url
-    before = migrate.current_revision(url)
-    migrate.upgrade(url, revision)
-    after = migrate.current_revision(url)
+    try:
+        done = migrate.upgrade_to(get_settings().database_url, revision)
+    except migrate.UnknownRevision as exc:
+        fail(str(exc), as_json=as_json)
     if as_json:
-        emit_json({"from": before, "to": after, "head": migrate.head_revision(), "changed": before != after})
-        return
-    console.print(f"ledger schema: {before or 'empty'} -> {after}" if before != after
-                  else f"ledger schema already at {after}")
+        emit_json({"from": done.before, "to": done.after, "head": done.head, "changed": done.before != done.after,
+                   "newer": done.newer})
+    elif done.newer:
+        console.print(f"ledger schema at {done.after}, newer than this build's head {done.head} (a later release "
+                      "migrated it): nothing to do; releases keep their migrations backward compatible for one "
+                      "release, so this build runs on it")
+    elif done.before != done.after:
+        console.print(f"ledger schema: {done.before or 'empty'} -> {done.after}")
+    else:
+        console.print(f"ledger schema already at {done.after}")

@@ -1,9 +1,11 @@
-"""`reelqueue secrets init`: the env file docker-compose reads its secrets from, made at random."""
+"""`reelqueue secrets init`: the env file docker-compose (or the Kubernetes Secret) reads its secrets
+from, made at random."""
 
 from __future__ import annotations
 
 import os
 import re
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -21,6 +23,22 @@ COMPOSE_SECRETS = (
     "REELQUEUE_REVIEW_SECRET", "REELQUEUE_EMULATOR_WEBHOOK_SECRET", "REELQUEUE_METRICS_TOKEN",
     "TEMPORAL_DB_PASSWORD", "GRAFANA_ADMIN_PASSWORD",
 )
+# What deploy/kubernetes/base/secrets.example.env lists that can be made at random: no database or
+# Grafana passwords (the cluster runs neither), no S3 keys (the S3 service issues them).
+KUBERNETES_SECRETS = (
+    "REELQUEUE_MEDIA_LINK_SECRET", "REELQUEUE_REVIEW_SECRET", "REELQUEUE_METRICS_TOKEN",
+    "REELQUEUE_EMULATOR_WEBHOOK_SECRET",
+)
+
+
+class Target(StrEnum):
+    """Which deployment the env file is for: it decides which secrets are made."""
+
+    compose = "compose"
+    kubernetes = "kubernetes"
+
+
+TARGET_SECRETS = {Target.compose: COMPOSE_SECRETS, Target.kubernetes: KUBERNETES_SECRETS}
 _LINE = re.compile(r"^\s*([A-Z0-9_]+)\s*=\s*(.*?)\s*$")
 
 
@@ -40,15 +58,15 @@ def fresh_value(name: str, current: str) -> str:
     return good_or_new(current)
 
 
-def init_env_file(path: Path) -> list[str]:
-    """Fill `path` with every compose secret, keeping usable values already there; owner-only (0600).
-    Returns the names it (re)generated."""
+def init_env_file(path: Path, names: tuple[str, ...] = COMPOSE_SECRETS) -> list[str]:
+    """Fill `path` with the secrets `names` (every compose secret by default), keeping usable values
+    already there; owner-only (0600). Returns the names it (re)generated."""
     existing = read_env_file(path)
-    values = {name: fresh_value(name, existing.get(name, "")) for name in COMPOSE_SECRETS}
-    made = [name for name in COMPOSE_SECRETS if values[name] != existing.get(name)]
+    values = {name: fresh_value(name, existing.get(name, "")) for name in names}
+    made = [name for name in names if values[name] != existing.get(name)]
     others = [line for line in (path.read_text().splitlines() if path.exists() else [])
               if not ((m := _LINE.match(line)) and m.group(1) in values)]
-    text = "\n".join([*others, *(f"{name}={values[name]}" for name in COMPOSE_SECRETS)]) + "\n"
+    text = "\n".join([*others, *(f"{name}={values[name]}" for name in names)]) + "\n"
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
@@ -60,10 +78,13 @@ def init_env_file(path: Path) -> list[str]:
 @secrets_app.command("init")
 def init(
     env_file: Path = typer.Option(Path(".env"), "--env-file", help="the file docker compose reads"),
+    target: Target = typer.Option(Target.compose, "--target", help="compose: every secret docker-compose.yml "
+                                  "reads; kubernetes: only those of the Secret reelqueue-secrets made at random"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Write random secrets into the env file (mode 0600); values already usable are kept."""
-    made = init_env_file(env_file)
+    """Write random secrets into the env file (mode 0600); values already usable are kept. With
+    --target kubernetes, no compose-only password and no S3 key (the S3 service issues those)."""
+    made = init_env_file(env_file, TARGET_SECRETS[target])
     if as_json:
         emit_json({"env_file": str(env_file), "generated": made})
         return

@@ -1,5 +1,6 @@
 """`reelqueue storage setup`, the compose file's bucket job, against a real SeaweedFS (the embedded
-stack's S3 alone): it makes the bucket once, finds it after, and stops at once on refused keys."""
+stack's S3 alone): it makes the bucket once, finds it after, and stops at once on refused keys. With
+--check, the Kubernetes set-up step, it only looks: no bucket made, a CORS rule set by hand kept."""
 
 from __future__ import annotations
 
@@ -50,6 +51,39 @@ def test_setup_makes_the_bucket_once_and_then_finds_it(s3_home: str) -> None:
     assert first[0] == 0 and json.loads(first[1])["created"] is True, first
     again = _setup(REELQUEUE_S3_BUCKET="made-by-setup")
     assert again[0] == 0 and json.loads(again[1])["created"] is False, again
+
+
+def _cors_origins(bucket: str) -> list[str]:
+    """The AllowedOrigin values of the bucket's CORS configuration (S3 GetBucketCors)."""
+    import re
+
+    from adapters.storage import ObjectStorage
+
+    storage = ObjectStorage.from_settings(Settings().model_copy(update={"s3_bucket": bucket}))
+    answer = storage.client._execute("GET", bucket, query_params={"cors": ""})  # noqa: SLF001 - no client call
+    return re.findall(r"<AllowedOrigin>([^<]*)</AllowedOrigin>", answer.data.decode())
+
+
+def test_check_makes_no_bucket_and_leaves_a_cors_rule_set_by_hand(s3_home: str) -> None:
+    """Kubernetes runs `storage setup --check` in every pod: the operator made the bucket and its
+    rule once, so a pod start must neither replace the rule nor need rights to write it."""
+    from adapters.storage import ObjectStorage
+    from adapters.storage_cors import allow_browser_uploads
+
+    code, out = _setup("--check", "--wait", "30", REELQUEUE_S3_BUCKET="not-made-by-check")
+    assert code == 1 and "not-made-by-check" in json.loads(out)["error"], out
+    assert _setup("--check", REELQUEUE_S3_BUCKET="not-made-by-check")[0] == 1, "--check made the bucket"
+    assert _setup(REELQUEUE_S3_BUCKET="cors-by-hand")[0] == 0
+    by_hand = ObjectStorage.from_settings(Settings().model_copy(update={"s3_bucket": "cors-by-hand"}))
+    allow_browser_uploads(by_hand, ["https://studio.example.com"])
+    code, out = _setup("--check", REELQUEUE_S3_BUCKET="cors-by-hand", REELQUEUE_PUBLIC_URL="https://other.example")
+    assert code == 0 and json.loads(out) | {"endpoint": None} == {
+        "endpoint": None, "bucket": "cors-by-hand", "created": False, "cors": "left alone"}, out
+    assert _cors_origins("cors-by-hand") == ["https://studio.example.com"]
+    # without --check (compose's job) the rule is the one the settings give
+    assert _setup(REELQUEUE_S3_BUCKET="cors-by-hand", REELQUEUE_PUBLIC_URL="https://other.example")[0] == 0
+    assert _cors_origins("cors-by-hand")[0] == "https://other.example"
+    assert "https://studio.example.com" not in _cors_origins("cors-by-hand")
 
 
 def test_refused_keys_end_the_wait_at_once_naming_the_bucket(s3_home: str) -> None:

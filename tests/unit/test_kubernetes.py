@@ -34,7 +34,7 @@ SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|API_KEY|ACCESS_KEY|DATABASE_UR
 TEMPORAL_CLIENT_ENV = re.compile(r"TEMPORAL_(ADDRESS|NAMESPACE|API_KEY|PROFILE|CONFIG_FILE|TLS(_[A-Z_]+)?)")
 SET_UP = [("migrate", ["reelqueue", "db", "upgrade"]),
           ("temporal-setup", ["reelqueue", "temporal", "setup", "--create-namespace"]),
-          ("s3-bucket", ["reelqueue", "storage", "setup"])]
+          ("s3-bucket", ["reelqueue", "storage", "setup", "--check"])]  # the operator's bucket, untouched
 WORKERS = {"io": DEFAULT_TASK_QUEUE, "media": media_queue(DEFAULT_TASK_QUEUE)}
 
 
@@ -196,6 +196,15 @@ def test_selectors_budgets_identities_and_network_policy_cover_every_pod() -> No
     assert open_ports == {("reelqueue-gateway", "http"), ("reelqueue-worker-metrics", "metrics")}
 
 
+def test_the_gateway_port_admits_what_its_comment_says() -> None:
+    """The rule has no `from` (a load balancer sending to pod IPs comes from no namespace), so the file
+    must not promise that only the ingress controller gets through."""
+    rule = objects(BASE, "NetworkPolicy")["reelqueue-gateway"]["spec"]["ingress"]
+    assert len(rule) == 1 and "from" not in rule[0]
+    text = (BASE / "network-policy.yaml").read_text()
+    assert "admits any source" in text and "(from your ingress controller;" not in text
+
+
 def test_base_scales_workers_on_cpu_and_production_on_their_queues_backlog_with_keda() -> None:
     base = objects(BASE, "HorizontalPodAutoscaler")
     config = env_file(BASE / "config.env")
@@ -203,7 +212,7 @@ def test_base_scales_workers_on_cpu_and_production_on_their_queues_backlog_with_
     scaled = objects(PRODUCTION, "ScaledObject")
     for queue, task_queue in WORKERS.items():
         name = f"reelqueue-worker-{queue}"
-        release = f"{name}-{_version()}"  # production's worker objects are named after their build
+        release = f"{name}-{_build_id()}"  # production's worker objects are named after their build
         hpa = base[name]["spec"]
         assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
         assert [m["resource"]["name"] for m in hpa["metrics"]] == ["cpu"]
@@ -250,13 +259,25 @@ def _version() -> str:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
-def test_production_runs_each_build_s_workers_as_their_own_versioned_deployments() -> None:
-    """Worker Versioning: applying the next release adds Deployments named after its build beside
-    these (pinned runs finish on their build), each pod knows its Worker Deployment and build, and
-    budgets and autoscalers follow their own build's pods. The base stays unversioned."""
-    build = _version()
-    deployments, budgets = objects(PRODUCTION, "Deployment"), objects(PRODUCTION, "PodDisruptionBudget")
-    scaled = objects(PRODUCTION, "ScaledObject")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+PER_BUILD = ("Deployment", "PodDisruptionBudget", "ScaledObject")
+
+
+def _build_id(folder: Path = PRODUCTION) -> str:
+    return env_file(folder / "build.env")["BUILD_ID"]
+
+
+def _per_build_objects(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The worker objects the production overlay makes per build (not the gateway's)."""
+    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in render(folder)
+            if doc["kind"] in PER_BUILD and "reelqueue-gateway" not in doc["metadata"]["name"]}
+
+
+def _check_versioned_workers(folder: Path, build: str) -> None:
+    """Each worker kind of `build`: named after it, labelled with it (the objects and their pods), the
+    worker told it, budgets and autoscalers following its own pods; the label a string, as the API wants."""
+    deployments, budgets = objects(folder, "Deployment"), objects(folder, "PodDisruptionBudget")
+    scaled = objects(folder, "ScaledObject")
     for queue in WORKERS:
         name = f"reelqueue-worker-{queue}-{build}"
         spec = deployments[name]["spec"]
@@ -268,8 +289,66 @@ def test_production_runs_each_build_s_workers_as_their_own_versioned_deployments
         assert budgets[name]["spec"]["selector"]["matchLabels"].items() <= spec["selector"]["matchLabels"].items()
         temporal = next(t for t in scaled[name]["spec"]["triggers"] if t["type"] == "temporal")["metadata"]
         assert (temporal["workerDeploymentName"], temporal["workerDeploymentBuildId"]) == ("reelqueue", build)
+        assert scaled[name]["spec"]["scaleTargetRef"]["name"] == name
+    # docs/deploy.md's clean-up, `kubectl delete deploy,pdb,scaledobject -l reelqueue.io/build=$OLD`,
+    # selects by the objects' own labels: every per-build object must carry it
+    per_build = _per_build_objects(folder)
+    assert {name for _, name in per_build} == {f"reelqueue-worker-{queue}-{build}" for queue in WORKERS}
+    assert len(per_build) == len(PER_BUILD) * len(WORKERS)
+    for (kind, name), doc in per_build.items():
+        assert doc["metadata"]["labels"].get("reelqueue.io/build") == build, f"{kind} {name}"
+
+
+def test_production_runs_each_build_s_workers_as_their_own_versioned_deployments() -> None:
+    """Worker Versioning: applying the next release adds Deployments named after its build beside
+    these (pinned runs finish on their build), each pod knows its Worker Deployment and build, and
+    budgets and autoscalers follow their own build's pods. The base stays unversioned."""
+    _check_versioned_workers(PRODUCTION, _build_id())
+    for queue in WORKERS:
         assert "REELQUEUE_WORKER_DEPLOYMENT_NAME" not in _env(pods(BASE)[f"reelqueue-worker-{queue}"]["containers"][0])
-    assert deployments["reelqueue-gateway"]["spec"]["replicas"] == 2  # the gateway rolls as before
+    assert objects(PRODUCTION, "Deployment")["reelqueue-gateway"]["spec"]["replicas"] == 2  # rolls as before
+
+
+def test_the_committed_build_id_is_a_short_dns_label() -> None:
+    """It ends the names `reelqueue-worker-media-<id>`: a Deployment's name is best a DNS-1123 label
+    (at most 63 characters), and so is what the API server accepts as a label value."""
+    build = _build_id()
+    assert DNS_LABEL.fullmatch(build) and len(build) <= 40, build
+
+
+@pytest.mark.parametrize("image", [{"newName": "registry.example.com:5000/reelqueue", "newTag": "v1.2.0-RC1"},
+                                   {"newName": "registry.example.com:5000/team/reelqueue",
+                                    "digest": "sha256:" + "ab" * 32}], ids=["port-and-tag", "port-and-digest"])
+def test_the_build_id_comes_from_build_env_whatever_the_image_reference(tmp_path: Path,
+                                                                        image: dict[str, str]) -> None:
+    """A registry with a port, a digest or a tag that is no DNS label used to reach the objects' names
+    (`reelqueue-worker-io-5000/reelqueue`) when the build id was cut out of the image reference. An
+    all-digit id (a short git hash can be one) stays a string in the labels."""
+    copy = tmp_path / "deploy"
+    shutil.copytree(K8S, copy / "kubernetes")
+    shutil.copytree(ROOT / "deploy" / "monitoring" / "grafana", copy / "monitoring" / "grafana")
+    overlay = copy / "kubernetes" / "overlays" / "production"
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    kustomization["images"] = [{"name": "reelqueue", **image}]
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    (overlay / "build.env").write_text("BUILD_ID=1234567\n")
+    _check_versioned_workers(overlay, "1234567")
+    wanted = image["newName"] + (f"@{image['digest']}" if "digest" in image else f":{image['newTag']}")
+    assert {c["image"] for _, c in containers(overlay)} == {wanted}
+
+
+KEDA_VERSIONED = {"workerDeploymentName", "workerDeploymentBuildId"}  # trigger keys KEDA reads from 2.20 on
+
+
+def test_the_stated_keda_minimum_covers_the_trigger_keys_production_uses() -> None:
+    """An older KEDA ignores the version keys and scales each build on a backlog not its own, so the
+    docs and the component must not promise less than the release that reads them."""
+    used = {key for doc in objects(PRODUCTION, "ScaledObject").values() for trigger in doc["spec"]["triggers"]
+            for key in trigger["metadata"]} & KEDA_VERSIONED
+    assert used == KEDA_VERSIONED
+    for text in ((ROOT / "docs" / "deploy.md").read_text(), (K8S / "components" / "keda" / "kustomization.yaml")
+                 .read_text()):
+        assert "2.20 or newer" in text and "2.17+'s" not in text
 
 
 def test_the_image_is_the_release_and_production_names_a_registry() -> None:

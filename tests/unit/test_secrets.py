@@ -135,6 +135,29 @@ def test_secrets_init_writes_random_values_owner_only_and_keeps_usable_ones(tmp_
     assert '"generated": []' in again.output and read_env_file(env_file) == values
 
 
+def test_secrets_init_for_kubernetes_fills_the_secret_s_random_keys_only(tmp_path):
+    """On the Kubernetes Secret's file it adds no compose-only password (POSTGRES, TEMPORAL_DB,
+    GRAFANA: the cluster runs none of them) and leaves the S3 keys for the S3 service to issue."""
+    from typer.testing import CliRunner
+
+    from cli.secrets import KUBERNETES_SECRETS, read_env_file
+    from starter import app
+
+    example = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "base" / "secrets.example.env"
+    env_file = tmp_path / "secrets.env"
+    env_file.write_text(example.read_text())
+    done = CliRunner().invoke(app, ["secrets", "init", "--env-file", str(env_file), "--target", "kubernetes",
+                                    "--json"])
+    assert done.exit_code == 0, done.output
+    values = read_env_file(env_file)
+    assert set(values) == set(read_env_file(example)), "a key the Secret does not have"
+    assert {name for name, value in values.items() if value} == set(KUBERNETES_SECRETS)
+    for name in KUBERNETES_SECRETS:
+        if name != "REELQUEUE_EMULATOR_WEBHOOK_SECRET":
+            assert secrets.problem(name.removeprefix("REELQUEUE_").lower(), values[name]) is None, name
+    assert env_file.stat().st_mode & 0o777 == 0o600
+
+
 def test_the_cli_names_the_missing_media_link_secret(bare_env, monkeypatch, capsys):
     import starter
     from delivery.links import LinkSigner
