@@ -26,17 +26,17 @@ from adapters.temporal_client import connect
 from config.defaults import ProviderLimits
 from schema.db import Database
 from schema.models import ProviderPollBudget
-from schema.poll_budget import LATE_S, Turn, book_turn, booked_ahead
+from schema.poll_budget import Turn, book_turn, booked_ahead, turn_spacing_s
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def test_turns_are_spaced_by_the_rate_and_never_booked_past_the_wait(stack, monkeypatch) -> None:
     """100 bookings from 10 threads at once at 20/s with 1 s of wait allowed: those booked are
-    spaced (1 + LATE_S) / 20 s apart on one timeline; the rest are refused with how far the budget
+    spaced turn_spacing_s(20) apart on one timeline; the rest are refused with how far the budget
     is booked, which `status --json` shows."""
     db, provider, rate, max_wait_s = Database(stack.database_url), f"test-{uuid.uuid4().hex[:8]}", 20.0, 1.0
-    spacing_s = (1 + LATE_S) / rate
+    spacing_s = turn_spacing_s(rate)
 
     def book(_: int) -> Turn:
         with db.transaction() as session:

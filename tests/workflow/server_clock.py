@@ -68,15 +68,11 @@ async def clock_skips(env: WorkflowEnvironment, *, within_s: float = 15.0) -> bo
     return True
 
 
-async def _between_tasks(handle: WorkflowHandle) -> bool:
-    """True when the workflow is closed, or waits with no workflow task and no activity in flight."""
-    description = await handle.describe()
-    if description.status is not WorkflowExecutionStatus.RUNNING:
-        return True
-    if description.raw_description.pending_activities:
-        return False
-    open_tasks: set[int] = set()
+async def _open_tasks(handle: WorkflowHandle) -> tuple[int, set[int]]:
+    """The history's length and the workflow tasks it shows scheduled and not yet ended."""
+    length, open_tasks = 0, set()
     async for event in handle.fetch_history_events():
+        length += 1
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
             open_tasks.add(event.event_id)
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
@@ -85,7 +81,21 @@ async def _between_tasks(handle: WorkflowHandle) -> bool:
             open_tasks.discard(event.workflow_task_failed_event_attributes.scheduled_event_id)
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             open_tasks.discard(event.workflow_task_timed_out_event_attributes.scheduled_event_id)
-    return not open_tasks
+    return length, open_tasks
+
+
+async def _between_tasks(handle: WorkflowHandle) -> bool:
+    """True when the workflow is closed, or waits with no workflow task and no activity in flight.
+    The history is read on both sides of the description and must not have moved: a workflow task
+    that ended between two reads scheduling an activity would otherwise pass for a quiet moment
+    (no workflow task open in the history, no activity pending in an older description)."""
+    length, open_tasks = await _open_tasks(handle)
+    description = await handle.describe()
+    if description.status is not WorkflowExecutionStatus.RUNNING:
+        return True
+    if open_tasks or description.raw_description.pending_activities:
+        return False
+    return (await _open_tasks(handle))[0] == length
 
 
 async def terminate_between_tasks(env: WorkflowEnvironment, handles: list[WorkflowHandle], *,
