@@ -1,10 +1,11 @@
 """What an import cost, read from the credit ledger: `reelqueue spend`, the overview page and the
 spend gauges of /metrics share one query (docs/architecture.md, "Spend and waste").
 
-Every figure is a sum over the import's task runs of the ledger's running totals
-(`ledger_run_totals`, kept by a trigger on each ledger insert; `reelqueue ledger check` compares
-them with the ledger); the waste causes split the charged credits (SETTLE + ADJUSTMENT - REFUND) of
-runs that ended without a kept video, by how they ended.
+The figures are read from the import's running totals (`import_totals`, schema/import_totals.py:
+a few rows per import, kept by triggers in the writers' transactions). `spend_sql` is the recount
+they must equal: a sum over the import's task runs of the ledger's run totals (`ledger_run_totals`);
+`reelqueue ledger check` compares the two. The waste causes split the charged credits (SETTLE +
+ADJUSTMENT - REFUND) of runs that ended without a kept video, by how they ended.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from pydantic import BaseModel
-from sqlalchemy import TextClause, bindparam, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from contracts.task import TaskStatus
+from schema.import_totals import TOTALS_OF
 
 # Cause -> the statuses a run ended in for its charged credits to be that waste.
 WASTE_BY_END: dict[str, tuple[str, ...]] = {
@@ -77,7 +79,8 @@ FIGURES = ("reserved", "settled", "released", "refunded", "adjusted", "duplicate
 
 
 def spend_sql(wanted: str) -> str:
-    """The spend query over the imports `wanted` selects (a SQL query with one column, `id`), for text()."""
+    """The recount of the spend over the imports `wanted` selects (a SQL query with one column, `id`),
+    for text(): it reads every task and run of those imports (`reelqueue ledger check` only)."""
     return _SPEND_SQL.format(wanted=wanted, causes=_CAUSES, cause_columns=", ".join(f"m.{c}" for c in WASTE_BY_END))
 
 
@@ -85,8 +88,6 @@ def spend_sql(wanted: str) -> str:
 # (up to 0.9 s) than the query itself: these reads run without it, for their own transaction.
 NO_JIT = text("SET LOCAL jit = off")
 
-SPEND_OF: TextClause = text(spend_sql("SELECT id FROM catalog_imports WHERE id IN :ids")).bindparams(
-    bindparam("ids", expanding=True))
 
 
 class Spend(BaseModel):
@@ -123,8 +124,7 @@ def import_spend(session: Session, import_ids: Sequence[str]) -> dict[str, Spend
     ids = list(dict.fromkeys(import_ids))
     if not ids:
         return {}
-    session.execute(NO_JIT)
-    return {row["import_id"]: spend_from_row(row) for row in session.execute(SPEND_OF, {"ids": ids}).mappings()}
+    return {row["import_id"]: spend_from_row(row) for row in session.execute(TOTALS_OF, {"ids": ids}).mappings()}
 
 
 def spend_from_row(row) -> Spend:  # noqa: ANN001 - a mapping of the spend query's columns

@@ -1,0 +1,255 @@
+"""import_totals, import_moves: each import's status counts, spend and progress chart, kept per import
+
+The spend query, the /metrics snapshot and the overview page read a few rows per import here instead
+of the import's tasks, runs and state events (docs/architecture.md, "Spend and waste").
+
+- `import_totals`: per (tenant, import, shard), the tasks in each status (`n_<status>`), the
+  approved videos and the spend figures of schema/spend.py. Many workers write the same import at
+  once: a task always writes its own shard (`hashtext(task id) & 15`), so writers of different tasks
+  rarely wait on one row, and a statement that touches several rows takes them sorted by key, import
+  totals before import moves, so two writers never lock in opposite orders. Readers sum the shards.
+- `import_moves`: per (tenant, import, minute, shard), the net change of each status count by the
+  applied state moves of that minute: what the progress chart draws, without reading the events.
+
+A task counts in the import that created it and in every import that reused it (`import_tasks`).
+Triggers keep both tables in the writer's transaction. Each computes what the touched tasks add to
+their imports (`_TASK`: the same rules as schema/spend.py's recount) once as the other tables stood
+before the statement and once as they stand after it, and adds the difference; so the order in
+which a transaction changes a task, its ledger, its events and its checks does not matter.
+`reelqueue ledger check` compares both tables with a recount (rule `import_totals_drift`).
+
+Revision ID: 0017
+Revises: 0016
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0017"
+down_revision = "0016"
+branch_labels = None
+depends_on = None
+
+# Frozen here as at this revision; tests/unit/test_import_totals.py holds them equal to the code's.
+STATUSES = ("CREATED", "VALIDATING", "INVALID", "QUOTA_RESERVED", "QUEUED", "DISPATCHING", "SUBMITTED",
+            "SUBMIT_UNKNOWN", "RUNNING", "RETRY_WAIT", "OUTPUT_FETCHING", "POST_PROCESSING", "REVIEW",
+            "CANCEL_REQUESTED", "NEEDS_ATTENTION", "SUCCEEDED", "CANCELED", "REJECTED", "FAILED_FINAL", "EXPIRED")
+WASTED_BY_END = {"wasted_cancelled": ("CANCELED",), "wasted_failed": ("FAILED_FINAL", "EXPIRED"),
+                 "wasted_rejected": ("REJECTED",)}  # schema/spend.py's WASTE_BY_END
+MONEY = ("reserved", "settled", "released", "refunded", "adjusted", "duplicate")
+SHARDS = 16
+COUNTS = tuple(f"n_{s.lower()}" for s in STATUSES)
+TOTALS = (*COUNTS, "approved", *MONEY, *WASTED_BY_END, "regenerated")
+_AMOUNT = sa.Numeric(precision=20, scale=6)
+_SHARD = f"hashtext({{task}}) & {SHARDS - 1}"
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+def _task(tasks: str, runs: str = "ledger_run_totals", events: str = "state_events",
+          checks: str = "review_checks", *, counted: bool = True, money: bool = True) -> str:
+    """Per task of `tasks` (id, status, run_no): what it adds to each import covering it, from its
+    runs' ledger totals, its applied state events and its automatic checks (each a relation, so a
+    trigger can name them as they stood before its statement). A run ends in the task's status when
+    it is the current one, else in the status the n-th applied redrive left (the n-th redrive closes
+    run n); a SUCCEEDED run's charges beyond its last review video paid for regenerated videos.
+    Without `counted` the task's status and approval add nothing, without `money` its runs nothing."""
+    own = "r.settled + r.adjusted - r.refunded - r.duplicate"
+    wasted = ", ".join(f"sum({own}) FILTER (WHERE x.ended IN ({_quoted(ends)})) AS {column}"
+                       for column, ends in WASTED_BY_END.items())
+    approved = f"""(k.status = 'SUCCEEDED' AND EXISTS (SELECT 1 FROM {checks} c WHERE c.task_id = k.id)
+                    AND EXISTS (SELECT 1 FROM {events} e WHERE e.task_id = k.id
+                                  AND e.event = 'review_approved' AND e.applied))::int"""
+    columns = ", ".join([*(f"{f'(k.status = {s!r})::int' if counted else '0'} AS {c}"
+                           for s, c in zip(STATUSES, COUNTS, strict=True)),
+                         f"{approved if counted else '0'} AS approved",
+                         *(f"{f'coalesce(m.{c}, 0)' if money else '0'} AS {c}"
+                           for c in (*MONEY, *WASTED_BY_END, "regenerated"))])
+    if not money:
+        return f"SELECT k.id AS task_id, {columns} FROM ({tasks}) k"
+    return f"""
+SELECT k.id AS task_id, {columns}
+  FROM ({tasks}) k
+  LEFT JOIN LATERAL (
+    SELECT {", ".join(f"sum(r.{c}) AS {c}" for c in MONEY)}, {wasted},
+           sum({own} - r.last_video) FILTER (WHERE x.ended = 'SUCCEEDED' AND r.last_video IS NOT NULL) AS regenerated
+      FROM {runs} r
+     CROSS JOIN LATERAL (
+       SELECT CASE WHEN r.run_no = k.run_no THEN k.status
+                   ELSE (SELECT e.from_status FROM {events} e WHERE e.task_id = k.id AND e.event = 'redrive'
+                            AND e.applied ORDER BY e.id OFFSET greatest(r.run_no - 1, 0) LIMIT 1) END AS ended) x
+     WHERE r.task_id = k.id) m ON true"""
+
+
+def _negated(query: str) -> str:
+    return f"SELECT task_id, {', '.join(f'-{c} AS {c}' for c in TOTALS)} FROM ({query}) n"
+
+
+def _signed(sign: int, query: str) -> str:
+    return query if sign > 0 else _negated(query)
+
+
+def _linked(links: str) -> str:
+    """The members of the import links in `links` (a relation of import_tasks rows)."""
+    return f"SELECT l.task_id, t.tenant_id, l.import_id FROM {links} l JOIN tasks t ON t.id = l.task_id"
+
+
+def _members(tasks: str) -> str:
+    """(task_id, tenant_id, import_id) of every import covering the tasks whose ids `tasks` selects."""
+    return f"""SELECT t.id AS task_id, t.tenant_id, t.import_id FROM tasks t WHERE t.id IN ({tasks})
+               UNION ALL
+               SELECT t.id, t.tenant_id, l.import_id FROM import_tasks l JOIN tasks t ON t.id = l.task_id
+                WHERE l.task_id IN ({tasks})"""
+
+
+def _add_totals(deltas: str, members: str) -> str:
+    """Add `deltas` (task_id and every TOTALS column) to the shard rows of the imports in `members`."""
+    sums = ", ".join(f"coalesce(sum(d.{c}), 0)" for c in TOTALS)
+    adds = ", ".join(f"{c} = t.{c} + EXCLUDED.{c}" for c in TOTALS)
+    return f"""
+INSERT INTO import_totals AS t (tenant_id, import_id, shard, {", ".join(TOTALS)})
+SELECT m.tenant_id, m.import_id, {_SHARD.format(task="m.task_id")}, {sums}
+  FROM ({deltas}) d JOIN ({members}) m ON m.task_id = d.task_id
+ GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+ON CONFLICT (tenant_id, import_id, shard) DO UPDATE SET {adds}"""
+
+
+def _add_moves(events: str, members: str) -> str:
+    """Add the applied moves of `events` (state event columns and a `sign`) to the imports' minutes."""
+    nets = ", ".join(f"sum(e.sign * ((e.to_status = '{s}')::int - (e.from_status = '{s}')::int))"
+                     for s in STATUSES)
+    adds = ", ".join(f"{c} = t.{c} + EXCLUDED.{c}" for c in COUNTS)
+    return f"""
+INSERT INTO import_moves AS t (tenant_id, import_id, minute, shard, {", ".join(COUNTS)})
+SELECT m.tenant_id, m.import_id, date_trunc('minute', e.created_at), {_SHARD.format(task="m.task_id")}, {nets}
+  FROM ({events}) e JOIN ({members}) m ON m.task_id = e.task_id
+ WHERE e.applied AND e.from_status <> e.to_status
+ GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+ON CONFLICT (tenant_id, import_id, minute, shard) DO UPDATE SET {adds}"""
+
+
+def _function(name: str, body: str) -> str:
+    return f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n{body}\nRETURN NULL;\nEND $$"
+
+
+_EVENT = "id, task_id, event, applied, from_status, to_status, created_at"
+_TASK_ROW = "SELECT {row}.id AS id, {row}.status AS status, {row}.run_no AS run_no"
+_RUN = ", ".join(f"{{row}}.{c} AS {c}" for c in ("task_id", "run_no", *MONEY, "last_video"))  # a run row's fields
+
+
+def _changed(table: str, columns: str) -> dict[str, tuple[str, str]]:
+    """Per statement kind: (the changed rows with a `sign`, the table as it stood before the statement)."""
+    new, old = f"SELECT {columns}, 1 AS sign FROM new_rows", f"SELECT {columns}, -1 AS sign FROM old_rows"
+    kept = f"SELECT {columns} FROM {table} x WHERE NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.id = x.id)"
+    return {"INSERT": (new, kept), "DELETE": (old, f"SELECT {columns} FROM {table} UNION ALL SELECT {columns} "
+                                                   "FROM old_rows"),
+            "UPDATE": (f"{new} UNION ALL {old}", f"{kept} UNION ALL SELECT {columns} FROM old_rows")}
+
+
+def _statement_body(table: str, columns: str, touched: str, relation: str, moves: bool) -> str:
+    """A statement trigger's body on `table`: the touched tasks' totals as `relation` (events or checks)
+    stands now minus as it stood before; with `moves`, the changed events' moves too."""
+    parts = []
+    for kind, (changed, before) in _changed(table, columns).items():
+        tasks = f"SELECT DISTINCT c.task_id FROM ({changed}) c WHERE {touched}"
+        now = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})")
+        then = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})", **{relation: f"({before})"})
+        sql = _add_totals(f"{now} UNION ALL {_negated(then)}", _members(tasks))
+        if moves:
+            sql += f";\n{_add_moves(changed, _members(f'SELECT DISTINCT task_id FROM ({changed}) c'))}"
+        parts.append(f"IF TG_OP = '{kind}' THEN\n{sql};\nEND IF;")
+    return "\n".join(parts)
+
+
+_FUNCTIONS = {
+    # A new task counts in the import that created it (it has no ledger, event or check yet).
+    "import_totals_tasks_added": _add_totals(
+        _task("SELECT id, status, run_no FROM new_rows", money=False),
+        "SELECT id AS task_id, tenant_id, import_id FROM new_rows") + ";",
+    # A status or run change: the task as it was leaves its imports' totals, the task as it is enters.
+    "import_totals_task_moved": _add_totals(
+        f"{_task(_TASK_ROW.format(row='NEW'))} UNION ALL {_negated(_task(_TASK_ROW.format(row='OLD')))}",
+        _members("SELECT NEW.id")) + ";",
+    "import_totals_tasks_removed": _add_totals(
+        _negated(_task("SELECT id, status, run_no FROM old_rows")),
+        "SELECT id AS task_id, tenant_id, import_id FROM old_rows") + ";",
+    # A run's ledger totals changed (the ledger's triggers of 0015): its task's money, then and now.
+    "import_totals_run_changed": "\n".join(
+        f"IF TG_OP IN ({ops}) THEN\n"
+        + _add_totals(_signed(sign, _task(f"SELECT id, status, run_no FROM tasks WHERE id = {row}.task_id",
+                                          runs=f"(SELECT {_RUN.format(row=row)})", counted=False)),
+                      _members(f"SELECT {row}.task_id")) + ";\nEND IF;"
+        for row, sign, ops in (("OLD", -1, "'UPDATE', 'DELETE'"), ("NEW", 1, "'INSERT', 'UPDATE'"))),
+    # Redrives end runs and approvals count videos: the touched tasks then and now; every applied move
+    # goes to the chart.
+    "import_totals_events_changed": _statement_body(
+        "state_events", _EVENT, "c.event IN ('redrive', 'review_approved') AND c.applied", "events", moves=True),
+    "import_totals_checks_changed": _statement_body("review_checks", "id, task_id", "true", "checks", moves=False),
+    # A reused task linked to an import (or unlinked): all it adds, and its whole history of moves.
+    "import_totals_links_changed": "\n".join(
+        f"IF TG_OP = '{kind}' THEN\n"
+        + _add_totals(_signed(sign, _task(f"SELECT id, status, run_no FROM tasks WHERE id IN "
+                                          f"(SELECT task_id FROM {rows})")), _linked(rows))
+        + ";\n"
+        + _add_moves(f"SELECT {_EVENT}, {sign} AS sign FROM state_events WHERE task_id IN (SELECT task_id FROM {rows})",
+                     _linked(rows))
+        + ";\nEND IF;"
+        for kind, rows, sign in (("INSERT", "new_rows", 1), ("DELETE", "old_rows", -1))),
+}
+# (trigger, table, timing and level, function)
+_TRIGGERS = (
+    ("import_totals_tasks_insert", "tasks", "AFTER INSERT", "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT",
+     "import_totals_tasks_added"),
+    ("import_totals_tasks_update", "tasks", "AFTER UPDATE OF status, run_no",
+     "FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.run_no IS DISTINCT FROM NEW.run_no)",
+     "import_totals_task_moved"),
+    ("import_totals_tasks_delete", "tasks", "AFTER DELETE", "REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT",
+     "import_totals_tasks_removed"),
+    *((f"import_totals_runs_{op.lower()}", "ledger_run_totals", f"AFTER {op}", "FOR EACH ROW",
+       "import_totals_run_changed") for op in ("INSERT", "UPDATE", "DELETE")),
+    *((f"import_totals_{table}_{op.lower()}", table, f"AFTER {op}", f"REFERENCING {refs} FOR EACH STATEMENT",
+       function)
+      for table, function in (("state_events", "import_totals_events_changed"),
+                              ("review_checks", "import_totals_checks_changed"),
+                              ("import_tasks", "import_totals_links_changed"))
+      for op, refs in (("INSERT", "NEW TABLE AS new_rows"), ("DELETE", "OLD TABLE AS old_rows"),
+                       ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"))
+      if not (table == "import_tasks" and op == "UPDATE")),
+)
+_LOCKED = ("tasks", "import_tasks", "credit_ledger", "ledger_run_totals", "state_events", "review_checks")
+_EVERY_MEMBER = f"SELECT id AS task_id, tenant_id, import_id FROM tasks UNION ALL {_linked('import_tasks')}"
+
+
+def upgrade() -> None:
+    keys = [sa.Column("tenant_id", sa.String(64), primary_key=True),
+            sa.Column("import_id", sa.String(40), primary_key=True)]
+    counts = [sa.Column(c, sa.Integer, nullable=False, server_default="0") for c in COUNTS]
+    op.create_table("import_totals", *keys, sa.Column("shard", sa.SmallInteger, primary_key=True), *counts,
+                    sa.Column("approved", sa.Integer, nullable=False, server_default="0"),
+                    *(sa.Column(c, _AMOUNT, nullable=False, server_default="0")
+                      for c in (*MONEY, *WASTED_BY_END, "regenerated")))
+    op.create_table("import_moves", *(sa.Column(c.name, c.type, primary_key=True) for c in keys),
+                    sa.Column("minute", sa.DateTime(timezone=True), primary_key=True),
+                    sa.Column("shard", sa.SmallInteger, primary_key=True),
+                    *(sa.Column(c.name, c.type, nullable=False, server_default="0") for c in counts))
+    op.create_index("ix_import_tasks_task", "import_tasks", ["task_id"])  # a task's imports, for the triggers
+    bind = op.get_bind()
+    bind.exec_driver_sql(f"LOCK TABLE {', '.join(_LOCKED)} IN SHARE MODE")  # no write between backfill and triggers
+    for name, body in _FUNCTIONS.items():
+        bind.exec_driver_sql(_function(name, body))
+    for name, table, when, level, function in _TRIGGERS:
+        bind.exec_driver_sql(f"CREATE TRIGGER {name} {when} ON {table} {level} EXECUTE FUNCTION {function}()")
+    bind.exec_driver_sql(_add_totals(_task("SELECT id, status, run_no FROM tasks"), _EVERY_MEMBER))
+    bind.exec_driver_sql(_add_moves(f"SELECT {_EVENT}, 1 AS sign FROM state_events", _EVERY_MEMBER))
+
+
+def downgrade() -> None:
+    for name, table, *_ in _TRIGGERS:
+        op.execute(f"DROP TRIGGER {name} ON {table}")
+    for name in _FUNCTIONS:
+        op.execute(f"DROP FUNCTION {name}()")
+    op.drop_index("ix_import_tasks_task", "import_tasks")
+    op.drop_table("import_moves")
+    op.drop_table("import_totals")
