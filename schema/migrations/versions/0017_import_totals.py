@@ -12,15 +12,19 @@ of the import's tasks, runs and state events (docs/architecture.md, "Spend and w
   applied state moves of that minute: what the progress chart draws, without reading the events.
 
 A task counts in the import that created it and in every import that reused it (`import_tasks`).
-Triggers keep both tables in the writer's transaction. Each computes what the touched tasks add to
-their imports (`_TASK`: the same rules as schema/spend.py's recount) once as the other tables stood
-before the statement and once as they stand after it, and adds the difference; so the order in
-which a transaction changes a task, its ledger, its events and its checks does not matter.
+Statement triggers keep both tables in the writer's transaction, one aggregated write per statement
+however many rows it changed (a row trigger would rewrite the same few rows once per row: quadratic
+for a bulk statement). Each computes what the touched tasks add to their imports (`_task`: the rules
+of schema/spend.py's recount) as the table it fires on stood before the statement and as it stands
+after, and adds the difference; so the order in which a transaction changes a task, its ledger, its
+events and its checks does not matter.
 `reelqueue ledger check` compares both tables with a recount (rule `import_totals_drift`).
 
 Revision ID: 0017
 Revises: 0016
 """
+
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from alembic import op
@@ -49,22 +53,21 @@ def _quoted(values: tuple[str, ...]) -> str:
 
 
 def _task(tasks: str, runs: str = "ledger_run_totals", events: str = "state_events",
-          checks: str = "review_checks", *, counted: bool = True, money: bool = True) -> str:
+          checks: str = "review_checks", *, money: bool = True) -> str:
     """Per task of `tasks` (id, status, run_no): what it adds to each import covering it, from its
     runs' ledger totals, its applied state events and its automatic checks (each a relation, so a
     trigger can name them as they stood before its statement). A run ends in the task's status when
     it is the current one, else in the status the n-th applied redrive left (the n-th redrive closes
     run n); a SUCCEEDED run's charges beyond its last review video paid for regenerated videos.
-    Without `counted` the task's status and approval add nothing, without `money` its runs nothing."""
+    Without `money` its runs add nothing (a task just created has none)."""
     own = "r.settled + r.adjusted - r.refunded - r.duplicate"
     wasted = ", ".join(f"sum({own}) FILTER (WHERE x.ended IN ({_quoted(ends)})) AS {column}"
                        for column, ends in WASTED_BY_END.items())
     approved = f"""(k.status = 'SUCCEEDED' AND EXISTS (SELECT 1 FROM {checks} c WHERE c.task_id = k.id)
                     AND EXISTS (SELECT 1 FROM {events} e WHERE e.task_id = k.id
                                   AND e.event = 'review_approved' AND e.applied))::int"""
-    columns = ", ".join([*(f"{f'(k.status = {s!r})::int' if counted else '0'} AS {c}"
-                           for s, c in zip(STATUSES, COUNTS, strict=True)),
-                         f"{approved if counted else '0'} AS approved",
+    columns = ", ".join([*(f"(k.status = '{s}')::int AS {c}" for s, c in zip(STATUSES, COUNTS, strict=True)),
+                         f"{approved} AS approved",
                          *(f"{f'coalesce(m.{c}, 0)' if money else '0'} AS {c}"
                            for c in (*MONEY, *WASTED_BY_END, "regenerated"))])
     if not money:
@@ -135,8 +138,6 @@ def _function(name: str, body: str) -> str:
 
 
 _EVENT = "id, task_id, event, applied, from_status, to_status, created_at"
-_TASK_ROW = "SELECT {row}.id AS id, {row}.status AS status, {row}.run_no AS run_no"
-_RUN = ", ".join(f"{{row}}.{c} AS {c}" for c in ("task_id", "run_no", *MONEY, "last_video"))  # a run row's fields
 
 
 def _changed(table: str, columns: str) -> dict[str, tuple[str, str]]:
@@ -148,14 +149,16 @@ def _changed(table: str, columns: str) -> dict[str, tuple[str, str]]:
             "UPDATE": (f"{new} UNION ALL {old}", f"{kept} UNION ALL SELECT {columns} FROM old_rows")}
 
 
-def _statement_body(table: str, columns: str, touched: str, relation: str, moves: bool) -> str:
-    """A statement trigger's body on `table`: the touched tasks' totals as `relation` (events or checks)
-    stands now minus as it stood before; with `moves`, the changed events' moves too."""
+def _statement_body(table: str, columns: str, touched: str, relation: Callable[[str], dict[str, str]],
+                    moves: bool = False) -> str:
+    """A statement trigger's body on `table`: what the touched tasks add, with `relation` (the _task
+    arguments this table feeds, given its rows) as the table stands now, minus as it stood before the
+    statement; with `moves`, the changed rows' moves (state events) too."""
     parts = []
     for kind, (changed, before) in _changed(table, columns).items():
         tasks = f"SELECT DISTINCT c.task_id FROM ({changed}) c WHERE {touched}"
-        now = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})")
-        then = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})", **{relation: f"({before})"})
+        now = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})", **relation(table))
+        then = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})", **relation(f"({before})"))
         sql = _add_totals(f"{now} UNION ALL {_negated(then)}", _members(tasks))
         if moves:
             sql += f";\n{_add_moves(changed, _members(f'SELECT DISTINCT task_id FROM ({changed}) c'))}"
@@ -163,30 +166,49 @@ def _statement_body(table: str, columns: str, touched: str, relation: str, moves
     return "\n".join(parts)
 
 
+def _ledger_runs(ledger: str) -> str:
+    """Per task run, the figures of `ledger_run_totals` summed from ledger rows (migration 0015's rules)."""
+    kinds = {"reserved": "RESERVE", "settled": "SETTLE", "released": "RELEASE", "refunded": "REFUND",
+             "adjusted": "ADJUSTMENT"}
+    sums = ", ".join(f"coalesce(sum(c.amount) FILTER (WHERE c.entry_type = '{k}'), 0) AS {c}" for c, k in kinds.items())
+    review = "c.entry_type = 'ADJUSTMENT' AND position(':review:' IN c.business_key) > 0"
+    return f"""(SELECT c.task_id, c.run_no, {sums},
+       coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'ADJUSTMENT' AND c.provider_job_id IS NOT NULL), 0)
+         AS duplicate,
+       (array_agg(c.amount ORDER BY coalesce(c.attempt_no, 2147483647) DESC, c.id DESC) FILTER (WHERE {review}))[1]
+         AS last_video
+  FROM {ledger} c WHERE c.task_id IS NOT NULL GROUP BY c.task_id, c.run_no)"""
+
+
+_LEDGER = "id, task_id, run_no, entry_type, amount, business_key, attempt_no, provider_job_id"
+_MOVED = """SELECT n.id FROM new_rows n JOIN old_rows o ON o.id = n.id
+             WHERE n.status IS DISTINCT FROM o.status OR n.run_no IS DISTINCT FROM o.run_no"""
 _FUNCTIONS = {
     # A new task counts in the import that created it (it has no ledger, event or check yet).
     "import_totals_tasks_added": _add_totals(
         _task("SELECT id, status, run_no FROM new_rows", money=False),
         "SELECT id AS task_id, tenant_id, import_id FROM new_rows") + ";",
-    # A status or run change: the task as it was leaves its imports' totals, the task as it is enters.
-    "import_totals_task_moved": _add_totals(
-        f"{_task(_TASK_ROW.format(row='NEW'))} UNION ALL {_negated(_task(_TASK_ROW.format(row='OLD')))}",
-        _members("SELECT NEW.id")) + ";",
+    # A status or run change: each task as it was leaves its imports' totals, as it is enters. Every
+    # update of a task fires this (a statement trigger has no column list): most change neither.
+    "import_totals_tasks_moved": f"""IF EXISTS ({_MOVED}) THEN
+{_add_totals(f"{_task(f'SELECT id, status, run_no FROM new_rows WHERE id IN ({_MOVED})')} UNION ALL "
+             f"{_negated(_task(f'SELECT id, status, run_no FROM old_rows WHERE id IN ({_MOVED})'))}",
+             _members(_MOVED))};
+END IF;""",
     "import_totals_tasks_removed": _add_totals(
         _negated(_task("SELECT id, status, run_no FROM old_rows")),
         "SELECT id AS task_id, tenant_id, import_id FROM old_rows") + ";",
-    # A run's ledger totals changed (the ledger's triggers of 0015): its task's money, then and now.
-    "import_totals_run_changed": "\n".join(
-        f"IF TG_OP IN ({ops}) THEN\n"
-        + _add_totals(_signed(sign, _task(f"SELECT id, status, run_no FROM tasks WHERE id = {row}.task_id",
-                                          runs=f"(SELECT {_RUN.format(row=row)})", counted=False)),
-                      _members(f"SELECT {row}.task_id")) + ";\nEND IF;"
-        for row, sign, ops in (("OLD", -1, "'UPDATE', 'DELETE'"), ("NEW", 1, "'INSERT', 'UPDATE'"))),
+    # Ledger rows: their tasks' money, from the ledger rows as they are and as they were (read from the
+    # ledger itself, not from ledger_run_totals, whose statement triggers may fire after these).
+    "import_totals_ledger_changed": _statement_body(
+        "credit_ledger", _LEDGER, "c.task_id IS NOT NULL", lambda rows: {"runs": _ledger_runs(rows)}),
     # Redrives end runs and approvals count videos: the touched tasks then and now; every applied move
     # goes to the chart.
     "import_totals_events_changed": _statement_body(
-        "state_events", _EVENT, "c.event IN ('redrive', 'review_approved') AND c.applied", "events", moves=True),
-    "import_totals_checks_changed": _statement_body("review_checks", "id, task_id", "true", "checks", moves=False),
+        "state_events", _EVENT, "c.event IN ('redrive', 'review_approved') AND c.applied",
+        lambda rows: {"events": rows}, moves=True),
+    "import_totals_checks_changed": _statement_body("review_checks", "id, task_id", "true",
+                                                    lambda rows: {"checks": rows}),
     # A reused task linked to an import (or unlinked): all it adds, and its whole history of moves.
     "import_totals_links_changed": "\n".join(
         f"IF TG_OP = '{kind}' THEN\n"
@@ -198,25 +220,20 @@ _FUNCTIONS = {
         + ";\nEND IF;"
         for kind, rows, sign in (("INSERT", "new_rows", 1), ("DELETE", "old_rows", -1))),
 }
-# (trigger, table, timing and level, function)
+_REFERENCING = {"INSERT": "NEW TABLE AS new_rows", "DELETE": "OLD TABLE AS old_rows",
+                "UPDATE": "OLD TABLE AS old_rows NEW TABLE AS new_rows"}
+# (trigger, table, event, function): every one AFTER the statement, with its rows as transition tables
+# (one aggregated write per statement, however many rows it changed).
 _TRIGGERS = (
-    ("import_totals_tasks_insert", "tasks", "AFTER INSERT", "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT",
-     "import_totals_tasks_added"),
-    ("import_totals_tasks_update", "tasks", "AFTER UPDATE OF status, run_no",
-     "FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.run_no IS DISTINCT FROM NEW.run_no)",
-     "import_totals_task_moved"),
-    ("import_totals_tasks_delete", "tasks", "AFTER DELETE", "REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT",
-     "import_totals_tasks_removed"),
-    *((f"import_totals_runs_{op.lower()}", "ledger_run_totals", f"AFTER {op}", "FOR EACH ROW",
-       "import_totals_run_changed") for op in ("INSERT", "UPDATE", "DELETE")),
-    *((f"import_totals_{table}_{op.lower()}", table, f"AFTER {op}", f"REFERENCING {refs} FOR EACH STATEMENT",
-       function)
-      for table, function in (("state_events", "import_totals_events_changed"),
+    ("import_totals_tasks_insert", "tasks", "INSERT", "import_totals_tasks_added"),
+    ("import_totals_tasks_update", "tasks", "UPDATE", "import_totals_tasks_moved"),
+    ("import_totals_tasks_delete", "tasks", "DELETE", "import_totals_tasks_removed"),
+    *((f"import_totals_{table}_{op.lower()}", table, op, function)
+      for table, function in (("credit_ledger", "import_totals_ledger_changed"),
+                              ("state_events", "import_totals_events_changed"),
                               ("review_checks", "import_totals_checks_changed"),
                               ("import_tasks", "import_totals_links_changed"))
-      for op, refs in (("INSERT", "NEW TABLE AS new_rows"), ("DELETE", "OLD TABLE AS old_rows"),
-                       ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"))
-      if not (table == "import_tasks" and op == "UPDATE")),
+      for op in _REFERENCING if not (table == "import_tasks" and op == "UPDATE")),
 )
 _LOCKED = ("tasks", "import_tasks", "credit_ledger", "ledger_run_totals", "state_events", "review_checks")
 _EVERY_MEMBER = f"SELECT id AS task_id, tenant_id, import_id FROM tasks UNION ALL {_linked('import_tasks')}"
@@ -239,8 +256,9 @@ def upgrade() -> None:
     bind.exec_driver_sql(f"LOCK TABLE {', '.join(_LOCKED)} IN SHARE MODE")  # no write between backfill and triggers
     for name, body in _FUNCTIONS.items():
         bind.exec_driver_sql(_function(name, body))
-    for name, table, when, level, function in _TRIGGERS:
-        bind.exec_driver_sql(f"CREATE TRIGGER {name} {when} ON {table} {level} EXECUTE FUNCTION {function}()")
+    for name, table, event, function in _TRIGGERS:
+        bind.exec_driver_sql(f"CREATE TRIGGER {name} AFTER {event} ON {table} REFERENCING {_REFERENCING[event]} "
+                             f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()")
     bind.exec_driver_sql(_add_totals(_task("SELECT id, status, run_no FROM tasks"), _EVERY_MEMBER))
     bind.exec_driver_sql(_add_moves(f"SELECT {_EVENT}, 1 AS sign FROM state_events", _EVERY_MEMBER))
 
