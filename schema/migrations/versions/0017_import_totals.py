@@ -52,38 +52,47 @@ def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
-def _task(tasks: str, runs: str = "ledger_run_totals", events: str = "state_events",
-          checks: str = "review_checks", *, money: bool = True) -> str:
+Rows = Callable[[str], str]  # given a query of task ids: a query of a table's rows of those tasks
+
+
+def _rows(table: str, columns: str = "*") -> Rows:
+    return lambda scope: f"SELECT {columns} FROM {table} WHERE task_id IN ({scope})"
+
+
+def _task(tasks: str, runs: Rows = _rows("ledger_run_totals"), events: Rows = _rows("state_events"),
+          checks: Rows = _rows("review_checks"), *, money: bool = True) -> str:
     """Per task of `tasks` (id, status, run_no): what it adds to each import covering it, from its
-    runs' ledger totals, its applied state events and its automatic checks (each a relation, so a
-    trigger can name them as they stood before its statement). A run ends in the task's status when
-    it is the current one, else in the status the n-th applied redrive left (the n-th redrive closes
-    run n); a SUCCEEDED run's charges beyond its last review video paid for regenerated videos.
-    Without `money` its runs add nothing (a task just created has none)."""
-    own = "r.settled + r.adjusted - r.refunded - r.duplicate"
-    wasted = ", ".join(f"sum({own}) FILTER (WHERE x.ended IN ({_quoted(ends)})) AS {column}"
-                       for column, ends in WASTED_BY_END.items())
-    approved = f"""(k.status = 'SUCCEEDED' AND EXISTS (SELECT 1 FROM {checks} c WHERE c.task_id = k.id)
-                    AND EXISTS (SELECT 1 FROM {events} e WHERE e.task_id = k.id
-                                  AND e.event = 'review_approved' AND e.applied))::int"""
+    runs' ledger totals, its applied state events and its automatic checks (each given as Rows, so a
+    trigger can name a table as it stood before its statement). Set-based: a statement of one task
+    costs a few index look-ups, a bulk statement a few joins. A run ends in the task's status when it
+    is the current one, else in the status the n-th applied redrive left (the n-th redrive closes run
+    n); a SUCCEEDED run's charges beyond its last review video paid for regenerated videos. Without
+    `money` its runs add nothing (a task just created has none)."""
+    scope = "SELECT id FROM k"
+    approved = f"""SELECT e.task_id FROM ({events(scope)}) e WHERE e.event = 'review_approved' AND e.applied
+                      AND e.task_id IN (SELECT c.task_id FROM ({checks(scope)}) c)"""
     columns = ", ".join([*(f"(k.status = '{s}')::int AS {c}" for s, c in zip(STATUSES, COUNTS, strict=True)),
-                         f"{approved} AS approved",
+                         f"(k.status = 'SUCCEEDED' AND k.id IN ({approved}))::int AS approved",
                          *(f"{f'coalesce(m.{c}, 0)' if money else '0'} AS {c}"
                            for c in (*MONEY, *WASTED_BY_END, "regenerated"))])
     if not money:
-        return f"SELECT k.id AS task_id, {columns} FROM ({tasks}) k"
+        return f"WITH k AS MATERIALIZED ({tasks}) SELECT k.id AS task_id, {columns} FROM k"
+    own = "r.settled + r.adjusted - r.refunded - r.duplicate"
+    wasted = ", ".join(f"sum({own}) FILTER (WHERE y.ended IN ({_quoted(ends)})) AS {column}"
+                       for column, ends in WASTED_BY_END.items())
     return f"""
-SELECT k.id AS task_id, {columns}
-  FROM ({tasks}) k
-  LEFT JOIN LATERAL (
-    SELECT {", ".join(f"sum(r.{c}) AS {c}" for c in MONEY)}, {wasted},
-           sum({own} - r.last_video) FILTER (WHERE x.ended = 'SUCCEEDED' AND r.last_video IS NOT NULL) AS regenerated
-      FROM {runs} r
-     CROSS JOIN LATERAL (
-       SELECT CASE WHEN r.run_no = k.run_no THEN k.status
-                   ELSE (SELECT e.from_status FROM {events} e WHERE e.task_id = k.id AND e.event = 'redrive'
-                            AND e.applied ORDER BY e.id OFFSET greatest(r.run_no - 1, 0) LIMIT 1) END AS ended) x
-     WHERE r.task_id = k.id) m ON true"""
+WITH k AS MATERIALIZED ({tasks}), ends AS (
+  SELECT e.task_id, row_number() OVER (PARTITION BY e.task_id ORDER BY e.id) AS run_no, e.from_status AS ended
+    FROM ({events(scope)}) e WHERE e.event = 'redrive' AND e.applied
+), m AS (
+  SELECT r.task_id, {", ".join(f"sum(r.{c}) AS {c}" for c in MONEY)}, {wasted},
+         sum({own} - r.last_video) FILTER (WHERE y.ended = 'SUCCEEDED' AND r.last_video IS NOT NULL) AS regenerated
+    FROM ({runs(scope)}) r JOIN k ON k.id = r.task_id
+    LEFT JOIN ends x ON x.task_id = r.task_id AND x.run_no = r.run_no
+   CROSS JOIN LATERAL (SELECT CASE WHEN r.run_no = k.run_no THEN k.status ELSE x.ended END AS ended) y
+   GROUP BY r.task_id
+)
+SELECT k.id AS task_id, {columns} FROM k LEFT JOIN m ON m.task_id = k.id"""
 
 
 def _negated(query: str) -> str:
@@ -140,44 +149,60 @@ def _function(name: str, body: str) -> str:
 _EVENT = "id, task_id, event, applied, from_status, to_status, created_at"
 
 
-def _changed(table: str, columns: str) -> dict[str, tuple[str, str]]:
-    """Per statement kind: (the changed rows with a `sign`, the table as it stood before the statement)."""
+def _changed(table: str, columns: str) -> dict[str, tuple[str, Rows]]:
+    """Per statement kind: (the changed rows with a `sign`, the table's rows as they stood before it)."""
     new, old = f"SELECT {columns}, 1 AS sign FROM new_rows", f"SELECT {columns}, -1 AS sign FROM old_rows"
-    kept = f"SELECT {columns} FROM {table} x WHERE NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.id = x.id)"
-    return {"INSERT": (new, kept), "DELETE": (old, f"SELECT {columns} FROM {table} UNION ALL SELECT {columns} "
-                                                   "FROM old_rows"),
-            "UPDATE": (f"{new} UNION ALL {old}", f"{kept} UNION ALL SELECT {columns} FROM old_rows")}
+
+    def kept(scope: str) -> str:
+        return (f"SELECT {columns} FROM {table} x WHERE x.task_id IN ({scope}) "
+                "AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.id = x.id)")
+
+    def gone(scope: str) -> str:
+        return f"SELECT {columns} FROM old_rows WHERE task_id IN ({scope})"
+
+    return {"INSERT": (new, kept),
+            "DELETE": (old, lambda scope: f"{_rows(table, columns)(scope)} UNION ALL {gone(scope)}"),
+            "UPDATE": (f"{new} UNION ALL {old}", lambda scope: f"{kept(scope)} UNION ALL {gone(scope)}")}
 
 
-def _statement_body(table: str, columns: str, touched: str, relation: Callable[[str], dict[str, str]],
+# Before a trigger reads a task's other rows it locks the task, sorted by id: writers of one task (its
+# transitions, its ledger, events, checks and links) then take turns, and each one's statement reads
+# what the one before it committed (a new snapshot per statement). Without it two writers could each
+# count their own change against the other's old state (a ledger row booked as the task ended).
+_LOCK = "PERFORM 1 FROM tasks WHERE id IN ({tasks}) ORDER BY id FOR NO KEY UPDATE"
+
+
+def _statement_body(table: str, columns: str, touched: str, relation: Callable[[Rows], dict[str, Rows]],
                     moves: bool = False) -> str:
     """A statement trigger's body on `table`: what the touched tasks add, with `relation` (the _task
     arguments this table feeds, given its rows) as the table stands now, minus as it stood before the
     statement; with `moves`, the changed rows' moves (state events) too."""
     parts = []
     for kind, (changed, before) in _changed(table, columns).items():
+        lock = _LOCK.format(tasks=f"SELECT c.task_id FROM ({changed}) c")
         tasks = f"SELECT DISTINCT c.task_id FROM ({changed}) c WHERE {touched}"
-        now = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})", **relation(table))
-        then = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})", **relation(f"({before})"))
+        now = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})", **relation(_rows(table, columns)))
+        then = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})", **relation(before))
         sql = _add_totals(f"{now} UNION ALL {_negated(then)}", _members(tasks))
         if moves:
             sql += f";\n{_add_moves(changed, _members(f'SELECT DISTINCT task_id FROM ({changed}) c'))}"
-        parts.append(f"IF TG_OP = '{kind}' THEN\n{sql};\nEND IF;")
+        parts.append(f"IF TG_OP = '{kind}' THEN\n{lock};\n{sql};\nEND IF;")
     return "\n".join(parts)
 
 
 def _ledger_runs(ledger: str) -> str:
-    """Per task run, the figures of `ledger_run_totals` summed from ledger rows (migration 0015's rules)."""
+    """Per task run, the figures of `ledger_run_totals` summed from the ledger rows `ledger` selects
+    (migration 0015's rules)."""
     kinds = {"reserved": "RESERVE", "settled": "SETTLE", "released": "RELEASE", "refunded": "REFUND",
              "adjusted": "ADJUSTMENT"}
     sums = ", ".join(f"coalesce(sum(c.amount) FILTER (WHERE c.entry_type = '{k}'), 0) AS {c}" for c, k in kinds.items())
     review = "c.entry_type = 'ADJUSTMENT' AND position(':review:' IN c.business_key) > 0"
-    return f"""(SELECT c.task_id, c.run_no, {sums},
+    return f"""SELECT c.task_id, c.run_no, {sums},
        coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'ADJUSTMENT' AND c.provider_job_id IS NOT NULL), 0)
          AS duplicate,
        (array_agg(c.amount ORDER BY coalesce(c.attempt_no, 2147483647) DESC, c.id DESC) FILTER (WHERE {review}))[1]
          AS last_video
-  FROM {ledger} c WHERE c.task_id IS NOT NULL GROUP BY c.task_id, c.run_no)"""
+  FROM ({ledger}) c WHERE c.task_id IS NOT NULL GROUP BY c.task_id, c.run_no"""
 
 
 _LEDGER = "id, task_id, run_no, entry_type, amount, business_key, attempt_no, provider_job_id"
@@ -201,7 +226,8 @@ END IF;""",
     # Ledger rows: their tasks' money, from the ledger rows as they are and as they were (read from the
     # ledger itself, not from ledger_run_totals, whose statement triggers may fire after these).
     "import_totals_ledger_changed": _statement_body(
-        "credit_ledger", _LEDGER, "c.task_id IS NOT NULL", lambda rows: {"runs": _ledger_runs(rows)}),
+        "credit_ledger", _LEDGER, "c.task_id IS NOT NULL",
+        lambda rows: {"runs": lambda scope: _ledger_runs(rows(scope))}),
     # Redrives end runs and approvals count videos: the touched tasks then and now; every applied move
     # goes to the chart.
     "import_totals_events_changed": _statement_body(
@@ -211,7 +237,7 @@ END IF;""",
                                                     lambda rows: {"checks": rows}),
     # A reused task linked to an import (or unlinked): all it adds, and its whole history of moves.
     "import_totals_links_changed": "\n".join(
-        f"IF TG_OP = '{kind}' THEN\n"
+        f"IF TG_OP = '{kind}' THEN\n{_LOCK.format(tasks=f'SELECT task_id FROM {rows}')};\n"
         + _add_totals(_signed(sign, _task(f"SELECT id, status, run_no FROM tasks WHERE id IN "
                                           f"(SELECT task_id FROM {rows})")), _linked(rows))
         + ";\n"
