@@ -3,8 +3,8 @@ spend gauges of /metrics share one query (docs/architecture.md, "Spend and waste
 
 The figures are read from the import's running totals (`import_totals`, schema/import_totals.py:
 a few rows per import, kept by triggers in the writers' transactions). `spend_sql` is the recount
-they must equal: a sum over the import's task runs of the ledger's run totals (`ledger_run_totals`);
-`reelqueue ledger check` compares the two. The waste causes split the charged credits (SETTLE +
+they must equal: a sum over the import's task runs of their ledger rows; `reelqueue ledger check`
+compares the two. The waste causes split the charged credits (SETTLE +
 ADJUSTMENT - REFUND) of runs that ended without a kept video, by how they ended.
 """
 
@@ -47,9 +47,13 @@ WITH wanted AS ({wanted}), scope AS (
   SELECT e.task_id, row_number() OVER (PARTITION BY e.task_id ORDER BY e.id) AS run_no, e.from_status AS ended
     FROM state_events e
    WHERE e.event = 'redrive' AND e.applied AND e.task_id IN (SELECT task_id FROM scope WHERE run_no > 1)
-), ledger AS (  -- per task and run: the running totals the ledger's insert trigger keeps
-  SELECT c.task_id, c.run_no, c.reserved, c.settled, c.released, c.refunded, c.adjusted, c.duplicate, c.last_video
-    FROM ledger_run_totals c WHERE c.task_id IN (SELECT task_id FROM scope)
+), ledger AS (  -- per task and run, summed from the ledger rows
+  SELECT c.task_id, c.run_no, {sums},
+         coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'ADJUSTMENT' AND c.provider_job_id IS NOT NULL), 0)
+           AS duplicate,
+         (array_agg(c.amount ORDER BY coalesce(c.attempt_no, 2147483647) DESC, c.id DESC)
+            FILTER (WHERE c.entry_type = 'ADJUSTMENT' AND position(':review:' IN c.business_key) > 0))[1] AS last_video
+    FROM credit_ledger c WHERE c.task_id IN (SELECT task_id FROM scope) GROUP BY c.task_id, c.run_no
 ), runs AS (
   SELECT s.import_id, CASE WHEN l.run_no = s.run_no THEN s.status ELSE r.ended END AS ended, l.*
     FROM scope s JOIN ledger l ON l.task_id = s.task_id
@@ -74,14 +78,18 @@ SELECT w.id AS import_id, m.reserved, m.settled, m.released, m.refunded, m.adjus
 """
 _CAUSES = ", ".join(f"coalesce(sum(own) FILTER (WHERE ended IN ({', '.join(repr(s) for s in ends)})), 0) AS {cause}"
                     for cause, ends in WASTE_BY_END.items())
+_SUMS = ", ".join(f"coalesce(sum(c.amount) FILTER (WHERE c.entry_type = '{kind}'), 0) AS {column}"
+                  for kind, column in (("RESERVE", "reserved"), ("SETTLE", "settled"), ("RELEASE", "released"),
+                                       ("REFUND", "refunded"), ("ADJUSTMENT", "adjusted")))
 FIGURES = ("reserved", "settled", "released", "refunded", "adjusted", "duplicate", *WASTE_BY_END, "regenerated",
            "succeeded", "approved")  # the query's columns besides import_id
 
 
 def spend_sql(wanted: str) -> str:
     """The recount of the spend over the imports `wanted` selects (a SQL query with one column, `id`),
-    for text(): it reads every task and run of those imports (`reelqueue ledger check` only)."""
-    return _SPEND_SQL.format(wanted=wanted, causes=_CAUSES, cause_columns=", ".join(f"m.{c}" for c in WASTE_BY_END))
+    for text(): it reads every task and ledger row of those imports (`reelqueue ledger check` only)."""
+    return _SPEND_SQL.format(wanted=wanted, causes=_CAUSES, cause_columns=", ".join(f"m.{c}" for c in WASTE_BY_END),
+                             sums=_SUMS)
 
 
 # A big import's aggregate has a planner cost that turns JIT on, whose compiling took longer here

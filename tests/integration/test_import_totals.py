@@ -209,3 +209,23 @@ def test_the_migration_backfills_and_downgrades(stack, empty_database, tmp_path)
     _walk(db, c.id, [E.VALIDATION_STARTED])  # no trigger left behind
     upgrade(empty_database, "head")
     _same(db, first.import_id, second.import_id)
+
+
+def test_bulk_statements_keep_the_totals(stack, tmp_path):
+    """Statements past BULK rows (an import's COPY, a seed in SQL, a cleanup) take the planned-afresh path."""
+    from bench.spend_bench import _EVENTS, _FINISH, _LEDGER
+
+    db = Database(stack.database_url)
+    summary = import_small(stack, tmp_path, [(f"B-{i}", "Pen", "A pen") for i in range(300)],
+                           locales=("en-US", "de-DE"), ratios=("9:16", "16:9"))
+    with db.transaction() as session:
+        for sql in (_FINISH, _LEDGER, _EVENTS):
+            session.execute(text(sql), {"imp": summary.import_id})
+    _same(db, summary.import_id)
+    with db.transaction() as session:
+        spend = import_spend(session, [summary.import_id])[summary.import_id]
+        assert sum(status_counts(session, summary.import_id).values()) == 1200
+        session.execute(text("DELETE FROM state_events WHERE task_id IN (SELECT id FROM tasks WHERE import_id = :imp)"),
+                        {"imp": summary.import_id})
+    assert spend.succeeded == 960 and spend.wasted["duplicate"] > 0
+    _same(db, summary.import_id)

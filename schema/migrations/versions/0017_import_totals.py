@@ -143,7 +143,29 @@ ON CONFLICT (tenant_id, import_id, minute, shard) DO UPDATE SET {adds}"""
 
 
 def _function(name: str, body: str) -> str:
-    return f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n{body}\nRETURN NULL;\nEND $$"
+    return (f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$\n"
+            f"DECLARE nestloop text := current_setting('enable_nestloop');\nBEGIN\n{body}\nRETURN NULL;\nEND $$")
+
+
+# A statement of a few rows (a transition, a ledger step) runs its queries as planned once per session:
+# nested loops over the touched tasks' index entries. The planner cannot count a transition table's
+# distinct tasks (it guesses 200), so for a bulk statement those cached plans would loop over a large
+# spilled set once per row: past BULK rows the queries are planned afresh (EXECUTE) without nested loops.
+BULK = 1000
+
+
+def _branch(kind: str, rows: str, lock: str | None, statements: list[str]) -> str:
+    """The body for one statement kind: lock the tasks, then run `statements` one way or the other."""
+    small = "".join(f"{sql};\n" for sql in statements)
+    bulk = "".join(f"EXECUTE $bulk${sql}$bulk$;\n" for sql in statements)
+    return f"""IF TG_OP = '{kind}' THEN
+{f"{lock};" if lock else ""}
+IF (SELECT count(*) FROM {rows}) > {BULK} THEN
+PERFORM set_config('enable_nestloop', 'off', true);
+{bulk}PERFORM set_config('enable_nestloop', nestloop, true);
+ELSE
+{small}END IF;
+END IF;"""
 
 
 _EVENT = "id, task_id, event, applied, from_status, to_status, created_at"
@@ -183,10 +205,10 @@ def _statement_body(table: str, columns: str, touched: str, relation: Callable[[
         tasks = f"SELECT DISTINCT c.task_id FROM ({changed}) c WHERE {touched}"
         now = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})", **relation(_rows(table, columns)))
         then = _task(f"SELECT id, status, run_no FROM tasks WHERE id IN ({tasks})", **relation(before))
-        sql = _add_totals(f"{now} UNION ALL {_negated(then)}", _members(tasks))
+        statements = [_add_totals(f"{now} UNION ALL {_negated(then)}", _members(tasks))]
         if moves:
-            sql += f";\n{_add_moves(changed, _members(f'SELECT DISTINCT task_id FROM ({changed}) c'))}"
-        parts.append(f"IF TG_OP = '{kind}' THEN\n{lock};\n{sql};\nEND IF;")
+            statements.append(_add_moves(changed, _members(f"SELECT DISTINCT task_id FROM ({changed}) c")))
+        parts.append(_branch(kind, "new_rows" if kind != "DELETE" else "old_rows", lock, statements))
     return "\n".join(parts)
 
 
@@ -210,19 +232,18 @@ _MOVED = """SELECT n.id FROM new_rows n JOIN old_rows o ON o.id = n.id
              WHERE n.status IS DISTINCT FROM o.status OR n.run_no IS DISTINCT FROM o.run_no"""
 _FUNCTIONS = {
     # A new task counts in the import that created it (it has no ledger, event or check yet).
-    "import_totals_tasks_added": _add_totals(
+    "import_totals_tasks_added": _branch("INSERT", "new_rows", None, [_add_totals(
         _task("SELECT id, status, run_no FROM new_rows", money=False),
-        "SELECT id AS task_id, tenant_id, import_id FROM new_rows") + ";",
+        "SELECT id AS task_id, tenant_id, import_id FROM new_rows")]),
     # A status or run change: each task as it was leaves its imports' totals, as it is enters. Every
     # update of a task fires this (a statement trigger has no column list): most change neither.
-    "import_totals_tasks_moved": f"""IF EXISTS ({_MOVED}) THEN
-{_add_totals(f"{_task(f'SELECT id, status, run_no FROM new_rows WHERE id IN ({_MOVED})')} UNION ALL "
-             f"{_negated(_task(f'SELECT id, status, run_no FROM old_rows WHERE id IN ({_MOVED})'))}",
-             _members(_MOVED))};
-END IF;""",
-    "import_totals_tasks_removed": _add_totals(
+    "import_totals_tasks_moved": f"IF EXISTS ({_MOVED}) THEN\n" + _branch("UPDATE", "new_rows", None, [_add_totals(
+        f"{_task(f'SELECT id, status, run_no FROM new_rows WHERE id IN ({_MOVED})')} UNION ALL "
+        f"{_negated(_task(f'SELECT id, status, run_no FROM old_rows WHERE id IN ({_MOVED})'))}",
+        _members(_MOVED))]) + "\nEND IF;",
+    "import_totals_tasks_removed": _branch("DELETE", "old_rows", None, [_add_totals(
         _negated(_task("SELECT id, status, run_no FROM old_rows")),
-        "SELECT id AS task_id, tenant_id, import_id FROM old_rows") + ";",
+        "SELECT id AS task_id, tenant_id, import_id FROM old_rows")]),
     # Ledger rows: their tasks' money, from the ledger rows as they are and as they were (read from the
     # ledger itself, not from ledger_run_totals, whose statement triggers may fire after these).
     "import_totals_ledger_changed": _statement_body(
@@ -237,13 +258,11 @@ END IF;""",
                                                     lambda rows: {"checks": rows}),
     # A reused task linked to an import (or unlinked): all it adds, and its whole history of moves.
     "import_totals_links_changed": "\n".join(
-        f"IF TG_OP = '{kind}' THEN\n{_LOCK.format(tasks=f'SELECT task_id FROM {rows}')};\n"
-        + _add_totals(_signed(sign, _task(f"SELECT id, status, run_no FROM tasks WHERE id IN "
-                                          f"(SELECT task_id FROM {rows})")), _linked(rows))
-        + ";\n"
-        + _add_moves(f"SELECT {_EVENT}, {sign} AS sign FROM state_events WHERE task_id IN (SELECT task_id FROM {rows})",
-                     _linked(rows))
-        + ";\nEND IF;"
+        _branch(kind, rows, _LOCK.format(tasks=f"SELECT task_id FROM {rows}"), [
+            _add_totals(_signed(sign, _task(f"SELECT id, status, run_no FROM tasks WHERE id IN "
+                                            f"(SELECT task_id FROM {rows})")), _linked(rows)),
+            _add_moves(f"SELECT {_EVENT}, {sign} AS sign FROM state_events "
+                       f"WHERE task_id IN (SELECT task_id FROM {rows})", _linked(rows))])
         for kind, rows, sign in (("INSERT", "new_rows", 1), ("DELETE", "old_rows", -1))),
 }
 _REFERENCING = {"INSERT": "NEW TABLE AS new_rows", "DELETE": "OLD TABLE AS old_rows",
