@@ -17,8 +17,8 @@ however many rows it changed (a row trigger would rewrite the same few rows once
 for a bulk statement). Each computes what the touched tasks add to their imports (`_task`: the rules
 of schema/spend.py's recount) as the table it fires on stood before the statement and as it stands
 after, and adds the difference; so the order in which a transaction changes a task, its ledger, its
-events and its checks does not matter.
-`reelqueue ledger check` compares both tables with a recount (rule `import_totals_drift`).
+events and its checks does not matter. It locks those tasks first (`_LOCK`), so concurrent writers
+of one task take turns. `reelqueue ledger check` compares both tables with a recount (rule `import_totals_drift`).
 
 Revision ID: 0017
 Revises: 0016
@@ -34,7 +34,7 @@ down_revision = "0016"
 branch_labels = None
 depends_on = None
 
-# Frozen here as at this revision; tests/unit/test_import_totals.py holds them equal to the code's.
+# Frozen here as at this revision; tests/unit/test_import_totals_columns.py holds them equal to the code's.
 STATUSES = ("CREATED", "VALIDATING", "INVALID", "QUOTA_RESERVED", "QUEUED", "DISPATCHING", "SUBMITTED",
             "SUBMIT_UNKNOWN", "RUNNING", "RETRY_WAIT", "OUTPUT_FETCHING", "POST_PROCESSING", "REVIEW",
             "CANCEL_REQUESTED", "NEEDS_ATTENTION", "SUCCEEDED", "CANCELED", "REJECTED", "FAILED_FINAL", "EXPIRED")
