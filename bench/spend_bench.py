@@ -56,6 +56,26 @@ def median_s(run: Callable[[], object], times: int) -> float:
     return statistics.median(took)
 
 
+def page_parts(db, import_id: str, times: int) -> dict[str, float]:  # noqa: ANN001 - a schema.db.Database
+    """The overview page's reads one by one (medians): which of them the page's time is."""
+    from control import overview as page
+    from schema import import_totals
+
+    def timed(read: Callable[[object], object]) -> float:
+        def run() -> object:
+            with db.transaction() as session:
+                session.execute(page.NO_JIT)
+                return read(session)
+        return median_s(run, times)
+
+    return {"counts": timed(lambda s: import_totals.status_counts(s, import_id)),
+            "chart": timed(lambda s: page._progress(s, import_id, s.get(page.CatalogImport, import_id).created_at,
+                                                    200_000, False)),
+            "failures": timed(lambda s: page._failures(s, import_id)),
+            "thumbnails": timed(lambda s: page._thumbnails(s, import_id)),
+            "task list": timed(lambda s: page._tasks(s, import_id))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=25_000, help="catalog rows (8 tasks each)")
@@ -105,9 +125,11 @@ def main() -> None:
             with db.transaction() as session:
                 return overview(session, summary.import_id)
 
-        print(f"spend query:      {median_s(spend, args.times):.2f} s")
-        print(f"metrics snapshot: {median_s(scrape, args.times):.2f} s")
-        print(f"overview page:    {median_s(page, args.times):.2f} s")
+        print(f"spend query:      {median_s(spend, args.times):.3f} s")
+        print(f"metrics snapshot: {median_s(scrape, args.times):.3f} s")
+        print(f"overview page:    {median_s(page, args.times):.3f} s")
+        for part, took in page_parts(db, summary.import_id, args.times).items():
+            print(f"  {part + ':':<16}{took:.3f} s")
         print(spend()[summary.import_id].model_dump(include={"reserved", "settled", "released", "charged", "wasted"}))
     finally:
         devstack.down(settings)

@@ -1,6 +1,8 @@
 """What an import's overview page shows (gateway/overview.py): counts by status and how they moved
-over time (from state_events), spend and waste (schema/spend.py), failures grouped by reason, the
-finished videos' thumbnails and the tasks with their workflow ids. A few set-based queries a page.
+over time, spend and waste (schema/spend.py), failures grouped by reason, the finished videos'
+thumbnails and the tasks with their workflow ids. A few set-based queries a page; the counts, the
+chart and the spend come from the import's running totals (schema/import_totals.py), not from its
+tasks and state events.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.orm import Session
 
 from contracts.task import TaskStatus
+from schema import import_totals
 from schema.import_scope import in_import
 from schema.models import Attempt, CatalogImport, Task
 from schema.spend import NO_JIT, Spend, import_spend
@@ -37,20 +40,6 @@ FAILED = [s.value for s in BANDS["failed"]] + [TaskStatus.NEEDS_ATTENTION.value]
 SETTLED = frozenset(s.value for s in TERMINAL) | {TaskStatus.INVALID.value}  # nothing more will happen
 
 _SCOPE = "SELECT id FROM tasks WHERE import_id = :imp UNION ALL SELECT task_id FROM import_tasks WHERE import_id = :imp"
-# Each applied transition takes one task out of its old status and into the new one: summed per
-# time bucket, the moves give the count in every status at the end of each bucket.
-_MOVES = text(f"""
-WITH scope AS ({_SCOPE})
-SELECT least(greatest(width_bucket(extract(epoch FROM e.created_at), :lo, :hi, :n), 1), :n) AS bucket,
-       m.status, sum(m.delta)::int
-  FROM state_events e CROSS JOIN LATERAL (VALUES (e.from_status, -1), (e.to_status, 1)) AS m(status, delta)
- WHERE e.task_id IN (SELECT id FROM scope) AND e.applied AND e.from_status <> e.to_status
- GROUP BY 1, 2
-""")
-_LAST_MOVE = text(f"""
-WITH scope AS ({_SCOPE})
-SELECT max(updated_at) FROM tasks WHERE id IN (SELECT id FROM scope)
-""")  # every transition sets the task's updated_at: cheaper than reading the events again
 _FAILURES = text(f"""
 WITH scope AS ({_SCOPE})
 SELECT t.status, coalesce(t.last_error_class, '') AS error_class, coalesce(left(t.last_error, 300), '') AS error,
@@ -122,8 +111,7 @@ def overview(session: Session, import_id: str) -> Overview | None:
     if imp is None:
         return None
     session.execute(NO_JIT)
-    counts = dict(session.execute(select(Task.status, func.count()).where(in_import(import_id))
-                                  .group_by(Task.status)).all())
+    counts = import_totals.status_counts(session, import_id)
     total = sum(counts.values())
     running = any(status not in SETTLED for status in counts)
     times, bands = _progress(session, import_id, imp.created_at, total, running)
@@ -135,14 +123,14 @@ def overview(session: Session, import_id: str) -> Overview | None:
 
 def _progress(session: Session, import_id: str, start: datetime, total: int,
               running: bool) -> tuple[list[datetime], dict[str, list[int]]]:
-    """Tasks per band at the end of each of BUCKETS equal slices from the import to now (or to its
-    last move once nothing can move)."""
-    last = session.scalar(_LAST_MOVE, {"imp": import_id})
+    """Tasks per band at the end of each of BUCKETS equal slices from the import to now (or to the
+    end of its last minute with a move once nothing can move). Each applied transition takes one task
+    out of its old status and into the new one: summed per bucket, the moves (counted per minute,
+    import_moves) give the count in every status at the end of each bucket."""
+    last = import_totals.last_move(session, import_id)
     end = session.scalar(select(func.now())) if running or last is None else last
     lo, hi = start.timestamp(), max(end.timestamp(), start.timestamp() + 1)
-    deltas: dict[int, dict[str, int]] = {}
-    for bucket, status, delta in session.execute(_MOVES, {"imp": import_id, "lo": lo, "hi": hi, "n": BUCKETS}):
-        deltas.setdefault(bucket, {})[status] = delta
+    deltas = import_totals.moves(session, import_id, lo, hi, BUCKETS)
     now = {TaskStatus.CREATED.value: total}  # every task starts CREATED
     bands: dict[str, list[int]] = {band: [] for band in BANDS}
     for bucket in range(1, BUCKETS + 1):

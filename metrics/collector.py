@@ -4,7 +4,8 @@ The query touches only started, unfinished tasks (the partial index `ix_tasks_ac
 tasks never run, CREATED, are left out), their reservations (credit_ledger by task id) and
 unclaimed webhooks (the partial index on orphans), so its cost follows the work in flight, not the
 size of the catalog. The spend gauges (schema/spend.py) cover the imports in view: those with a
-started, unfinished task and the RECENT_IMPORTS newest; their cost follows those imports' ledgers.
+started, unfinished task and the RECENT_IMPORTS newest; each is read from its running totals
+(schema/import_totals.py), a few rows per import whatever its size.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from sqlalchemy import text
 from config.defaults import ProviderLimits
 from contracts.task import TaskStatus
 from schema.db import Database
-from schema.spend import FIGURES, NO_JIT, WASTE_CAUSES, Spend, spend_from_row, spend_sql
+from schema.import_totals import totals_sql
+from schema.spend import FIGURES, NO_JIT, WASTE_CAUSES, Spend, spend_from_row
 from schema.state_machine import TERMINAL
 
 log = logging.getLogger("gateway.metrics")
@@ -50,7 +52,7 @@ SELECT 'orphan', provider, '', count(*)::float8, extract(epoch FROM now() - min(
   FROM provider_events WHERE state = 'orphan' GROUP BY provider
 UNION ALL
 SELECT 'spend', s.import_id, f.name, coalesce(f.value, 0)::float8, NULL
-  FROM ({spend_sql(_IN_VIEW)}) s CROSS JOIN LATERAL (VALUES {_SPEND_ROWS}) AS f(name, value)
+  FROM ({totals_sql(_IN_VIEW)}) s CROSS JOIN LATERAL (VALUES {_SPEND_ROWS}) AS f(name, value)
 """)
 
 

@@ -52,6 +52,7 @@ class Invariant(StrEnum):
     HELD_PAST_DEADLINE = Rule.HELD_PAST_DEADLINE.value
     ORPHAN_UNACCOUNTED = Rule.ORPHAN_UNACCOUNTED.value
     TOTALS_DRIFT = Rule.TOTALS_DRIFT.value  # each task run's running totals = the sums of its ledger rows
+    IMPORT_TOTALS_DRIFT = Rule.IMPORT_TOTALS_DRIFT.value  # each import's running totals = a recount
     STATE_EVENTS = "state_events"  # versions strictly increase, every move is a row of the table
     GATE_SLOTS = "gate_slots"  # no slot of any layer's gate (provider, tenant, model, platform) held by a finished task
 

@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session
 
 from contracts.task import TaskStatus
 from schema.import_scope import in_import
+from schema.import_totals import import_ids
+from schema.import_totals_drift import drift
 from schema.models import Attempt, CreditEntry, LedgerRunTotal, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, TERMINAL, AttemptState
 
@@ -48,6 +50,8 @@ class Rule(StrEnum):
     HELD_PAST_DEADLINE = "held_past_deadline"  # open hold of a waiting task past its task deadline
     ORPHAN_UNACCOUNTED = "orphan_unaccounted"  # a job no task knows (provider backstop), cost not booked
     TOTALS_DRIFT = "totals_drift"  # a task run's running totals (ledger_run_totals) differ from its ledger rows
+    # an import's running totals (import_totals, import_moves) differ from a recount of its tasks, runs and events
+    IMPORT_TOTALS_DRIFT = "import_totals_drift"
 
 
 class Violation(BaseModel):
@@ -96,6 +100,9 @@ def check(session: Session, import_id: str | None = None) -> LedgerFindings:
     violations += _unaccounted_strays(session, import_id)
     violations += _held_past_deadline(session, import_id)
     violations += _totals_drift(session, import_id)
+    violations += [Violation(task_id=NO_TASK, status="-", rule=Rule.IMPORT_TOTALS_DRIFT,
+                             detail=f"import {imp}: " + "; ".join(found))
+                   for imp, found in sorted(drift(session, import_ids(session, import_id)).items())]
     orphans = backstop_orphans(session, import_id)
     violations += [
         Violation(task_id=NO_TASK, status="-", rule=Rule.ORPHAN_UNACCOUNTED,

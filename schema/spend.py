@@ -1,10 +1,11 @@
 """What an import cost, read from the credit ledger: `reelqueue spend`, the overview page and the
 spend gauges of /metrics share one query (docs/architecture.md, "Spend and waste").
 
-Every figure is a sum over the import's task runs of the ledger's running totals
-(`ledger_run_totals`, kept by a trigger on each ledger insert; `reelqueue ledger check` compares
-them with the ledger); the waste causes split the charged credits (SETTLE + ADJUSTMENT - REFUND) of
-runs that ended without a kept video, by how they ended.
+The figures are read from the import's running totals (`import_totals`, schema/import_totals.py:
+a few rows per import, kept by triggers in the writers' transactions). `spend_sql` is the recount
+they must equal: a sum over the import's task runs of their ledger rows; `reelqueue ledger check`
+compares the two. The waste causes split the charged credits (SETTLE +
+ADJUSTMENT - REFUND) of runs that ended without a kept video, by how they ended.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from pydantic import BaseModel
-from sqlalchemy import TextClause, bindparam, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from contracts.task import TaskStatus
+from schema.import_totals import TOTALS_OF
 
 # Cause -> the statuses a run ended in for its charged credits to be that waste.
 WASTE_BY_END: dict[str, tuple[str, ...]] = {
@@ -45,9 +47,13 @@ WITH wanted AS ({wanted}), scope AS (
   SELECT e.task_id, row_number() OVER (PARTITION BY e.task_id ORDER BY e.id) AS run_no, e.from_status AS ended
     FROM state_events e
    WHERE e.event = 'redrive' AND e.applied AND e.task_id IN (SELECT task_id FROM scope WHERE run_no > 1)
-), ledger AS (  -- per task and run: the running totals the ledger's insert trigger keeps
-  SELECT c.task_id, c.run_no, c.reserved, c.settled, c.released, c.refunded, c.adjusted, c.duplicate, c.last_video
-    FROM ledger_run_totals c WHERE c.task_id IN (SELECT task_id FROM scope)
+), ledger AS (  -- per task and run, summed from the ledger rows
+  SELECT c.task_id, c.run_no, {sums},
+         coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'ADJUSTMENT' AND c.provider_job_id IS NOT NULL), 0)
+           AS duplicate,
+         (array_agg(c.amount ORDER BY coalesce(c.attempt_no, 2147483647) DESC, c.id DESC)
+            FILTER (WHERE c.entry_type = 'ADJUSTMENT' AND position(':review:' IN c.business_key) > 0))[1] AS last_video
+    FROM credit_ledger c WHERE c.task_id IN (SELECT task_id FROM scope) GROUP BY c.task_id, c.run_no
 ), runs AS (
   SELECT s.import_id, CASE WHEN l.run_no = s.run_no THEN s.status ELSE r.ended END AS ended, l.*
     FROM scope s JOIN ledger l ON l.task_id = s.task_id
@@ -72,21 +78,24 @@ SELECT w.id AS import_id, m.reserved, m.settled, m.released, m.refunded, m.adjus
 """
 _CAUSES = ", ".join(f"coalesce(sum(own) FILTER (WHERE ended IN ({', '.join(repr(s) for s in ends)})), 0) AS {cause}"
                     for cause, ends in WASTE_BY_END.items())
+_SUMS = ", ".join(f"coalesce(sum(c.amount) FILTER (WHERE c.entry_type = '{kind}'), 0) AS {column}"
+                  for kind, column in (("RESERVE", "reserved"), ("SETTLE", "settled"), ("RELEASE", "released"),
+                                       ("REFUND", "refunded"), ("ADJUSTMENT", "adjusted")))
 FIGURES = ("reserved", "settled", "released", "refunded", "adjusted", "duplicate", *WASTE_BY_END, "regenerated",
            "succeeded", "approved")  # the query's columns besides import_id
 
 
 def spend_sql(wanted: str) -> str:
-    """The spend query over the imports `wanted` selects (a SQL query with one column, `id`), for text()."""
-    return _SPEND_SQL.format(wanted=wanted, causes=_CAUSES, cause_columns=", ".join(f"m.{c}" for c in WASTE_BY_END))
+    """The recount of the spend over the imports `wanted` selects (a SQL query with one column, `id`),
+    for text(): it reads every task and ledger row of those imports (`reelqueue ledger check` only)."""
+    return _SPEND_SQL.format(wanted=wanted, causes=_CAUSES, cause_columns=", ".join(f"m.{c}" for c in WASTE_BY_END),
+                             sums=_SUMS)
 
 
 # A big import's aggregate has a planner cost that turns JIT on, whose compiling took longer here
 # (up to 0.9 s) than the query itself: these reads run without it, for their own transaction.
 NO_JIT = text("SET LOCAL jit = off")
 
-SPEND_OF: TextClause = text(spend_sql("SELECT id FROM catalog_imports WHERE id IN :ids")).bindparams(
-    bindparam("ids", expanding=True))
 
 
 class Spend(BaseModel):
@@ -123,8 +132,7 @@ def import_spend(session: Session, import_ids: Sequence[str]) -> dict[str, Spend
     ids = list(dict.fromkeys(import_ids))
     if not ids:
         return {}
-    session.execute(NO_JIT)
-    return {row["import_id"]: spend_from_row(row) for row in session.execute(SPEND_OF, {"ids": ids}).mappings()}
+    return {row["import_id"]: spend_from_row(row) for row in session.execute(TOTALS_OF, {"ids": ids}).mappings()}
 
 
 def spend_from_row(row) -> Spend:  # noqa: ANN001 - a mapping of the spend query's columns
