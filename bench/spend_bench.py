@@ -17,6 +17,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+from sqlalchemy import text
+
 from bench.import_bench import PLAN, write_catalog
 
 _FINISH = """
@@ -76,16 +78,42 @@ def page_parts(db, import_id: str, times: int) -> dict[str, float]:  # noqa: ANN
             "task list": timed(lambda s: page._tasks(s, import_id))}
 
 
+def explain(db, import_id: str) -> None:  # noqa: ANN001 - a schema.db.Database
+    """The plans of the overview page's reads over an import's tasks (EXPLAIN ANALYZE)."""
+    from control import overview as page
+
+    for name, query, params in (("failures", page._FAILURES, {"n": page.FAILURES_READ + 1}),
+                                ("thumbnails", page._THUMBNAILS, {}), ("task list", page._TASKS, {})):
+        with db.transaction() as session:
+            session.execute(page.NO_JIT)
+            plan = session.execute(text("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + query.text),
+                                   {"imp": import_id, **params}).scalars()
+            print(f"-- {name}", *plan, sep="\n")
+
+
+def rebuild_0018(database_url: str) -> float:
+    """Seconds to build migration 0018's indexes over the seeded tasks (down to 0017, up again)."""
+    from alembic import command
+
+    from schema.migrate import alembic_config, upgrade
+
+    command.downgrade(alembic_config(database_url), "0017")
+    t0 = time.perf_counter()
+    upgrade(database_url, "0018")
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=25_000, help="catalog rows (8 tasks each)")
     parser.add_argument("--times", type=int, default=5, help="runs per figure (the median is printed)")
+    parser.add_argument("--explain", action="store_true",
+                        help="print the plans of the overview's reads and time building migration 0018's indexes")
     args = parser.parse_args()
 
     from bench.common import database_and_storage, fresh_home
 
     home = fresh_home("reelqueue-spend-bench-")
-    from sqlalchemy import text
 
     import devstack
     from catalog.plan import load_plan
@@ -130,6 +158,9 @@ def main() -> None:
         print(f"overview page:    {median_s(page, args.times):.3f} s")
         for part, took in page_parts(db, summary.import_id, args.times).items():
             print(f"  {part + ':':<16}{took:.3f} s")
+        if args.explain:
+            explain(db, summary.import_id)
+            print(f"migration 0018's indexes built in {rebuild_0018(settings.database_url):.1f} s")
         print(spend()[summary.import_id].model_dump(include={"reserved", "settled", "released", "charged", "wasted"}))
     finally:
         devstack.down(settings)

@@ -10,7 +10,7 @@ from decimal import Decimal
 from html import escape
 from urllib.parse import quote
 
-from control.overview import BANDS, Overview
+from control.overview import BANDS, FAILURES_READ, Overview
 from schema.spend import WASTE_CAUSES
 
 WIDTH, HEIGHT, PAD = 720, 220, 34
@@ -104,8 +104,10 @@ def _failures(view: Overview, ui: str) -> str:
         more = f" and {f.count - len(f.tasks)} more" if f.count > len(f.tasks) else ""
         rows.append(f'<tr class="failure"><td>{escape(f.status)}</td><td>{escape(f.error_class)}</td>'
                     f'<td>{escape(f.error)}</td><td class="n">{f.count}</td><td class="small">{links}{more}</td></tr>')
+    capped = (f'<p class="small">Counted over the first {FAILURES_READ:,} failed tasks by id; the counts by '
+              'status above hold them all.</p>') if view.failures_capped else ""
     return ('<table id="failures"><tr><th>status</th><th>class</th><th>reason</th><th>tasks</th><th>which</th></tr>'
-            f'{"".join(rows)}</table>')
+            f'{"".join(rows)}</table>{capped}')
 
 
 def _thumbnails(view: Overview, thumbnails: dict[str, str], videos: dict[str, str]) -> str:
