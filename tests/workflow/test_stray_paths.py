@@ -6,6 +6,8 @@ was going to, its video kept. Histories go to tests/fixtures/histories/generatio
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from workflow_fakes import TASK_ID, World, ending, refusal, resolve, review_policy, unknown, until
 
@@ -109,7 +111,15 @@ async def test_a_refused_stray_on_a_cancel_ends_canceled(env, world, run_world):
     world.polls = [world.polls[0]]  # RUNNING until cancelled
     handle = await run_world()
     await until(env, lambda: world.status is S.RUNNING)
+    # The cancel lands while a status call is in flight, not on a poll timer about to fire: the
+    # time-skipping server refuses a workflow task that cancels a timer which fired meanwhile
+    # ("invalid history builder state for action") and its clock stalls for good (a real server
+    # tells the worker to retry). The held call starts once the poll timer fires in real time.
+    world.hold("poll_job")
+    world.entered["poll_job"].clear()
+    await asyncio.wait_for(world.entered["poll_job"].wait(), timeout=60)
     await handle.signal(api.SIGNAL_CANCEL, {"reason": "test", "requested_by": "test"})
+    world.release("poll_job")
     await until(env, lambda: world.status is S.NEEDS_ATTENTION)
     await resolve(handle, ResolveAction.ACCEPT_DUPLICATE_RISK)
     assert await ending(handle) == "completed"
