@@ -22,7 +22,8 @@ from activities.tasks import apply_moves, moved
 from contracts.messages import LedgerResult, SettleInput, TaskRef, run_suffix
 from metrics import CREDIT_SPENT
 from schema.db import Database
-from schema.models import Attempt, CreditEntry, Task
+from schema.ledger_keys import Hold, held_attempt, hold_key, later_close_key, route_holds_prefix
+from schema.models import Attempt, CreditEntry
 from schema.state_machine import AttemptState
 from schema.task_store import TaskNotFound
 
@@ -42,10 +43,12 @@ class LedgerActivities:
     def reserve_credit(self, ref: TaskRef) -> LedgerResult:
         """Hold the task's estimate; the moves the request carries (transition-in-work-v1: the task
         becomes QUEUED) are committed with the hold, and none without it. With `hold_for_attempt`, one
-        more estimate held for that attempt (its RESERVE names it; settle closes every hold of the run)."""
+        more estimate held for that attempt (its RESERVE names it and why, `ref.hold`; settle closes every
+        hold of the run)."""
         with self.db.transaction() as session:
             ledger = _TaskLedger.read(session, ref.task_id, ref.run)
-            reserve_key = _reserve_key(ref.task_id, ref.run, ref.hold_for_attempt)
+            hold = Hold.TASK if ref.hold_for_attempt is None else Hold(ref.hold)
+            reserve_key = hold_key(ref.task_id, ref.run, hold, attempt_no=ref.hold_for_attempt)
             if reserve_key not in ledger.entries:
                 available = available_credit(session, ledger.tenant_id)  # locks the tenant row: check and insert agree
                 if available < ledger.estimated_cost:
@@ -80,10 +83,7 @@ def _closing(req: SettleInput, ledger: _TaskLedger) -> list[_Entry]:
     run = run_suffix(req.run)
     cost = Decimal(str(req.cost)).quantize(CENT)
     if req.after_review:
-        if cost <= 0:
-            return []
-        return [_Entry("ADJUSTMENT", cost, f"adjustment:{req.task_id}{run}:review:{req.attempt_no}", req.attempt_no,
-                       note="attempt regenerated at review")]
+        return _closing_after_review(req, ledger, cost)
     reserved = ledger.total("RESERVE")  # the task's hold and those of its regenerations
     settled = min(cost, reserved)
     entries = []
@@ -98,11 +98,19 @@ def _closing(req: SettleInput, ledger: _TaskLedger) -> list[_Entry]:
     return entries
 
 
-def _reserve_key(task_id: str, run: int, hold_for_attempt: int | str | None = None) -> str:
-    """A RESERVE's business key: the task's run, and the attempt a further hold is for (`""`: the
-    prefix every such hold's key starts with)."""
-    key = f"reserve:{task_id}{run_suffix(run)}"
-    return key if hold_for_attempt is None else f"{key}:a{hold_for_attempt}"
+def _closing_after_review(req: SettleInput, ledger: _TaskLedger, cost: Decimal) -> list[_Entry]:
+    """Review closed the reservation: a regenerated attempt's cost is an ADJUSTMENT of its own, and what
+    the run held since (a dearer route's top-up, an accepted duplicate risk's estimate) is released, so
+    no hold outlives the task."""
+    still_held = ledger.total("RESERVE") - ledger.total("SETTLE") - ledger.total("RELEASE")
+    entries = []
+    if cost > 0:
+        entries.append(_Entry("ADJUSTMENT", cost, later_close_key("ADJUSTMENT", req.task_id, req.run, req.attempt_no),
+                              req.attempt_no, note="attempt regenerated at review"))
+    if still_held > 0:
+        entries.append(_Entry("RELEASE", still_held, later_close_key("RELEASE", req.task_id, req.run, req.attempt_no),
+                              req.attempt_no, note="held after review closed the reservation"))
+    return entries
 
 
 def _unverifiable_risks(session: Session, req: SettleInput, ledger: _TaskLedger,
@@ -112,20 +120,18 @@ def _unverifiable_risks(session: Session, req: SettleInput, ledger: _TaskLedger,
     provider the backstop cannot list. The job that submit may have made is charged at that estimate,
     an ADJUSTMENT naming the attempt, rather than released with the task: the ledger accounts for
     every job the provider may bill."""
-    prefix = _reserve_key(req.task_id, req.run, "")
-    holds = {int(key[len(prefix):]): amount for key, (_, amount) in ledger.entries.items() if key.startswith(prefix)}
-    if req.after_review or not holds or not unlisted:
+    holds = {n: amount for key, (_, amount) in ledger.entries.items()
+             if (n := held_attempt(key, req.task_id, req.run, Hold.RISK)) is not None}
+    if not holds or not unlisted:
         return []
-    provider = session.scalar(select(Task.provider).where(Task.id == req.task_id))
-    if provider not in unlisted:
-        return []
-    abandoned = session.scalars(select(Attempt.attempt_no).where(
+    abandoned = session.execute(select(Attempt.attempt_no, Attempt.provider).where(
         Attempt.task_id == req.task_id, Attempt.attempt_no.in_(list(holds)), Attempt.provider_job_id.is_(None),
-        Attempt.submit_state == AttemptState.ABANDONED.value).order_by(Attempt.attempt_no)).all()
+        Attempt.submit_state == AttemptState.ABANDONED.value, Attempt.provider.in_(unlisted))
+        .order_by(Attempt.attempt_no)).all()
     return [_Entry("ADJUSTMENT", holds[n], f"adjustment:{req.task_id}{run_suffix(req.run)}:risk:a{n}", n,
                    note=f"the job attempt {n}'s unknown submit may have made (duplicate risk accepted): {provider} "
                         f"cannot list its jobs, so its cost is charged at the estimate held for it")
-            for n in abandoned]
+            for n, provider in abandoned]
 
 
 @dataclass(frozen=True)
@@ -217,23 +223,22 @@ def available_credit(session: Session, tenant_id: str, *, lock: bool = True) -> 
     return session.scalar(_AVAILABLE, {"tenant_id": tenant_id})
 
 
-def _route_key(task_id: str, run: int, attempt_no: int) -> str:
-    """The RESERVE of the difference a dearer route costs, for the attempt that takes it."""
-    return f"{_reserve_key(task_id, run)}:route:a{attempt_no}"
-
-
 def held_for_video(session: Session, task_id: str, run: int) -> Decimal:
     """What the run holds for its video: its reservation and the top-ups of the routes it took (not the
     further holds of regenerations or accepted risks, which are for other jobs)."""
-    base = _reserve_key(task_id, run)
+    base, routes = hold_key(task_id, run), route_holds_prefix(task_id, run)
     return sum((amount for key, (kind, amount) in _TaskLedger.read(session, task_id, run).entries.items()
-                if kind == "RESERVE" and (key == base or key.startswith(f"{base}:route:"))), Decimal(0))
+                if kind == "RESERVE" and (key == base or key.startswith(routes))), Decimal(0))
 
 
 def reserve_route_difference(session: Session, task_id: str, run: int, attempt_no: int, extra: Decimal,
                              note: str) -> None:
-    """Hold `extra` more for the dearer route `attempt_no` takes, once per attempt (its business key
-    names it). The caller checked the tenant's credit with the tenant row locked (`available_credit`)."""
+    """Hold `extra` more for the dearer route `attempt_no` takes, under the next route step of the run
+    (each route change that costs more holds its own difference, however many come before one attempt).
+    The caller checked the tenant's credit with the tenant row locked (`available_credit`) and holds the
+    task's row (FOR UPDATE), so the steps are numbered one at a time."""
     ledger = _TaskLedger.read(session, task_id, run)
-    ledger.append(session, [_Entry("RESERVE", extra.quantize(CENT), _route_key(task_id, run, attempt_no), attempt_no,
-                                   note=note)])
+    routes = route_holds_prefix(task_id, run)
+    step = 1 + sum(1 for key in ledger.entries if key.startswith(routes))
+    key = hold_key(task_id, run, Hold.ROUTE, step=step)
+    ledger.append(session, [_Entry("RESERVE", extra.quantize(CENT), key, attempt_no, note=note)])

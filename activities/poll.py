@@ -57,18 +57,31 @@ class PollActivities:
         self.status_calls = status_calls or StatusCalls(db)
         self.gate = gate or GateNotices(None, None)
 
-    def _route(self, task_id: str) -> tuple[VideoProvider, str, float]:
-        """The task's provider, model and duration."""
+    def _route(self, task_id: str, attempt_no: int | None, stray_job_id: str | None = None,
+               ) -> tuple[VideoProvider, str, float]:
+        """Where a job of the task lives: the provider and model of the attempt that made it (a duplicate:
+        its stray row's provider), the task's row only when no attempt names one. A task that changed route
+        since keeps asking the provider that has the job; and the duration."""
         with self.db.transaction() as session:
             task = session.get(Task, task_id)
             if task is None:
                 raise TaskNotFound(task_id)
-            return self.providers[task.provider], task.model, float(task.duration_s)
+            provider, model = task.provider, task.model
+            if stray_job_id is not None:
+                stray = session.scalar(select(StrayJob).where(StrayJob.task_id == task_id,
+                                                              StrayJob.provider_job_id == stray_job_id))
+                provider = stray.provider if stray is not None else provider
+            attempt = None if attempt_no is None else session.scalar(
+                select(Attempt).where(Attempt.task_id == task_id, Attempt.attempt_no == attempt_no))
+            if attempt is not None and (stray_job_id is None or attempt.provider == provider):
+                provider, model = attempt.provider, attempt.model
+            return self.providers[provider], model, float(task.duration_s)
 
-    def _observe(self, task_id: str, ask: Callable[[VideoProvider], JobState]) -> tuple[VideoProvider, JobState]:
-        """One call to the task's provider; a provider that reports no usage is priced from its
+    def _observe(self, task_id: str, attempt_no: int | None, ask: Callable[[VideoProvider], JobState], *,
+                 stray_job_id: str | None = None) -> tuple[VideoProvider, JobState]:
+        """One call to the provider that has the job; a provider that reports no usage is priced from its
         table (hosted adapters' `priced`), so every ended job carries what it costs."""
-        provider, model, duration_s = self._route(task_id)
+        provider, model, duration_s = self._route(task_id, attempt_no, stray_job_id)
         state = ask(provider)
         priced = getattr(provider, "priced", None)
         return provider, (priced(state, model, duration_s) if priced else state)
@@ -76,7 +89,7 @@ class PollActivities:
     @activity.defn(name="poll_job")
     @classified
     def poll_job(self, ref: JobRef) -> PollResult:
-        _, state = self._observe(ref.task_id, lambda p: self.status_calls.get_job(p, ref.job_id))
+        _, state = self._observe(ref.task_id, ref.attempt_no, lambda p: self.status_calls.get_job(p, ref.job_id))
         bind(provider=state.provider)
         annotate(provider=state.provider, job_id=ref.job_id, request_key=state.request_key,
                  job_status=state.status.value)
@@ -92,7 +105,7 @@ class PollActivities:
     @classified
     def cancel_job(self, ref: JobRef) -> PollResult:
         """Ask the provider to stop the job; a provider that cannot cancel is asked for its status."""
-        _, state = self._observe(ref.task_id, self._stopper(ref.job_id))
+        _, state = self._observe(ref.task_id, ref.attempt_no, self._stopper(ref.job_id))
         self._record(ref, state, poll=False)
         return _result(state)
 
@@ -101,7 +114,7 @@ class PollActivities:
     def account_stray_job(self, ref: StrayJobRef) -> StrayJobResult:
         """Cancel a duplicate job where the provider allows, wait for its end, record its cost as an
         ADJUSTMENT carrying the job id. Retried (with a delay) until the job is terminal."""
-        provider, state = self._observe(ref.task_id, self._stopper(ref.job_id))
+        provider, state = self._observe(ref.task_id, ref.attempt_no, self._stopper(ref.job_id), stray_job_id=ref.job_id)
         cost = Decimal(str(state.usage.cost)) if state.usage and state.usage.cost is not None else Decimal(0)
         terminal = state.status in TERMINAL_JOB_STATUSES
         with self.db.transaction() as session:

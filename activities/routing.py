@@ -28,6 +28,7 @@ from contracts.messages import RouteRequest, RouteTaken
 from contracts.routing import Route, RouteChoice, RouteFacts, choose_route
 from schema.db import Database
 from schema.models import Task
+from schema.open_jobs import job_may_exist
 from schema.task_store import TaskNotFound
 
 GATE_QUERY_TIMEOUT_S = 5.0
@@ -82,15 +83,22 @@ class RoutingActivities:
                                 breaker=BreakerMode.CLOSED)
 
     def _take(self, req: RouteRequest, facts: list[RouteFacts], lock_model: bool, duration_s: float) -> RouteChoice:
+        """The choice, made from the task's row: the route it holds is the row's (whatever the run believes),
+        and it is pinned there while a job of the task may exist (the run says so, or the attempts and strays
+        do). A taken change moves the row and holds the difference in this one transaction; a look
+        (`req.take` False) locks nothing."""
         with self.db.transaction() as session:
-            task = session.scalar(select(Task).where(Task.id == req.task_id).with_for_update())
+            query = select(Task).where(Task.id == req.task_id)
+            task = session.scalar(query.with_for_update() if req.take else query)
             held = held_for_video(session, req.task_id, req.run)
             priced = [f.model_copy(update={"price": float(self._price(f.route, duration_s, held, i == 0))})
                       for i, f in enumerate(facts)]
-            spendable = float(available_credit(session, task.tenant_id))  # locks the tenant row
+            spendable = float(available_credit(session, task.tenant_id, lock=req.take))  # locks the tenant row
+            holds = Route(provider=task.provider, model=task.model)
+            pinned = req.job_may_exist or job_may_exist(session, req.task_id)
             choice = choose_route(priced, reserved=float(held), spendable=spendable, lock_model=lock_model,
-                                  current=req.current, job_may_exist=req.job_may_exist)
-            if not req.take or choice.waits or choice.route == Route(provider=task.provider, model=task.model):
+                                  current=holds, job_may_exist=pinned)
+            if not req.take or choice.route == holds:
                 return choice
             if choice.extra_reserve > 0:  # its price was checked against `spendable`, the tenant row locked
                 reserve_route_difference(session, req.task_id, req.run, req.attempt_no,

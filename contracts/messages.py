@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -164,6 +164,7 @@ class TaskRef(BaseModel):
     # reserve_credit: hold one more job's estimate for this attempt, beside the task's reservation (the
     # regeneration of a video that failed its checks, checks-gate-success-v1); closed with it by settle
     hold_for_attempt: int | None = None
+    hold: Literal["regeneration", "risk"] = "regeneration"  # why (schema.ledger_keys.Hold): the key says it
 
 
 class TaskInfo(BaseModel):

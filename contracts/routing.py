@@ -82,10 +82,11 @@ def choose_route(candidates: list[RouteFacts], *, reserved: float, spendable: fl
                  current: Route | None = None, job_may_exist: bool = False) -> RouteChoice:
     """The first usable route of `candidates` (the primary first, then the fallbacks in order).
 
-    A task whose last submit's outcome is unknown, or whose job may still run, keeps `current`: a
-    second route would risk a second paid job. Under `lock_model` only the primary is considered.
-    When no route is usable the attempt waits on the primary (its gate holds it until the breaker lets
-    a submit through); its reservation was made for the primary's price."""
+    `current` is the route the task holds (its row's). A task whose last submit's outcome is unknown, or
+    whose job may still run, keeps it: a second route would risk a second paid job. Under `lock_model`
+    only the primary is considered. When no route is usable the attempt waits on `current` (the primary
+    when not given): its gate holds it until the breaker lets a submit through, and the task's row, its
+    reservation and the gate it waits at keep naming one route."""
     if not candidates:
         raise ValueError("no route to choose from")
     primary = candidates[0].route
@@ -101,4 +102,4 @@ def choose_route(candidates: list[RouteFacts], *, reserved: float, spendable: fl
             return RouteChoice(route=facts.route, extra_reserve=max(0.0, facts.price - reserved),
                                skipped=passed + skipped)
         passed.append(why)
-    return RouteChoice(route=primary, skipped=passed + skipped, waits=True)
+    return RouteChoice(route=current or primary, skipped=passed + skipped, waits=True)

@@ -21,6 +21,7 @@ from contracts.task import TaskStatus
 from schema.import_scope import in_import
 from schema.import_totals import import_ids
 from schema.import_totals_drift import drift
+from schema.ledger_keys import LATER_CLOSE
 from schema.models import Attempt, CreditEntry, LedgerRunTotal, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, TERMINAL, AttemptState
 
@@ -148,9 +149,12 @@ def _sum(kind: str):  # noqa: ANN202 - a SQL expression
 
 
 def _count(kind: str):  # noqa: ANN202
-    """Rows of one business entry; a RESERVE naming an attempt (a regeneration's hold) is one of its own."""
+    """Rows of one business entry; a RESERVE naming an attempt (a further hold, a route's top-up) is one of
+    its own, and so is a RELEASE closing what a run held after review closed its reservation."""
     if kind == "RESERVE":
         return func.count().filter(CreditEntry.entry_type == kind, CreditEntry.attempt_no.is_(None))
+    if kind == "RELEASE":
+        return func.count().filter(CreditEntry.entry_type == kind, ~CreditEntry.business_key.contains(LATER_CLOSE))
     return func.count().filter(CreditEntry.entry_type == kind)
 
 

@@ -94,3 +94,10 @@ def test_a_route_names_a_provider_and_a_model_and_nothing_else():
         Route.model_validate({"provider": "runway", "model": "gen4_turbo", "region": "eu"})
     with pytest.raises(ValidationError):
         Route.model_validate({"provider": "runway", "model": ""})
+
+
+def test_no_usable_route_waits_on_the_route_the_task_holds_not_on_the_primary():
+    """On a fallback whose breaker opened after the primary's: the task stays where its row says it is."""
+    choice = choose_route([facts(EMU, breaker=BreakerMode.OPEN), facts(RUNWAY, breaker=BreakerMode.OPEN)],
+                          reserved=10, spendable=100, current=RUNWAY)
+    assert (choice.route, choice.waits, choice.extra_reserve) == (RUNWAY, True, 0.0)

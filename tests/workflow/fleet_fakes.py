@@ -30,7 +30,7 @@ from workflow_fakes import ask_gate, media_worker
 
 from config.defaults import BreakerPolicy
 from contracts import workflow_api as api
-from contracts.admission import AdmissionInput, GateSnapshot, PriorityClass, SlotGrant
+from contracts.admission import AdmissionInput, BreakerMode, GateSnapshot, PriorityClass, SlotGrant
 from contracts.messages import (
     AssetRef,
     AttemptRef,
@@ -112,6 +112,8 @@ class Fleet:
     lock_model: bool = False
     route: dict[str, Route] = field(default_factory=dict)  # task -> the route it took last (absent: the primary)
     sent_on: list[tuple[str, datetime, str]] = field(default_factory=list)  # (task, when, provider) of each submit
+    # (task, provider, the gate the slot it was sent under came from, that provider's breaker then) of each submit
+    sent_under: list[tuple[str, str, str | None, BreakerMode]] = field(default_factory=list)
     routed: list[tuple[str, datetime, bool]] = field(default_factory=list)  # (task, when, take) of choose_route
     breaker: BreakerPolicy | None = None  # the provider gate's breaker policy (None: the defaults)
     submits: list[tuple[str, datetime, str]] = field(default_factory=list)  # (task, when, "accepted" or failure)
@@ -195,6 +197,7 @@ class Fleet:
             failing = fleet.failing if fleet.failing_on in (None, provider) else None
             fleet.submits.append((ref.task_id, now(), failing or "accepted"))
             fleet.sent_on.append((ref.task_id, now(), provider))
+            fleet.sent_under.append((ref.task_id, provider, ref.gate_id, (await breaker(provider)).breaker))
             job_id = f"{ref.task_id}-a{ref.attempt_no}"
             if failing in ("timeout", "timeout_created"):
                 if failing == "timeout_created":
@@ -221,9 +224,11 @@ class Fleet:
             gates = {r.provider: await breaker(r.provider) for r in fleet.routes}
             facts = [RouteFacts(route=r, breaker=gates[r.provider].breaker, price=float(RESERVED),
                                 probe_free=not gates[r.provider].breaker_probe_out) for r in fleet.routes]
+            # As the real step: the route the task holds is its row's, pinned while a job of it may be alive.
+            alive = any(not state(job_id).terminal for job_id, job in fleet.jobs.items() if job.task_id == req.task_id)
             choice = choose_route(facts, reserved=float(RESERVED), spendable=0.0, lock_model=fleet.lock_model,
-                                  current=req.current, job_may_exist=req.job_may_exist)
-            if req.take and not choice.waits:
+                                  current=fleet.route_of(req.task_id), job_may_exist=req.job_may_exist or alive)
+            if req.take:
                 fleet.route[req.task_id] = choice.route
             return RouteTaken(choice=choice, fields=RouteFields(
                 provider=choice.route.provider, model=choice.route.model, min_poll_interval_s=1.0))

@@ -13,11 +13,14 @@ from datetime import datetime, timedelta
 from fleet_fakes import PROVIDER, Fleet, running_fleet
 from histories import record
 from test_admission_bounds import finish, snapshot
+from test_money_paths import gates, occupy, waiting_in_line
 from test_provider_breaker import assert_all_succeeded_once, opened_at, start_all, until_gate
-from workflow_fakes import until
+from workflow_fakes import SUCCEEDED, ending, outage, resolve, unknown, until
 
 from config.defaults import BreakerPolicy
-from contracts.admission import BreakerMode
+from contracts import workflow_api as api
+from contracts.admission import BreakerMode, SlotRelease
+from contracts.messages import ReconcileOutcome, ReconcileResult, ResolveAction
 from contracts.routing import Route
 from contracts.task import TaskStatus as S
 from workflows.generation.patches import ROUTE_FALLBACK
@@ -109,3 +112,61 @@ async def test_a_job_an_unknown_submit_made_is_followed_on_its_route_and_nothing
     assert [p for _, _, p in fleet.sent_on] == [PROVIDER]
     assert fleet.status["t0"] is S.SUCCEEDED and fleet.jobs_of("t0") == 1 and fleet.balanced("t0")
     assert fleet.reconciled and fleet.reconciled[0][1] - fleet.sent_on[0][1] < timedelta(minutes=5)
+
+
+async def test_no_usable_route_on_a_fallback_waits_on_the_route_the_task_holds(own_env):
+    """The task left the primary for the fallback when the primary's breaker opened; then the fallback's opens
+    too. No route is usable: the task waits where its row says it is (the fallback), so every submit goes to the
+    provider whose gate granted its slot, and none to a provider whose breaker is open at that moment; once a
+    breaker lets a probe through the task submits there. One paid job each, ledgers balanced."""
+    policy = BreakerPolicy(failures=1, failure_ratio=0.5, window_s=30, cooldown_s=300)
+    fleet = Fleet(limit=2, job_s=60.0, breaker=policy, routes=ROUTES)
+    async with running_fleet(own_env, fleet) as run:
+        await start_all(own_env, run)
+        await until(own_env, lambda: len(fleet.jobs) == 2, step_s=1)
+        fleet.failing, fleet.failing_on = "http_503", PROVIDER
+        await until_gate(own_env, run, lambda g: g.breaker is BreakerMode.OPEN)
+        await until(own_env, lambda: len(sent_on(fleet, FALLBACK)) >= 1, step_s=1)
+        fleet.failing_on = FALLBACK  # the fallback fails too: its breaker opens, the primary's is still open
+        fallback_gate = own_env.client.get_workflow_handle(api.gate_id(FALLBACK, run.queue))
+        await until(own_env, lambda: fleet.submits[-1][2] != "accepted", step_s=1)
+        for _ in range(300):
+            if (await snapshot(fallback_gate)).breaker is BreakerMode.OPEN:
+                break
+            await own_env.sleep(1)
+        fleet.failing = None  # both come back; each breaker's probe closes it after its cool-down
+        await finish(own_env, fleet, run, step_s=20)
+        await record(run.handles[-1], ROUTE_FALLBACK, "no_usable_route_waits_on_the_fallback_it_holds")
+    assert {t for t, _, _ in sent_on(fleet, FALLBACK)}, "some tasks went to the fallback"
+    for task_id, provider, gate_id, mode in fleet.sent_under:
+        assert gate_id == api.gate_id(provider, run.queue), f"{task_id} sent to {provider} under a slot of {gate_id}"
+        assert mode is not BreakerMode.OPEN, f"{task_id} sent to {provider} while its breaker was open"
+    assert_all_succeeded_once(fleet, TASKS)
+
+
+async def test_a_retry_at_reconcile_stays_in_its_gates_line_and_never_follows_a_job_without_a_slot(env, world,
+                                                                                                   run_world):
+    """An unknown submit whose reconcile cannot ask waits for a person; its slot goes back after one job
+    deadline. `resolve --retry` asks the gate again: the task waits in line (another task holds the only slot)
+    and, though its primary's breaker is open and a fallback is healthy, never leaves the line for it (a job of
+    its may exist on the primary): it reconciles and follows the job it finds only once it holds a slot."""
+    world.routes, world.limit = ROUTES, 1
+    world.submits, world.reconciles = [unknown()], [outage("list API down")]
+    handle = await run_world()
+    await until(env, lambda: world.status is S.NEEDS_ATTENTION)
+    world.breakers[PROVIDER] = BreakerMode.OPEN
+    await env.sleep(world.deadline_s + 60)  # the slot is given back one job deadline after the unknown submit
+    gate, _ = await gates(env, handle)
+    someone = await occupy(env, gate)
+    asked = len(world.called("reconcile_submit"))
+    world.reconciles, world.polls = [ReconcileResult(outcome=ReconcileOutcome.FOUND, job_id="job-1")], [SUCCEEDED]
+    await resolve(handle, ResolveAction.RETRY, "the list API is back")
+    await waiting_in_line(env, gate)
+    await env.sleep(600)  # ten route looks' worth of waiting
+    assert (await snapshot(gate)).waiting == 1, "the task left its gate's line"
+    assert len(world.called("reconcile_submit")) == asked and world.route in (None, ROUTES[0])
+    await gate.signal(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=someone.workflow_id, token=1))
+    assert await ending(handle) == "completed"
+    assert [r.provider for r in world.called("request_slot") if r.provider in (PROVIDER, FALLBACK)] \
+        and world.called("submit") and len(world.called("submit")) == 1
+    await record(handle, ROUTE_FALLBACK, "retry_at_reconcile_keeps_its_route_and_line")

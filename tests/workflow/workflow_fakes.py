@@ -201,6 +201,7 @@ class World:
     routes: list[Route] = field(default_factory=list)
     lock_model: bool = False
     breakers: dict[str, BreakerMode] = field(default_factory=dict)
+    route: Route | None = None  # the route the task's row holds (None: the primary), as choose_route takes it
 
     # -- script helpers ---------------------------------------------------------------------
 
@@ -453,8 +454,11 @@ class World:
             await world._enter("choose_route", req)
             facts = [RouteFacts(route=r, breaker=world.breakers.get(r.provider, BreakerMode.CLOSED),
                                 price=float(RESERVED)) for r in world.routes]
+            current = world.route or world.routes[0]  # as the real step: the route the task's row holds
             choice = choose_route(facts, reserved=float(RESERVED), spendable=0.0, lock_model=world.lock_model,
-                                  current=req.current, job_may_exist=req.job_may_exist)
+                                  current=current, job_may_exist=req.job_may_exist)
+            if req.take:
+                world.route = choice.route
             return RouteTaken(choice=choice, fields=RouteFields(
                 provider=choice.route.provider, model=choice.route.model, min_poll_interval_s=1.0,
                 plan_limits=world.plan_limits))

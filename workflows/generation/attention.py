@@ -79,7 +79,7 @@ class Attention(RunState):
         if risked is None or not self._patched(RISK_HELD):
             return
         decided["risk_held_for_attempt"] = risked.attempt_no
-        if not await self._hold_for(risked.attempt_no):
+        if not await self._hold_for(risked.attempt_no, "risk"):
             await self._abandon_open_attempts()
             await self._end(TaskEvent.FINAL_FAILURE, error="no credit to hold the accepted duplicate risk of attempt "
                             f"{risked.attempt_no} beside a new attempt", error_class="credit", payload=decided)

@@ -73,12 +73,13 @@ class Closing(RunState):
             await self._take(final[0], settled.moved)
         return event
 
-    async def _hold_for(self, attempt_no: int) -> bool:
-        """Hold one more job's estimate beside the task's reservation, naming `attempt_no` (a regeneration
-        after failed checks, an accepted duplicate risk); settle closes it with the rest. False: no credit."""
+    async def _hold_for(self, attempt_no: int, hold: str = "regeneration") -> bool:
+        """Hold one more job's estimate beside the task's reservation, naming `attempt_no` and why (`hold`: a
+        regeneration after failed checks, or an accepted duplicate risk); settle closes it with the rest.
+        False: no credit."""
         try:
             await self._run(LedgerActivities.reserve_credit,
-                            TaskRef(task_id=self._task_id, run=self._run_no, hold_for_attempt=attempt_no))
+                            TaskRef(task_id=self._task_id, run=self._run_no, hold_for_attempt=attempt_no, hold=hold))
         except ActivityError as exc:
             if error_type(exc) != INSUFFICIENT_CREDIT:
                 raise

@@ -22,6 +22,12 @@ class Routing(RunState):
         """The task may change route: its template names fallbacks (runs from before the patch never do)."""
         return len(self._info.routes) > 1 and self._patched(ROUTE_FALLBACK)
 
+    def _job_may_exist(self) -> bool:
+        """A job of the task may exist on its route (an unknown submit not reconciled, an accepted duplicate
+        risk): it keeps that route, for the next attempt and while it waits in a line (the step checks the
+        task's attempts and strays too)."""
+        return self._route_pinned or self._unknown is not None
+
     async def _route(self) -> bool:
         """Choose the next attempt's route (the activity takes it in the task's row and ledger); True when
         it changed. A task whose job may still exist keeps its route (an unknown submit is reconciled
@@ -29,7 +35,7 @@ class Routing(RunState):
         current = Route(provider=self._info.provider, model=self._info.model)
         taken = await self._run(RoutingActivities.choose_route, RouteRequest(
             task_id=self._task_id, run=self._run_no, attempt_no=self._attempt_no + 1, current=current,
-            job_may_exist=self._route_pinned or self._unknown is not None))
+            job_may_exist=self._job_may_exist()))
         self._route_note = taken.choice.note()
         if taken.choice.route == current:
             return False
@@ -47,6 +53,6 @@ class Routing(RunState):
         current = Route(provider=self._info.provider, model=self._info.model)
         taken = await self._run(RoutingActivities.choose_route, RouteRequest(
             task_id=self._task_id, run=self._run_no, attempt_no=self._attempt_no + 1, current=current,
-            job_may_exist=self._route_pinned, take=False))
+            job_may_exist=self._job_may_exist(), take=False))
         self._rerouted = taken.choice.route != current and self._granted is None
         return self._rerouted
