@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
+from decimal import Decimal
 
 import httpx
 import pytest
@@ -19,6 +20,7 @@ from stack_helpers import assert_ledger_balanced, import_small, run_all, serving
 from temporalio.service import RPCError
 from test_api_generations import _image, _tenant, _until, gateway
 
+from activities.ledger import held_for_video
 from config.defaults import BreakerPolicy, ProviderLimits
 from contracts import workflow_api as api
 from contracts.admission import GateSnapshot
@@ -164,3 +166,77 @@ async def test_an_api_generation_takes_the_fallback_it_names_and_an_unknown_one_
     assert (done.provider, done.model) == ("runway", "gen4_turbo")
     assert done.route_note.startswith("runway/gen4_turbo; emulator/emu-motion-1 skipped (unhealthy")
     assert_ledger_balanced(stack, [gen.id])
+
+
+THREE_ROUTES = ('fallbacks = [{ provider = "runway", model = "gen4_turbo" }, '
+                '{ provider = "kling", model = "kling-v2-1" }]')
+PRICES = {"emulator": Decimal(6), "runway": Decimal(7), "kling": Decimal(8)}  # credits for a 5-s video (Kling: 5 or 10)
+
+
+async def _breaker_opened(client, queue: str, provider: str) -> datetime | None:
+    """When `provider`'s breaker opened last (None: never), from its gate."""
+    with contextlib.suppress(RPCError):
+        gate = await client.get_workflow_handle(api.gate_id(provider, queue)).query(
+            api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
+        if gate.breaker_opens and gate.breaker_open_until is not None:
+            return gate.breaker_open_until - timedelta(seconds=LONG_POLICY.cooldown_s)
+    return None
+
+
+LONG_POLICY = BreakerPolicy(failures=3, failure_ratio=0.5, window_s=60, cooldown_s=900)  # no probe within the test
+
+
+@pytest.mark.timeout(600)
+async def test_tasks_follow_their_routes_as_each_provider_fails_and_nothing_is_sent_past_an_open_breaker(
+        stack, client, tmp_path, emulator_jobs):
+    """Routes emulator (A) -> Runway (B) -> Kling (C), each dearer. A's dialect refuses every submit; once B
+    made its first job its dialect refuses too (B's limit of 1 keeps tasks in its line, which leave it for C
+    before their next attempt: a second route change of one attempt, whose difference a key by attempt
+    left unheld). Every task SUCCEEDS with one paid job; no submit reaches a
+    provider after its breaker opened (each opens once: the cool-down outlasts the test); every task holds
+    exactly its route's price; `ledger check` ok."""
+    settings = stack.model_copy(update={
+        "provider_limits": {"emulator": ProviderLimits(max_concurrent=4), "runway": ProviderLimits(max_concurrent=1),
+                            "kling": ProviderLimits(max_concurrent=12)},
+        "provider_breaker": LONG_POLICY, "webhooks_enabled": False, "emulate_providers": True,
+        "runway_prices": {"gen4_turbo": 1.4}, "kling_prices": {"kling-v2-1": 1.6}})
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    imported = import_small(stack, tmp_path / f"three-{queue}",
+                            [(f"Q-{i}", f"Bowl {i}", "Clay") for i in range(TASKS)], template_extra=THREE_ROUTES,
+                            duration_s=5)
+    before = {j["id"] for j in emulator_jobs()}
+    db = Database(stack.database_url)
+    with db.transaction() as session:
+        tasks = queries.list_tasks(session, imported.import_id)
+    _faults(stack, dialect="emulator", submit_status=503, submit_status_count=10_000)
+    try:
+        async with serving(client, settings, queue):
+            await start_workflows(client, tasks, imported.import_id, queue)
+            for _ in range(1500):  # B's first jobs, then B fails too
+                if sum(j["request_key"].startswith("runway:") for j in emulator_jobs() if j["id"] not in before) >= 1:
+                    break
+                await asyncio.sleep(0.2)
+            _faults(stack, dialect="runway", submit_status=503, submit_status_count=10_000)
+            await asyncio.wait_for(asyncio.gather(*(client.get_workflow_handle(t.workflow_id).result()
+                                                    for t in tasks), return_exceptions=True), timeout=450)
+            opened = {p: await _breaker_opened(client, queue, p) for p in PRICES}
+    finally:
+        httpx.delete(f"{stack.emulator_url}/_sim/faults", timeout=10)
+    with db.transaction() as session:
+        tasks = queries.list_tasks(session, imported.import_id)
+        rows = session.scalars(select(Attempt).where(Attempt.task_id.in_([t.id for t in tasks]))
+                               .order_by(Attempt.task_id, Attempt.attempt_no)).all()
+        attempts = {t.id: [a for a in rows if a.task_id == t.id] for t in tasks}
+        holds = {t.id: held_for_video(session, t.id, 1) for t in tasks}
+    assert {t.status for t in tasks} == {"SUCCEEDED"}, [(t.id, t.status, t.last_error) for t in tasks]
+    _one_job_each(emulator_jobs, before, attempts)
+    assert opened["emulator"] is not None and opened["runway"] is not None and opened["kling"] is None
+    for provider in ("emulator", "runway"):
+        sent = [a for a in rows if a.provider == provider]
+        late = [(a.task_id, a.attempt_no, a.sent_at) for a in sent if a.sent_at > opened[provider]]
+        assert not late, f"sent to {provider} after its breaker opened at {opened[provider]}: {late}"
+    finals = {t.id: attempts[t.id][-1].provider for t in tasks}
+    assert set(finals.values()) <= {"runway", "kling"} and "kling" in finals.values()
+    assert {t: holds[t] for t in finals} == {t: PRICES[p] for t, p in finals.items()}
+    check = await run_cli_async("ledger", "check", imported.import_id, "--json")
+    assert check.code == 0, check.stdout
