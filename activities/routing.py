@@ -93,7 +93,10 @@ class RoutingActivities:
             held = held_for_video(session, req.task_id, req.run)
             priced = [f.model_copy(update={"price": float(self._price(f.route, duration_s, held, i == 0))})
                       for i, f in enumerate(facts)]
-            spendable = float(available_credit(session, task.tenant_id, lock=req.take))  # locks the tenant row
+            # The tenant's credit is read (and its row locked, when taking) only when a route costs more than the
+            # task holds: a look at routes that cost no more sums no ledger.
+            dearer = any(f.price > float(held) for f in priced)
+            spendable = float(available_credit(session, task.tenant_id, lock=req.take)) if dearer else 0.0
             holds = Route(provider=task.provider, model=task.model)
             pinned = req.job_may_exist or job_may_exist(session, req.task_id)
             choice = choose_route(priced, reserved=float(held), spendable=spendable, lock_model=lock_model,

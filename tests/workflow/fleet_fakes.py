@@ -15,10 +15,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from google.protobuf.empty_pb2 import Empty
 from server_clock import terminate_between_tasks
 from temporalio import activity
 from temporalio.client import WorkflowHandle
@@ -140,6 +141,13 @@ class Fleet:
         def now() -> datetime:
             return activity.info().scheduled_time
 
+        async def when() -> datetime:
+            """When this step runs on the server's clock (a local activity's scheduled time is the worker's)."""
+            if not activity.info().is_local:
+                return now()
+            answer = await fleet.client.test_service.get_current_time(Empty())
+            return answer.time.ToDatetime().replace(tzinfo=UTC)
+
         @activity.defn(name="record_transition")
         async def record_transition(req: TransitionInput) -> TransitionResult:
             if req.source_event_id in fleet.seen:  # idempotent per source event, as in Postgres
@@ -220,7 +228,7 @@ class Fleet:
 
         @activity.defn(name="choose_route")
         async def choose_route_(req: RouteRequest) -> RouteTaken:
-            fleet.routed.append((req.task_id, now(), req.take))
+            fleet.routed.append((req.task_id, await when(), req.take))
             gates = {r.provider: await breaker(r.provider) for r in fleet.routes}
             facts = [RouteFacts(route=r, breaker=gates[r.provider].breaker, price=float(RESERVED),
                                 probe_free=not gates[r.provider].breaker_probe_out) for r in fleet.routes]

@@ -92,9 +92,13 @@ class Admission(RunState):
 
     async def _wait_for_grant(self, request: SlotRequest, until: datetime | None, *, reask: bool) -> None:
         """Until the gate grants, a cancel comes, `until` passes or (import-pause-v1) the import is paused."""
+        self._asked_gate_at = workflow.now()
         while True:
             # spread: tasks queued together re-ask apart; one with fallback routes looks at them more often
-            every = (REROUTE_EVERY if self._routable() else REASK_EVERY) * workflow.random().uniform(0.8, 1.2)
+            # (route-look-v1: as often as its looks find it worth it, `Routing._cheap_looks`)
+            routable = self._routable()
+            every = self._look_every if routable and self._cheap_looks() else REROUTE_EVERY if routable else REASK_EVERY
+            every *= workflow.random().uniform(0.8, 1.2)
             wait = None if not reask else every if until is None else min(every, until - workflow.now())
             try:
                 await workflow.wait_condition(
@@ -111,6 +115,9 @@ class Admission(RunState):
                     return
                 if self._routable() and await self._route_elsewhere():
                     return
+                if self._look_every is not None and workflow.now() - self._asked_gate_at < REASK_EVERY * 0.8:
+                    continue  # route-look-v1: a look is not a reason to ask the gate again
+                self._asked_gate_at = workflow.now()
                 if not await self._signal_gate(api.SIGNAL_GATE_REQUEST, request):
                     await self._request_slot(request)  # no gate runs: bring one up
 

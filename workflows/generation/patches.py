@@ -105,6 +105,11 @@ LOCAL_DB_STEPS = "local-db-steps-v1"
 # workflow.patched (stood for by local-db-steps-v1): the status call that observes the job terminal gives its
 # provider slot back at the gate itself, after its transaction; the workflow signals only when it could not
 RELEASE_IN_STEP = "release-in-step-v1"
+# workflow.patched, asked only by a task with fallback routes as it first waits in a gate's line: the look at its
+# routes is a local activity (a marker, not an activity's three events and the workflow task its completion wakes),
+# its spacing doubles from REROUTE_EVERY to REASK_EVERY while the routes before and at the task's own are healthy,
+# and the gate is asked again only every REASK_EVERY (it was at every look): about 60 events an hour instead of 960
+ROUTE_LOOK = "route-look-v1"
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
 BASELINES = ((LOCAL_DB_STEPS, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT,
                                          GRANT_AT_ONCE, RELEASE_IN_STEP}),

@@ -111,6 +111,8 @@ class RunState:
         self._route_note: str | None = None  # route-fallback-v1: the route chosen for the next attempt, and why
         self._route_pinned = False  # a job of the task may exist on its route (an accepted duplicate risk)
         self._rerouted = False  # the task left a gate's line for another route
+        self._look_every: timedelta | None = None  # route-look-v1: the spacing of a waiting task's looks at its routes
+        self._asked_gate_at: datetime | None = None  # route-look-v1: when the task last asked its provider's gate
 
     def _cancel_pending(self) -> bool:
         return self._cancel is not None and not self._cancel_handled
