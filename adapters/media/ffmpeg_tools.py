@@ -69,6 +69,12 @@ class MediaKilled(MediaError):
     """ffmpeg died of a signal (the OOM killer, SIGXCPU from RLIMIT_CPU) or ran out of memory."""
 
 
+class MediaConfigurationError(MediaError):
+    """ffmpeg could not start under this worker's caps (a dynamically linked build's shared libraries do not fit
+    in `media_max_memory_mb`): nothing is wrong with the input; retried by policy while an operator raises the
+    cap (the message names the setting)."""
+
+
 class MediaDiskFull(MediaError):
     """No space left for the output: worth another try once space is freed (or on another worker)."""
 
@@ -83,7 +89,8 @@ class MediaLimits(BaseModel):
 
 Progress = Callable[[float], None]  # seconds of output written so far
 _DISK_FULL = ("No space left on device", "ENOSPC")
-_OUT_OF_MEMORY = ("Cannot allocate memory", "Out of memory", "ENOMEM")
+_OUT_OF_MEMORY = ("Cannot allocate memory", "Out of memory", "ENOMEM", "malloc of size")
+_CANNOT_LOAD = "error while loading shared libraries"  # the dynamic loader's words (exit 127)
 
 
 @lru_cache(maxsize=1)
@@ -182,6 +189,7 @@ def run_ffmpeg(
         raise MediaDiskFull(f"{what}: no space left on device: {tail}")
     if proc.returncode == 0:
         return log
+    _check_started(proc.returncode, tail, what, args[0], limits)
     if proc.returncode < 0:
         name = signal.Signals(-proc.returncode).name
         raise MediaKilled(f"{what}: killed by {name} (memory or CPU limit, or the OOM killer): {tail}")
@@ -191,6 +199,15 @@ def run_ffmpeg(
         raise MediaKilled(f"{what}: exit {proc.returncode} without a word (a memory limit hit before "
                           "ffmpeg could report it)")
     raise MediaError(f"{what}: exit {proc.returncode}: {tail}")
+
+
+def _check_started(returncode: int, tail: str, what: str, binary: str, limits: MediaLimits) -> None:
+    """A child the dynamic loader could not start under the memory cap (exit 127, the loader's words): a
+    setting to raise, not a verdict on the input nor an out-of-memory kill of the work."""
+    if returncode == 127 and _CANNOT_LOAD in tail:
+        raise MediaConfigurationError(
+            f"{what}: {binary} cannot start under the memory cap of {limits.max_memory_mb} MB "
+            f"(media_max_memory_mb; a dynamically linked build maps its shared libraries inside it): {tail}")
 
 
 def _limit(pid: int, limits: MediaLimits, timeout_s: float) -> None:
@@ -290,6 +307,7 @@ def probe_json(path: str | os.PathLike[str], *, timeout_s: float = 30.0,
         output.seek(0)
         errors.seek(0)
         stdout, verdict = output.read(), errors.read().decode(errors="replace").strip()[-_STDERR_TAIL:]
+    _check_started(proc.returncode, verdict, f"cannot probe {path}", args[0], limits or MediaLimits())
     if proc.returncode < 0:
         name = signal.Signals(-proc.returncode).name
         raise MediaKilled(f"cannot probe {path}: ffprobe killed by {name} (memory or CPU limit): {verdict}")

@@ -10,12 +10,14 @@ import ffmpeg
 import pytest
 
 from adapters.media.ffmpeg_tools import (
+    MediaConfigurationError,
     MediaDiskFull,
     MediaKilled,
     MediaLimitExceeded,
     MediaLimits,
     MediaTimeout,
     MediaUnreadable,
+    ffmpeg_path,
     probe_json,
     run_ffmpeg,
 )
@@ -92,11 +94,34 @@ def test_an_exception_in_the_callers_thread_kills_the_child(clip: Path, tmp_path
     assert _ffmpeg_children() == []
 
 
-def test_out_of_memory_is_a_retryable_kill(clip: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("side", [4096, 8192], ids=["x264-malloc", "filter-alloc"])
+def test_out_of_memory_is_a_retryable_kill(clip: Path, tmp_path: Path, side: int) -> None:
+    """400 MB lets either ffmpeg start (a static build needs about 100, Debian's dynamically linked one about
+    280 for its shared libraries); frames of `side` x `side` do not fit: x264's own allocation fails (4096),
+    or the scaler's (8192)."""
     with pytest.raises(MediaKilled) as info:
+        run_ffmpeg(ffmpeg.input(str(clip)).filter("scale", side, side).output(str(tmp_path / "o.mp4"),
+                                                                               vcodec="libx264"),
+                   "tight", limits=MediaLimits(max_memory_mb=400))
+    assert info.value.retryable and "out of memory" in str(info.value)
+
+
+def _dynamically_linked(binary: str) -> bool:
+    """The binary names a program interpreter (the dynamic loader) in its ELF header."""
+    return b"ld-linux" in Path(binary).read_bytes()[:4096]
+
+
+@pytest.mark.skipif(not _dynamically_linked(ffmpeg_path()),
+                    reason="needs a dynamically linked ffmpeg on PATH (e.g. Debian's); this one is static")
+def test_a_cap_too_small_for_the_shared_libraries_is_a_configuration_error(clip: Path, tmp_path: Path) -> None:
+    """Under 30 MB the loader cannot map ffmpeg's shared libraries (exit 127): not an out-of-memory kill of
+    the step's work but a setting to raise, named as such, and retried while it is."""
+    with pytest.raises(MediaConfigurationError, match="media_max_memory_mb") as info:
         run_ffmpeg(ffmpeg.input(str(clip)).output(str(tmp_path / "o.mp4"), vcodec="libx264"), "tight",
                    limits=MediaLimits(max_memory_mb=30))
-    assert info.value.retryable
+    assert info.value.retryable and "error while loading shared libraries" in str(info.value)
+    with pytest.raises(MediaConfigurationError):  # ffprobe likewise: not "unreadable input", a final verdict
+        probe_json(clip, limits=MediaLimits(max_memory_mb=30))
 
 
 def test_a_failure_ffmpeg_does_not_explain_is_a_retryable_kill(tmp_path: Path) -> None:
