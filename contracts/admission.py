@@ -101,6 +101,7 @@ class SlotRequest(BaseModel):
 
 class SlotGrant(BaseModel):
     token: int  # fencing token: releases and renewals must name it
+    gate: str | None = None  # the gate that granted it (its GateInput.provider); None from gates before it said
 
 
 class SlotRelease(BaseModel):

@@ -129,7 +129,7 @@ class ProviderGateWorkflow:
         holder = self._state.holders.get(req.workflow_id)
         if holder is not None and req.workflow_id in self._state.regrant:
             self._state.regrant.remove(req.workflow_id)
-            return SlotGrant(token=holder.token)
+            return SlotGrant(token=holder.token, gate=self._provider)
         if not self._state.queue or self._state.queue[0].workflow_id != req.workflow_id or self._paused():
             return None
         room, allowed = self._room()
@@ -291,7 +291,7 @@ class ProviderGateWorkflow:
         for workflow_id in self._state.regrant:
             holder = self._state.holders.get(workflow_id)
             if holder is not None:
-                grants.append((workflow_id, SlotGrant(token=holder.token)))
+                grants.append((workflow_id, SlotGrant(token=holder.token, gate=self._provider)))
         self._state.regrant = []
         room, allowed = self._room()
         while room > 0 and self._state.queue and not self._paused():
@@ -324,7 +324,7 @@ class ProviderGateWorkflow:
         self._state.next_token += 1
         self._state.holders[req.workflow_id] = Holder(token=token, expires_at=workflow.now() + self._lease)
         self._state.recent_grants.append(workflow.now())
-        return SlotGrant(token=token)
+        return SlotGrant(token=token, gate=self._provider)
 
     def _submit_outcome(self, workflow_id: str, failure: str | None, *, answered: bool) -> None:
         """A submit under `workflow_id`'s slot failed (`failure`), or the provider answered it; a slot

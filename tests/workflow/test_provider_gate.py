@@ -237,7 +237,7 @@ async def test_an_ask_gets_its_slot_at_once_while_one_is_free(own_env):
 
         first, again, waiting = await ask("w-1"), await ask("w-1"), await ask("w-2")
         snapshot = await snapshot_of(gate)
-    assert (first, again, waiting) == (SlotGrant(token=1), SlotGrant(token=1), None)
+    assert (first, again, waiting) == (SlotGrant(token=1, gate="p"), SlotGrant(token=1, gate="p"), None)
     assert (snapshot.in_use, snapshot.waiting, snapshot.granted) == (1, 1, 1)
 
 

@@ -11,12 +11,13 @@ from test_generation_paths import entered
 from test_money_paths import gates, occupy, waiting_in_line
 from workflow_fakes import SUCCEEDED, accepted, ending, job, until
 
+from activities import admission
 from contracts import workflow_api as api
-from contracts.admission import SlotGrant, SlotRelease
+from contracts.admission import GateInput, SlotGrant, SlotRelease, SlotRequest
 from contracts.messages import PauseRequest
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
-from workflows.generation.patches import STALE_GRANT, STALE_TENANT_GRANT
+from workflows.generation.patches import STALE_GRANT, STALE_LAYER_GRANT, STALE_TENANT_GRANT
 
 FAILED_JOB = job(JobStatus.FAILED, cost=0.0, error_class=ErrorClass.RETRYABLE, error="render failed")
 
@@ -85,3 +86,40 @@ async def test_a_stale_tenant_grant_after_a_pause_gave_the_slot_back_is_not_a_sl
     assert await ending(handle) == "completed"
     assert len(world.called("submit")) == 1 and world.balanced()
     assert (await snapshot(tenant)).in_use == 0
+
+
+@pytest.mark.histories(STALE_LAYER_GRANT)
+async def test_a_stale_platform_grant_after_the_slot_was_given_back_is_not_a_slot(env, world, run_world):
+    """The platform's only slot: attempt 1 runs under it and its job fails, so it goes back; before attempt 2
+    asks again another task takes it. A grant of the slot the task gave back, landing now, is not taken: the
+    task submits only once the platform's gate grants it a slot it counts."""
+    world.platform_limit = 1
+    world.submits = [accepted("job-1"), accepted("job-2")]
+    world.polls = [FAILED_JOB, SUCCEEDED]
+    world.hold("poll_job")
+    handle = await run_world()
+    await entered(world, "poll_job")  # attempt 1 runs under the platform's only slot
+    queue = (await handle.describe()).task_queue
+    platform = env.client.get_workflow_handle(api.gate_id(api.PLATFORM_GATE, queue))
+    (first,) = [h for h in await platform.query(api.QUERY_GATE_HOLDERS, result_type=list[str])]
+    assert first == handle.id
+    world.entered["request_slot"].clear()
+    world.hold("request_slot")
+    world.release("poll_job")  # the job fails: the slots go back, and after the retry wait the task asks again
+    await entered(world, "request_slot")
+    other = SlotRequest(workflow_id="another-task", task_id="t0")
+    taken = await admission.ask_gate(env.client, GateInput(provider=api.PLATFORM_GATE, limit=1), platform.id,
+                                     queue, other)
+    world.release("request_slot")
+    await waiting_in_line(env, platform)
+
+    stale = SlotGrant(token=taken.token - 1, gate=api.PLATFORM_GATE)  # the slot attempt 1 ran under, again
+    await handle.signal(api.SIGNAL_PLATFORM_SLOT_GRANTED, stale)
+    await env.sleep(600)
+    assert len(world.called("submit")) == 1 and world.status is S.QUEUED
+    assert await platform.query(api.QUERY_GATE_HOLDERS, result_type=list[str]) == ["another-task"]
+
+    await platform.signal(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id="another-task", token=taken.token))
+    assert await ending(handle) == "completed"
+    assert len(world.called("submit")) == 2 and world.balanced()
+    assert (await snapshot(platform)).in_use == 0

@@ -187,6 +187,7 @@ class World:
     paused_by: str | None = None  # what validate_task reads from the task's import (import-pause-v1)
     ask_answers_lost: int = 0  # request_slot: this many asks the gate admitted, their answer lost (then a signal)
     tenant_limit: int | None = None  # the tenant's max_concurrent (tenant-admission-v1); None: no tenant layer
+    platform_limit: int | None = None  # the platform's total (admission-layers-v1); None: no platform layer
     checks: list[Answer] = field(default_factory=lambda: [CHECKS_PASSED])
     transitions: list[TransitionInput] = field(default_factory=list)  # every applied move, as sent
     strays: list[StrayJobRef] = field(default_factory=list)  # stray_jobs rows not accounted yet
@@ -331,7 +332,7 @@ class World:
                             task_deadline_s=world.task_deadline_s,
                             plan_limits=world.plan_limits, review=world.review, checks=world.checks_policy,
                             paused_by=world.paused_by, routes=world.routes, lock_model=world.lock_model,
-                            tenant_max_concurrent=world.tenant_limit)
+                            tenant_max_concurrent=world.tenant_limit, platform_max_concurrent=world.platform_limit)
             return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=info)
 
         @activity.defn(name="reserve_credit")

@@ -229,6 +229,8 @@ class Admission(RunState):
         if grant is not None and not stop():
             self._layer_slots[gate] = grant
             return True
+        if grant is not None:
+            self._layer_given_back[gate] = grant.token
         await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(
             workflow_id=request.workflow_id, token=grant.token if grant is not None else None), provider=gate)
         return False
@@ -236,6 +238,7 @@ class Admission(RunState):
     async def _give_layer_slot(self, gate: str) -> None:
         grant = self._layer_slots.pop(gate, None)
         if grant is not None:
+            self._layer_given_back[gate] = grant.token
             await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(
                 workflow_id=workflow.info().workflow_id, token=grant.token), provider=gate)
 

@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         ADMISSION_BOUNDED,
         BASELINES,
         STALE_GRANT,
+        STALE_LAYER_GRANT,
         STALE_TENANT_GRANT,
         TRANSITIONS_CARRIED,
         TRANSITIONS_IN_WORK,
@@ -183,11 +184,20 @@ class GenerationWorkflow(Admission, Routing, Attempts, Following, Delivery, Revi
 
     @workflow.signal(name=api.SIGNAL_MODEL_SLOT_GRANTED)
     def model_slot_granted(self, grant: SlotGrant) -> None:
-        self._layer_granted[api.model_gate(self._info.provider, self._info.model)] = grant  # the route's model
+        self._layer_grant(grant, api.model_gate(self._info.provider, self._info.model))  # the route's model
 
     @workflow.signal(name=api.SIGNAL_PLATFORM_SLOT_GRANTED)
     def platform_slot_granted(self, grant: SlotGrant) -> None:
-        self._layer_granted[api.PLATFORM_GATE] = grant
+        self._layer_grant(grant, api.PLATFORM_GATE)
+
+    def _layer_grant(self, grant: SlotGrant, gate: str) -> None:
+        """A layer gate's grant, kept for the gate that sent it; one of the slot given back there, landing
+        late, is not a slot (stale-layer-grant-v1)."""
+        if self._patched(STALE_LAYER_GRANT):
+            gate = grant.gate or gate
+            if grant.token == self._layer_given_back.get(gate):
+                return
+        self._layer_granted[gate] = grant
 
     @workflow.signal(name=api.SIGNAL_SLOT_CHECK)
     def slot_check(self, grant: SlotGrant) -> None:
