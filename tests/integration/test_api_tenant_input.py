@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from api_helpers import api_server
 from cli_helpers import run_cli
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select, text, update
 from stack_helpers import make_plan
 
 from adapters.storage import ObjectStorage
@@ -451,3 +451,33 @@ def test_reservations_that_waited_for_the_tenant_lock_see_the_holds_made_meanwhi
     assert held == 8
     for task_id in (first, *others):  # nothing ran: every hold released (the suite's ledger check)
         ActivityEnvironment().run(ledger.settle, SettleInput(task_id=task_id, attempt_no=1, cost=0.0))
+
+
+def test_the_cli_prints_no_control_character_from_tenant_text(stack, tmp_path):
+    """Issue 44.10: a catalog name, a plan name, a product id, a variant and an error holding ESC
+    sequences, BEL, backspace, a bidi override and rich markup (rows written before the rule at the
+    door, or by an operator's own import) reached the terminal as they were: `imports` and `tasks`
+    coloured the operator's terminal. Human output shows them as escapes (markup as written); the
+    JSON keeps the values, with those characters as JSON escapes."""
+    from stack_helpers import import_small
+
+    from contracts.tenant_text import UNSAFE
+
+    hostile = "p\x1b[41mX\x07\x08\u202ey[b]z"
+    imp = import_small(stack, tmp_path, [("P-1", "Lamp", "A lamp")]).import_id
+    with Database(stack.database_url).transaction() as session:
+        session.execute(text("UPDATE catalog_imports SET catalog = :h WHERE id = :i"), {"h": hostile, "i": imp})
+        session.execute(update(Task).where(Task.import_id == imp).values(
+            product_id=hostile, variant=hostile, last_error=hostile, last_error_class="x"))
+        task_id = session.scalar(select(Task.id).where(Task.import_id == imp))
+    shown = []
+    for args in (("imports",), ("tasks", imp), ("show", task_id)):
+        for as_json in ((), ("--json",)):
+            out = run_cli(*args, *as_json)
+            assert out.code == 0, (args, out.stdout, out.stderr)
+            found = UNSAFE.search(out.stdout)
+            markup = bool(as_json) or "[b]" in out.stdout  # markup as written
+            shown.append((args[0], *as_json, found.group() if found else None, markup))
+            if as_json and args[0] == "tasks":
+                assert out.json["tasks"][0]["product_id"] == hostile
+    assert all(found is None and markup for *_, found, markup in shown), shown

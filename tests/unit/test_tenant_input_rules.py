@@ -238,3 +238,17 @@ def test_a_prompt_of_invisible_characters_is_empty(prompt: str) -> None:
         GenerationBody(prompt=prompt, image_asset_id="ast_x")
     with pytest.raises(PlanError, match="empty"):
         parse_plan(_plan(prompt=prompt))
+
+
+def test_the_cli_shows_tenant_text_as_escapes_and_keeps_json_values(capsys) -> None:
+    """Issue 44.10 as pure logic (the commands on the real stack: test_api_tenant_input.py)."""
+    import json
+
+    from cli.output import emit_json, said
+    from contracts.tenant_text import UNSAFE
+
+    hostile = "p\x1b[41mX\x07\x08\u202ey[b]z\x9b\ud800"
+    emit_json({"product_id": hostile})
+    out = capsys.readouterr().out
+    assert UNSAFE.search(out) is None and json.loads(out)["product_id"] == hostile
+    assert said(hostile) == "p\\x1b[41mX\\x07\\x08\\u202ey\\[b]z\\x9b\\ud800"
