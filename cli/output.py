@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from contracts.tenant_text import UNSAFE, shown
+from contracts.tenant_text import escaped_json, shown
 
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
@@ -27,8 +27,7 @@ err_console = Console(stderr=True)
 def emit_json(obj: Any) -> None:
     """One JSON object; a control, bidi or lone surrogate character in a string is written as its
     JSON escape (the same value, nothing for a terminal to obey)."""
-    text = json.dumps(obj, ensure_ascii=False, default=str, sort_keys=False)
-    typer.echo(UNSAFE.sub(lambda found: f"\\u{ord(found.group()):04x}", text))
+    typer.echo(escaped_json(json.dumps(obj, ensure_ascii=False, default=str, sort_keys=False)))
 
 
 def said(value: object) -> str:

@@ -51,6 +51,12 @@ def shown(text: str) -> str:
     return UNSAFE.sub(_escape, text) if UNSAFE.search(text) else text
 
 
+def escaped_json(text: str) -> str:
+    """JSON text (`json.dumps(..., ensure_ascii=False)`) with each refused character written as its
+    JSON escape: the same value, nothing for a terminal to obey (they stand only inside strings)."""
+    return UNSAFE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
 def shown_name(name: object) -> str:
     """A name for a message: shown, at most 40 characters."""
     return shown(str(name))[:40]
