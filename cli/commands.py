@@ -82,7 +82,7 @@ def _print_import(summary, as_json: bool) -> None:  # noqa: ANN001 - ImportSumma
                 "tasks_reused", "previous_import", "supersedes"):
         value = getattr(summary, key)
         if value is not None:
-            table.add_row(key, str(value))
+            table.add_row(key, said(value))
     for action, n in sorted(summary.issues_by_action.items()):
         table.add_row(f"issues: {action}", str(n))
     if summary.already_imported:
