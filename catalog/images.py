@@ -88,6 +88,12 @@ def normalised_image(data: bytes) -> tuple[bytes, str]:
         return _encoded(clean, fmt)
 
 
+def image_size(clean: bytes) -> tuple[int, int]:
+    """Width and height of an image `normalised_image` wrote, from its header."""
+    with Image.open(io.BytesIO(clean), formats=[image_format(clean)]) as image:
+        return image.size
+
+
 def image_format(data: bytes) -> str | None:
     """JPEG, PNG or WEBP by the magic number at the start of `data`; None for anything else."""
     return next((name for matches, name in _FORMATS if matches(data[:16])), None)

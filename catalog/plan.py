@@ -22,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.admission import OwnLimits, PlanLimits, PriorityClass
 from contracts.routing import MAX_FALLBACKS, Route
+from contracts.task import rounds_to_nothing
+from contracts.tenant_text import REFUSED, is_blank, unsafe_in
 
 if TYPE_CHECKING:
     from adapters.providers.base import VideoProvider
@@ -94,6 +96,13 @@ class Template(BaseModel):
                                           description="routes acceptable after the primary, in order")
     lock_model: bool | None = None  # true: no route but the primary (None, absent, is false)
 
+    @field_validator("duration_s")
+    @classmethod
+    def _a_millisecond(cls, duration_s: Decimal) -> Decimal:
+        if rounds_to_nothing(duration_s):
+            raise ValueError("the duration is shorter than a millisecond")
+        return duration_s
+
     @model_validator(mode="after")
     def _distinct_routes(self) -> Template:
         seen = [Route(provider=self.provider, model=self.model)]
@@ -123,6 +132,8 @@ class Template(BaseModel):
             where = f"template {self.id}: prompt for {locale[:20]}"
             if len(text) > MAX_PROMPT_TEMPLATE_CHARS:
                 raise ValueError(f"{where} has {len(text)} characters; at most {MAX_PROMPT_TEMPLATE_CHARS}")
+            if is_blank(text):
+                raise ValueError(f"{where} is empty (white space and invisible characters only)")
             try:
                 prompt_parts(text)
             except ValueError as exc:
@@ -273,7 +284,12 @@ def read_toml(text: str, where: str = "plan") -> dict:
 
 
 def plan_from_data(data: object, where: str = "plan") -> Plan:
-    """A plan from already parsed data (TOML tables or a JSON object)."""
+    """A plan from already parsed data (TOML tables or a JSON object). Its text is held to the rule
+    for tenant text (contracts/tenant_text.py) once parsed: a TOML escape (`"x\\u0000y"`) writes the
+    character that a check of the raw text or the request's JSON never sees."""
+    unsafe = unsafe_in(data)
+    if unsafe is not None:
+        raise PlanError(f"{where}: {unsafe or 'the plan'}: {REFUSED}")
     try:
         return Plan.model_validate(data)
     except RecursionError as exc:

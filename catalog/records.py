@@ -11,6 +11,12 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+# The sizes of the columns these land in (schema/models.py: products, validation_issues): a value past
+# one is an issue of its row, never a database error.
+PRODUCT_ID_CHARS = 300
+ISSUE_FIELD_CHARS = 100
+MAX_PRICE = Decimal("99999999999999.999999")  # Numeric(20, 6)
+
 
 class IssueAction(StrEnum):
     """The queue action of import's validation table (README, "Catalog formats")."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from cli.output import EXIT_BAD_INPUT, EXIT_TIMEOUT, console, emit_json, fail
+from cli.output import EXIT_BAD_INPUT, EXIT_TIMEOUT, console, emit_json, fail, said
 from config.settings import Settings, get_settings
 from contracts.admission import BreakerMode, GateSnapshot
 from schema import queries
@@ -82,7 +82,7 @@ def _print_import(summary, as_json: bool) -> None:  # noqa: ANN001 - ImportSumma
                 "tasks_reused", "previous_import", "supersedes"):
         value = getattr(summary, key)
         if value is not None:
-            table.add_row(key, str(value))
+            table.add_row(key, said(value))
     for action, n in sorted(summary.issues_by_action.items()):
         table.add_row(f"issues: {action}", str(n))
     if summary.already_imported:
@@ -105,8 +105,8 @@ def _print_issues(report_path: str | None) -> None:
     table = Table("row", "product", "field", "value", "reason", "action",
                   title=f"validation issues ({len(issues)})", show_lines=False)
     for issue in issues[:SHOWN_ISSUES]:
-        table.add_row(str(issue["row"] or "-"), issue["product_id"] or "-", issue["field"],
-                      (issue["value"] or "")[:40], issue["reason"][:90], issue["action"])
+        table.add_row(str(issue["row"] or "-"), said(issue["product_id"] or "-"), said(issue["field"]),
+                      said((issue["value"] or "")[:40]), said(issue["reason"][:90]), issue["action"])
     console.print(table)
     if len(issues) > SHOWN_ISSUES:
         console.print(f"... and {len(issues) - SHOWN_ISSUES} more in the report")
@@ -261,8 +261,8 @@ def tasks(
         return
     table = Table("id", "status", "product", "template", "locale", "ratio", "variant")
     for r in rows:
-        table.add_row(r["id"], r["status"], r["product_id"], r["template"], r["locale"], r["aspect_ratio"],
-                      r["variant"])
+        table.add_row(r["id"], r["status"], said(r["product_id"]), said(r["template"]), said(r["locale"]),
+                      r["aspect_ratio"], said(r["variant"]))
     console.print(table)
 
 
@@ -291,13 +291,13 @@ def show(
         emit_json(detail)
         return
     t = detail["task"]
-    console.print(f"[bold]{t['id']}[/]  {t['status']}  {t['product_id']} / {t['template']} / {t['locale']} / "
-                  f"{t['aspect_ratio']} / {t['variant']}  (workflow {t['workflow_id']})")
+    console.print(f"[bold]{t['id']}[/]  {t['status']}  {said(t['product_id'])} / {said(t['template'])} / "
+                  f"{said(t['locale'])} / {t['aspect_ratio']} / {said(t['variant'])}  (workflow {t['workflow_id']})")
     if t["last_error"]:
-        console.print(f"last error: {t['last_error_class']}: {t['last_error']}")
+        console.print(f"last error: {said(t['last_error_class'])}: {said(t['last_error'])}")
     live = detail["live"]
     if live is not None:
-        console.print(f"now: {live['text']}", soft_wrap=True)
+        console.print(f"now: {said(live['text'])}", soft_wrap=True)
         if live["position"] is not None:
             console.print(f"place in line at {t['provider']}: {live['position']} (1 = admitted next)")
     elif t["status"] == "RETRY_WAIT" and t["next_retry_at"]:
@@ -306,9 +306,10 @@ def show(
         console.print(f"waiting: for a {t['provider']} slot (its gate admits tasks oldest first)")
     attempts = Table("no", "route", "state", "job", "provider status", "polls", "error", title="attempts")
     for a in detail["attempts"]:
-        route = f"{a['provider']}/{a['model']}" + (f"\n[dim]{a['route_note']}[/]" if a["route_note"] else "")
-        attempts.add_row(str(a["attempt_no"]), route, a["submit_state"], a["provider_job_id"] or "-",
-                         a["provider_status"] or "-", str(a["poll_count"]), a["error"] or "")
+        note = f"\n[dim]{said(a['route_note'])}[/]" if a["route_note"] else ""
+        route = said(f"{a['provider']}/{a['model']}") + note
+        attempts.add_row(str(a["attempt_no"]), route, a["submit_state"], said(a["provider_job_id"] or "-"),
+                         said(a["provider_status"] or "-"), str(a["poll_count"]), said(a["error"] or ""))
     console.print(attempts)
     events = Table("v", "event", "from", "to", "applied", "at", title="state events")
     for e in detail["events"]:
@@ -322,7 +323,7 @@ def show(
         checks = Table("attempt", "check", "passed", "measured", title="automatic checks (review)")
         for c in detail["review_checks"]:
             for one in c["checks"]:
-                checks.add_row(str(c["attempt_no"]), one["name"], str(one["passed"]), one["detail"])
+                checks.add_row(str(c["attempt_no"]), one["name"], str(one["passed"]), said(one["detail"]))
         console.print(checks)
 
 
@@ -436,8 +437,8 @@ def retry(
     table = Table("id", "status", "product", "template", "locale", "ratio", "next run",
                   title=f"{'would re-run' if dry_run else 're-run'}: {len(plan.tasks)} tasks of {import_id}")
     for t in plan.tasks:
-        table.add_row(t["id"], t["status"], t["product_id"], t["template"], t["locale"], t["aspect_ratio"],
-                      str(t["next_run"]))
+        table.add_row(t["id"], t["status"], said(t["product_id"]), said(t["template"]), said(t["locale"]),
+                      t["aspect_ratio"], str(t["next_run"]))
     console.print(table)
     if not dry_run:
         console.print(f"{plan.redriven} tasks re-driven, {plan.started} workflows started; follow with "

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from cli.operations import user_name
-from cli.output import EXIT_BAD_INPUT, console, emit_json, fail
+from cli.output import EXIT_BAD_INPUT, console, emit_json, fail, said
 from config.settings import get_settings
 from schema.db import Database
 
@@ -26,9 +26,9 @@ def imports(as_json: bool = typer.Option(False, "--json")) -> None:
     for r in rows:
         statuses = ", ".join(f"{s} {n}" for s, n in sorted(r.by_status.items()))
         credits = ", ".join(f"{k.lower()} {v:g}" for k, v in sorted(r.credits.items()))
-        paused = f" [yellow](paused by {r.paused_by})[/]" if r.paused_by else ""
-        table.add_row(r.id, f"{r.catalog} v{r.version}{paused}", r.plan, r.created_at.strftime("%Y-%m-%d %H:%M"),
-                      str(r.tasks), statuses or "-", credits or "-")
+        paused = f" [yellow](paused by {said(r.paused_by)})[/]" if r.paused_by else ""
+        table.add_row(r.id, f"{said(r.catalog)} v{r.version}{paused}", said(r.plan),
+                      r.created_at.strftime("%Y-%m-%d %H:%M"), str(r.tasks), statuses or "-", credits or "-")
     console.print(table)
 
 

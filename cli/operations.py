@@ -13,7 +13,7 @@ import getpass
 import typer
 from rich.table import Table
 
-from cli.output import EXIT_BAD_INPUT, EXIT_FAILURE, console, emit_json, fail
+from cli.output import EXIT_BAD_INPUT, EXIT_FAILURE, console, emit_json, fail, said
 from config.settings import get_settings
 from contracts.messages import ResolveAction, ResolveRequest
 from schema.db import Database
@@ -153,12 +153,12 @@ def attention(
         console.print("no task needs attention")
         return
     for t in waiting:
-        console.print(f"[bold]{t.task_id}[/]  {t.product_id}  stuck at [bold]{t.stuck or '?'}[/] since "
+        console.print(f"[bold]{t.task_id}[/]  {said(t.product_id)}  stuck at [bold]{t.stuck or '?'}[/] since "
                       f"{t.since.isoformat(timespec='seconds') if t.since else '?'}  credit held {t.credit_held:g}"
                       f"  (workflow {t.workflow_id})")
-        console.print(f"  evidence: {t.evidence or '-'}", soft_wrap=True)
+        console.print(f"  evidence: {said(t.evidence or '-')}", soft_wrap=True)
         if t.last_error and t.last_error != t.evidence:
-            console.print(f"  last error: {t.last_error}", soft_wrap=True)
+            console.print(f"  last error: {said(t.last_error)}", soft_wrap=True)
         if t.job_id or t.unknown_attempt:
             console.print(f"  live job: {t.job_id or '-'}   unknown submit: attempt {t.unknown_attempt or '-'}")
         if t.strays:
@@ -231,7 +231,7 @@ def renditions(
         table = Table("rendition", "status", "attempts", "error", title=f"task {task_id}")
         table.columns[3].overflow = "fold"
         for r in report.renditions:
-            table.add_row(r.profile, r.status, str(r.attempts), r.verdict or r.error or "")
+            table.add_row(r.profile, r.status, str(r.attempts), said(r.verdict or r.error or ""))
         console.print(table)
         if retry and not report.retried:
             console.print("nothing to retry: no rendition is FAILED")

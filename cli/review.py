@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from cli.operations import user_name
-from cli.output import EXIT_BAD_INPUT, EXIT_FAILURE, console, emit_json, fail
+from cli.output import EXIT_BAD_INPUT, EXIT_FAILURE, console, emit_json, fail, said
 from config.settings import get_settings
 from schema.db import Database
 
@@ -110,8 +110,8 @@ def _list(db: Database, import_id: str, as_json: bool) -> None:
     for i in items:
         failed = [c.name for c in i.checks if not c.passed]
         checks = "not run" if i.checks_passed is None else ("ok" if not failed else "failed: " + ", ".join(failed))
-        table.add_row(i.task_id, i.title, i.locale, i.aspect_ratio, i.template_id, checks, f"{i.cost:g}",
-                      str(i.attempts))
+        table.add_row(i.task_id, said(i.title), said(i.locale), i.aspect_ratio, said(i.template_id), checks,
+                      f"{i.cost:g}", str(i.attempts))
     console.print(table)
     console.print(f"{left} waiting for review")
 

@@ -4,6 +4,7 @@ gateway and the CLI."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from enum import StrEnum
 
 
@@ -69,3 +70,9 @@ class TaskEvent(StrEnum):
     STORAGE_CONFLICT = "storage_conflict"
     # Audit only, never in the table: the task was written (the API's create, with its RESERVE).
     CREATED = "created"
+
+
+def rounds_to_nothing(duration_s: float | Decimal) -> bool:
+    """A video's duration is kept to the millisecond (the task, its reservation and a request's hash
+    see one value): one that rounds to 0 ms asks for no video. The API's and the plan's rule."""
+    return round(duration_s, 3) <= 0

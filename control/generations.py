@@ -31,7 +31,8 @@ from catalog.importer import import_id_for
 from catalog.plan import SUPPORTED_RATIOS, Plan, Template
 from contracts.admission import PriorityClass
 from contracts.routing import MAX_FALLBACKS, Route
-from contracts.task import TaskEvent, TaskStatus
+from contracts.task import TaskEvent, TaskStatus, rounds_to_nothing
+from contracts.tenant_text import is_blank
 from contracts.workflow_api import workflow_id
 from schema.db import Database, bound_lock_waits
 from schema.import_scope import API_CATALOG
@@ -82,15 +83,15 @@ class GenerationBody(BaseModel):
     @field_validator("prompt")
     @classmethod
     def _prompt(cls, prompt: str) -> str:
-        if not prompt.strip():
-            raise ValueError("the prompt is empty")
+        if is_blank(prompt):
+            raise ValueError("the prompt is empty (white space and invisible characters only)")
         return prompt
 
     @field_validator("duration_s")
     @classmethod
     def _milliseconds(cls, duration_s: float) -> float:
         """Kept to the millisecond: the task, its reservation and the request's hash see one value."""
-        if round(duration_s, 3) <= 0:
+        if rounds_to_nothing(duration_s):
             raise ValueError("the duration is shorter than a millisecond")
         return round(duration_s, 3)
 

@@ -32,6 +32,7 @@ CANCEL_CONCURRENCY = 16
 T = TypeVar("T")
 MAX_PLAN_CHARS = 256 * 1024
 SHOWN_ISSUES = 1000  # the issues an import's view lists (the counts cover all of them)
+CATALOG_NAME_CHARS = 200  # catalog_imports.catalog
 
 
 class ImportRequest(BaseModel):
@@ -40,7 +41,7 @@ class ImportRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     asset_id: str = Field(pattern=r"^ast_[0-9a-f]{32}$")
     plan: str | dict[str, Any] = Field(description="the production plan: TOML text, or the same as a JSON object")
-    catalog: str | None = Field(default=None, min_length=1, max_length=200)
+    catalog: str | None = Field(default=None, min_length=1, max_length=CATALOG_NAME_CHARS)
     check_urls: bool = True
 
 
@@ -55,6 +56,10 @@ class ImportView(BaseModel):
 
 class CatalogNotReady(LookupError):
     """The asset is not a READY catalog upload of this tenant (or does not exist)."""
+
+
+class CatalogNameTooLong(ValueError):
+    """No `catalog` was given and the upload's file name is too long to name one (the message says so)."""
 
 
 class ImportTooLarge(ValueError):
@@ -122,13 +127,15 @@ def import_upload(settings: Settings, db: Database, storage: ObjectStorage, tena
         if asset is None:
             raise CatalogNotReady(request.asset_id)
         key, filename = asset.key, (asset.meta or {}).get("filename") or "catalog.csv"
-    name = PurePosixPath(filename).name
-    with tempfile.TemporaryDirectory(prefix="api-import-") as tmp:
-        path = storage.get_to_file(key, Path(tmp) / name)
+    catalog = request.catalog or PurePosixPath(filename).stem
+    if len(catalog) > CATALOG_NAME_CHARS:
+        raise CatalogNameTooLong(f"catalog: the upload's file name makes a catalog name of {len(catalog)} characters "
+                                 f"(at most {CATALOG_NAME_CHARS}); name the catalog with `catalog`")
+    with tempfile.TemporaryDirectory(prefix="api-import-") as tmp:  # a local name of ours, never the tenant's
+        path = storage.get_to_file(key, Path(tmp) / f"{request.asset_id}{PurePosixPath(key).suffix}")
         _check_size(path, plan, max_tasks)
         try:
-            return run_import(settings, path, plan, catalog=request.catalog or PurePosixPath(name).stem,
-                              check_urls=request.check_urls, tenant=tenant_id)
+            return run_import(settings, path, plan, catalog=catalog, check_urls=request.check_urls, tenant=tenant_id)
         except ImportRejected as exc:
             return exc.summary
 

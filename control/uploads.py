@@ -18,7 +18,7 @@ import re
 import secrets
 import tempfile
 from datetime import UTC, datetime, timedelta
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from minio.error import S3Error
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -31,8 +31,10 @@ from catalog.images import (
     ImageRejected,
     image_format,
     image_key,
+    image_size,
     normalised_image,
 )
+from contracts.tenant_text import UNSAFE
 from schema import uploads as rows
 from schema.db import Database
 from schema.models import Asset, Upload
@@ -46,6 +48,10 @@ KIND_OF_TYPE = {
     "video/mp4": VIDEO, "video/quicktime": VIDEO, "video/webm": VIDEO,
     "text/csv": CATALOG, "text/tab-separated-values": CATALOG, "text/plain": CATALOG,
 }
+# The stored key's suffix, by the checked type: a key is ours alone, never the client's file name
+# (`v.` + 250 characters made a key S3 refuses: every complete answered 500)
+SUFFIX_OF_TYPE = {"video/mp4": ".mp4", "video/quicktime": ".mov", "video/webm": ".webm",
+                  "text/csv": ".csv", "text/tab-separated-values": ".tsv", "text/plain": ".txt"}
 MAX_BYTES = {IMAGE: MAX_IMAGE_BYTES, VIDEO: 1024 * 1024 * 1024, CATALOG: 512 * 1024 * 1024}
 MULTIPART_FROM = 16 * 1024 * 1024  # a larger file is sent in parts
 MIN_PART = 8 * 1024 * 1024  # S3 wants at least 5 MiB per part but the last
@@ -54,7 +60,6 @@ VALIDATION_LEASE_S = 15 * 60  # a VALIDATING upload untouched this long lost its
 MAX_PENDING = 100  # uploads of one tenant awaiting completion at once (an upload quota per tenant)
 QUOTA_RETRY_S = 60  # Retry-After of a refusal by that quota
 REAPPEARED_MARGIN = timedelta(days=1)  # how long after its URL expired an upload's quarantine is still looked at
-CATALOG_SUFFIXES = {".csv", ".tsv", ".txt"}
 TEXT_PROBE_BYTES = 1024 * 1024  # a catalog's first MiB must look like text
 _BINARY_MAGIC = (b"PK\x03\x04", b"%PDF", b"\x1f\x8b", b"\x7fELF", b"MZ", b"GIF8", b"BM")
 _GONE = ("NoSuchKey", "NoSuchObject", "NotFound", "ResourceNotFound")
@@ -93,8 +98,8 @@ class UploadRequest(BaseModel):
     @field_validator("filename")
     @classmethod
     def _plain_name(cls, name: str) -> str:
-        if not _NAME.match(name) or name in (".", ".."):
-            raise ValueError("a file name without path separators or control characters")
+        if not _NAME.match(name) or UNSAFE.search(name) or name in (".", ".."):
+            raise ValueError("a file name without path separators, control characters or bidi controls")
         return name
 
 
@@ -165,8 +170,13 @@ def quarantine_key(tenant_id: str, upload_id: str) -> str:
     return quarantine_prefix(tenant_id) + upload_id
 
 
+def media_type(content_type: str) -> str:
+    """`text/csv` of `Text/CSV; charset=utf-8`."""
+    return content_type.split(";")[0].strip().lower()
+
+
 def kind_of(content_type: str) -> str:
-    kind = KIND_OF_TYPE.get(content_type.split(";")[0].strip().lower())
+    kind = KIND_OF_TYPE.get(media_type(content_type))
     if kind is None:
         raise UploadRefused(415, "upload-type", f"content_type must be one of: {', '.join(KIND_OF_TYPE)}")
     return kind
@@ -201,7 +211,7 @@ class Uploads:
         now = now or datetime.now(UTC)
         upload_id = "ast_" + secrets.token_hex(16)
         key = quarantine_key(tenant_id, upload_id)
-        content_type = request.content_type.split(";")[0].strip().lower()
+        content_type = media_type(request.content_type)
         ticket = UploadTicket(id=upload_id, status=rows.PENDING, object_key=key, upload_url=None,
                               headers={"Content-Type": content_type}, urls_expire_at=now + self.url_ttl,
                               complete_by=now + self.complete_ttl)
@@ -329,12 +339,10 @@ class Uploads:
             if not info.video_codec:
                 raise AssetRejected("not a video: no video stream")
             check_input_caps(info, max_pixels=self.max_pixels, max_duration_s=self.max_duration_s)
-            return self._promoted(upload, path, sha, "INPUT_VIDEO", PurePosixPath(upload.filename).suffix.lower(),
-                                  duration_s=info.duration_s, width=info.width, height=info.height,
-                                  codec=info.video_codec)
+            return self._promoted(upload, path, sha, "INPUT_VIDEO", duration_s=info.duration_s, width=info.width,
+                                  height=info.height, codec=info.video_codec)
         _check_text(path)
-        suffix = PurePosixPath(upload.filename).suffix.lower()
-        return self._promoted(upload, path, sha, "CATALOG_UPLOAD", suffix if suffix in CATALOG_SUFFIXES else ".csv")
+        return self._promoted(upload, path, sha, "CATALOG_UPLOAD")
 
     def _image(self, upload: Upload, path: Path) -> dict:
         """The catalog's image checks; the re-encoded bytes go where the catalog keeps images (by sha256)."""
@@ -344,12 +352,15 @@ class Uploads:
         clean, content_type = normalised_image(data)
         sha = hashlib.sha256(clean).hexdigest()
         key = self.storage.put_bytes(image_key(upload.tenant_id, sha, content_type), clean, content_type).key
-        return {"kind": "INPUT_IMAGE", "key": key, "size": len(clean), "sha256": sha, "mime": content_type}
+        width, height = image_size(clean)
+        return {"kind": "INPUT_IMAGE", "key": key, "size": len(clean), "sha256": sha, "mime": content_type,
+                "width": width, "height": height}
 
-    def _promoted(self, upload: Upload, path: Path, sha: str, asset_kind: str, suffix: str,
-                  **fields) -> dict:  # noqa: ANN003
+    def _promoted(self, upload: Upload, path: Path, sha: str, asset_kind: str, **fields) -> dict:  # noqa: ANN003
         """Checked as they are: the checked local copy goes to a key of its sha256 (not a server-side
-        copy of the quarantine key, which the upload URL may have written again since the check)."""
+        copy of the quarantine key, which the upload URL may have written again since the check)
+        and the suffix of its checked type."""
+        suffix = SUFFIX_OF_TYPE[media_type(upload.declared_type)]
         key = f"tenants/{upload.tenant_id}/uploads/{asset_kind.lower()}/{sha}{suffix}"
         self.storage.promote_file(path, key, sha, upload.declared_type)
         return {"kind": asset_kind, "key": key, "size": upload.declared_size, "sha256": sha,

@@ -1,7 +1,7 @@
 """The overview page: server-rendered HTML with an inline SVG chart, no script, no build step.
 
-Everything from the database goes through `html.escape` (text and attributes); workflow ids in
-links are also URL-quoted.
+Everything from the database goes through gateway/page_text.py (escaped, control and bidi
+characters shown as escapes, each text in its own direction); workflow ids in links are also URL-quoted.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from html import escape
 from urllib.parse import quote
 
 from control.overview import BANDS, FAILURES_READ, Overview
+from gateway.page_text import attr, text
 from schema.spend import WASTE_CAUSES
 
 WIDTH, HEIGHT, PAD = 720, 220, 34
@@ -91,8 +92,8 @@ def _spend(view: Overview) -> str:
 
 def _workflow_link(ui: str, task_id: str, workflow_id: str) -> str:
     if not ui:
-        return escape(task_id)
-    return f'<a href="{escape(ui + quote(workflow_id, safe=""))}" rel="noreferrer">{escape(task_id)}</a>'
+        return text(task_id)
+    return f'<a href="{escape(ui + quote(workflow_id, safe=""))}" rel="noreferrer">{text(task_id)}</a>'
 
 
 def _failures(view: Overview, ui: str) -> str:
@@ -103,7 +104,7 @@ def _failures(view: Overview, ui: str) -> str:
         links = ", ".join(_workflow_link(ui, t, w) for t, w in f.tasks)
         more = f" and {f.count - len(f.tasks)} more" if f.count > len(f.tasks) else ""
         rows.append(f'<tr class="failure"><td>{escape(f.status)}</td><td>{escape(f.error_class)}</td>'
-                    f'<td>{escape(f.error)}</td><td class="n">{f.count}</td><td class="small">{links}{more}</td></tr>')
+                    f'<td>{text(f.error)}</td><td class="n">{f.count}</td><td class="small">{links}{more}</td></tr>')
     capped = (f'<p class="small">Counted over the first {FAILURES_READ:,} failed tasks by id; the counts by '
               'status above hold them all.</p>') if view.failures_capped else ""
     return ('<table id="failures"><tr><th>status</th><th>class</th><th>reason</th><th>tasks</th><th>which</th></tr>'
@@ -115,19 +116,19 @@ def _thumbnails(view: Overview, thumbnails: dict[str, str], videos: dict[str, st
         return '<p class="small">No finished video yet.</p>'
     figures = []
     for t in view.thumbnails:
-        img = f'<img src="{escape(thumbnails[t.task_id])}" alt="{escape(t.label)}" loading="lazy">'
+        img = f'<img src="{escape(thumbnails[t.task_id])}" alt="{attr(t.label)}" loading="lazy">'
         if t.task_id in videos:
             img = f'<a href="{escape(videos[t.task_id])}" rel="noreferrer">{img}</a>'
         figures.append(f'<figure class="thumb" data-task="{escape(t.task_id)}">{img}'
-                       f'<figcaption>{escape(t.label)}</figcaption></figure>')
+                       f'<figcaption>{text(t.label)}</figcaption></figure>')
     return f'<div class="thumbs">{"".join(figures)}</div>'
 
 
 def _tasks(view: Overview, ui: str) -> str:
     rows = "".join(
         f'<tr><td>{_workflow_link(ui, t.task_id, t.workflow_id)}</td><td>{escape(t.status)}</td>'
-        f'<td>{escape(t.product_id)}</td><td>{escape(t.locale)}</td><td>{escape(t.aspect_ratio)}</td>'
-        f'<td class="route" title="{escape(t.route_note or "")}">{escape(t.route)}</td>'
+        f'<td>{text(t.product_id)}</td><td>{text(t.locale)}</td><td>{escape(t.aspect_ratio)}</td>'
+        f'<td class="route" title="{attr(t.route_note or "")}">{text(t.route)}</td>'
         f'<td class="small">{escape(t.updated_at.strftime("%H:%M:%S"))}</td></tr>' for t in view.tasks)
     shown = f"the {len(view.tasks)} most recently changed of {view.total}" if len(view.tasks) < view.total else "all"
     return (f'<p class="small">{shown}; each links to its workflow in the Temporal Web UI</p><table id="tasks">'
@@ -144,9 +145,9 @@ def render_overview(view: Overview, *, viewer: str, thumbnails: dict[str, str], 
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">{refresh}
 <meta name="viewport" content="width=device-width,initial-scale=1"><title>Import {escape(view.import_id)}</title>
 <style>{_CSS}</style></head><body>
-<header><h1>Import {escape(view.import_id)} · {escape(view.catalog)}</h1>
+<header><h1>Import {escape(view.import_id)} · {text(view.catalog)}</h1>
 <span class="small" style="color:#ccd">created {escape(view.created_at.strftime("%Y-%m-%d %H:%M:%S %Z"))} ·
-{view.total} tasks · <span id="state">{escape(state)}</span> · viewer {escape(viewer)}</span></header>
+{view.total} tasks · <span id="state">{text(state)}</span> · viewer {text(viewer)}</span></header>
 <section><h2>Progress</h2>{_chart(view)}</section>
 <section style="display:flex;gap:30px;flex-wrap:wrap"><div><h2>Tasks by status</h2>{_counts(view)}</div>
 <div><h2>Spend and waste</h2>{_spend(view)}</div></section>

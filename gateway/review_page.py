@@ -1,7 +1,9 @@
 """The gallery page: server-rendered HTML, a little inline CSS and JavaScript, no build step.
 
-Everything user-supplied goes through `html.escape` (text and attributes); the items travel to
-the script as JSON inside a `<script type="application/json">` block with `<` escaped.
+Everything user-supplied goes through gateway/page_text.py (escaped, control and bidi characters
+shown as escapes, each text in its own direction); the items travel to the script as JSON inside a
+`<script type="application/json">` block with `<` escaped. No inline handler: the page's CSP runs
+only the nonce'd script, which also submits the filters on change (the form has its button too).
 Keys: j / → next, k / ← previous, space or p play/pause, a approve, r reject (asks a reason),
 g regenerate (edit the prompt), x select, shift+A approve the selection, ? help.
 """
@@ -12,7 +14,9 @@ import json
 from html import escape
 from urllib.parse import urlencode
 
+from contracts.tenant_text import shown
 from control.review import Filters, IssueItem, ReviewItem
+from gateway.page_text import attr, text
 
 STATUSES = ("REVIEW", "ALL", "SUCCEEDED", "REJECTED", "QUEUED", "RUNNING", "EXPIRED", "FAILED_FINAL")
 
@@ -25,7 +29,8 @@ nav.tabs a{color:#fff;margin-right:12px;text-decoration:none;opacity:.7}
 nav.tabs a.on{opacity:1;border-bottom:2px solid #ffcc4d}
 form.filters,.bulk{padding:8px 18px;display:flex;gap:10px;align-items:center;flex-wrap:wrap}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(270px,1fr));gap:14px;padding:8px 18px 40px}
-.card{background:#fff;border-radius:8px;padding:10px;box-shadow:0 1px 3px #0002;border:3px solid transparent}
+.card{background:#fff;border-radius:8px;padding:10px;box-shadow:0 1px 3px #0002;border:3px solid transparent;
+min-width:0;overflow-wrap:anywhere}
 .card.current{border-color:#3b6cf6}
 .card video{width:100%;max-height:300px;background:#000;border-radius:4px}
 .card h2{font-size:15px;margin:6px 0 2px}
@@ -38,11 +43,12 @@ form.filters,.bulk{padding:8px 18px;display:flex;gap:10px;align-items:center;fle
 .actions button{margin:6px 4px 0 0}
 dialog textarea,dialog input{width:100%;box-sizing:border-box}
 table{border-collapse:collapse;margin:8px 18px;background:#fff}
-td,th{border:1px solid #dde;padding:4px 8px;text-align:left;font-size:13px}
+td,th{border:1px solid #dde;padding:4px 8px;text-align:left;font-size:13px;overflow-wrap:anywhere}
 kbd{background:#eee;border:1px solid #ccc;border-radius:3px;padding:0 4px;font-size:12px}
 """
 
 _JS = """
+document.querySelectorAll('form.filters select').forEach(s=>s.addEventListener('change', ()=>s.form.submit()));
 const data = JSON.parse(document.getElementById('items').textContent);
 const cfg = JSON.parse(document.getElementById('cfg').textContent);
 const cards = [...document.querySelectorAll('.card')];
@@ -116,26 +122,26 @@ focusCard(0); updateCounter();
 
 def _options(name: str, values: list[str], chosen: str | None, label: str) -> str:
     opts = [f'<option value="">{escape(label)}: all</option>']
-    opts += [f'<option value="{escape(v)}"{" selected" if v == chosen else ""}>{escape(v)}</option>' for v in values]
-    return f'<select name="{name}" onchange="this.form.submit()">{"".join(opts)}</select>'
+    opts += [f'<option value="{escape(v)}"{" selected" if v == chosen else ""}>{attr(v)}</option>' for v in values]
+    return f'<select name="{name}">{"".join(opts)}</select>'
 
 
 def _card(item: ReviewItem, video: str | None) -> str:
     checks = "".join(
         f'<li class="{"ok" if c.passed else "fail"}">{"✓" if c.passed else "✗"} {escape(c.name)}: '
-        f'{escape(c.detail)}</li>' for c in item.checks) or '<li class="small">no automatic checks</li>'
+        f'{text(c.detail)}</li>' for c in item.checks) or '<li class="small">no automatic checks</li>'
     # `#t=0.5`: the browser shows a frame of the video (not a black box) before it plays.
     player = (f'<video src="{escape(video)}#t=0.5" preload="metadata" controls playsinline loop muted></video>'
               if video else '<div class="small">no rendition yet</div>')
-    price = f"{escape(item.price)} {escape(item.currency or '')}" if item.price else "no price"
+    price = f"{text(item.price)} {text(item.currency or '')}" if item.price else "no price"
     edited = ' <span class="small">(edited)</span>' if item.prompt_edited else ""
     return f"""<article class="card" id="t-{escape(item.task_id)}" data-task="{escape(item.task_id)}"
  data-status="{escape(item.status)}">
 {player}
-<h2>{escape(item.title)}</h2>
-<div class="meta">{price} · {escape(item.locale)} · {escape(item.aspect_ratio)} · {escape(item.template_id)}
- · {escape(item.variant)}</div>
-<div class="prompt" title="prompt">{escape(item.prompt)}{edited}</div>
+<h2>{text(item.title)}</h2>
+<div class="meta">{price} · {text(item.locale)} · {escape(item.aspect_ratio)} · {text(item.template_id)}
+ · {text(item.variant)}</div>
+<div class="prompt" title="prompt">{text(item.prompt)}{edited}</div>
 <ul class="checks">{checks}</ul>
 <div class="small">cost {item.cost:g} credits · {item.attempts} attempt{"s" if item.attempts != 1 else ""}
  · <span class="status {escape(item.status)}">{escape(item.status)}</span></div>
@@ -149,8 +155,8 @@ def _issues_table(issues: list[IssueItem]) -> str:
     if not issues:
         return '<p style="margin:8px 18px">No validation issues in this import.</p>'
     rows = "".join(
-        f"<tr><td>{i.row if i.row is not None else ''}</td><td>{escape(i.product_id or '')}</td>"
-        f"<td>{escape(i.field)}</td><td>{escape(i.value[:200])}</td><td>{escape(i.reason)}</td>"
+        f"<tr><td>{i.row if i.row is not None else ''}</td><td>{text(i.product_id or '')}</td>"
+        f"<td>{text(i.field)}</td><td>{text(i.value[:200])}</td><td>{text(i.reason)}</td>"
         f"<td>{escape(i.action)}</td></tr>" for i in issues)
     return ("<table id=\"issues\"><tr><th>row</th><th>product</th><th>field</th><th>value</th><th>reason</th>"
             f"<th>action</th></tr>{rows}</table>")
@@ -180,7 +186,7 @@ def render_gallery(*, import_id: str, reviewer: str, items: list[ReviewItem], vi
                               ("ratio", filters.aspect_ratio), ("template", filters.template_id)) if v}
     videos_link = f"{base}?{urlencode(kept)}"
     issues_link = f"{base}?{urlencode({**kept, 'tab': 'issues'})}"
-    data = {i.task_id: {"prompt": i.prompt, "status": i.status} for i in items}
+    data = {i.task_id: {"prompt": shown(i.prompt), "status": i.status} for i in items}
     cfg = {"decide": f"/review/{import_id}/decisions", "csrf": csrf}
     left = counts.get("REVIEW", 0)
     status_opts = "".join(f'<option value="{s}"{" selected" if s == (filters.status or "ALL") else ""}>{s}</option>'
@@ -191,10 +197,11 @@ def render_gallery(*, import_id: str, reviewer: str, items: list[ReviewItem], vi
         grid = "".join(_card(i, videos.get(i.task_id)) for i in items) or \
             '<p style="margin:8px 18px">Nothing matches these filters.</p>'
         body = f"""<form class="filters" method="get" action="{base}">
-<select name="status" onchange="this.form.submit()">{status_opts}</select>
+<select name="status">{status_opts}</select>
 {_options("locale", facets["locale"], filters.locale, "locale")}
 {_options("ratio", facets["aspect_ratio"], filters.aspect_ratio, "ratio")}
 {_options("template", facets["template_id"], filters.template_id, "template")}
+<button type="submit">Filter</button>
 </form>
 <div class="bulk"><label><input type="checkbox" id="pick-all"> select all shown</label>
 <button id="bulk-approve">Approve selected <kbd>shift+A</kbd></button><span id="msg" class="small"></span>
@@ -209,7 +216,7 @@ review. Regenerate starts a new paid attempt with the prompt as you leave it; th
 <meta name="viewport" content="width=device-width,initial-scale=1"><title>Review {escape(import_id)}</title>
 <style>{_CSS}</style></head><body>
 <header><h1>Review · {escape(import_id)}</h1><span id="counter"><span id="left">{left}</span> left to review</span>
-<span class="small" style="color:#ccd">{sum(counts.values())} videos · reviewer {escape(reviewer)}</span>
+<span class="small" style="color:#ccd">{sum(counts.values())} videos · reviewer {text(reviewer)}</span>
 <nav class="tabs"><a href="{videos_link}" class="{"on" if tab != "issues" else ""}">Videos</a>
 <a href="{issues_link}" id="issues-tab" class="{"on" if tab == "issues" else ""}">Validation issues
 ({len(issues)})</a></nav></header>

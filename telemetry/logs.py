@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from contracts.tenant_text import escaped_json, shown
 from telemetry.redaction import add_secrets, redact, secrets_of
 
 LogFormat = Literal["json", "text"]
@@ -79,7 +80,8 @@ def _execution_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 class StructuredFormatter(logging.Formatter):
-    """JSON lines, or `time level service logger: message key=value ...`; both redacted."""
+    """JSON lines, or `time level service logger: message key=value ...`; both redacted, and both
+    with control and bidi characters escaped (a message may carry a tenant's text: contracts/tenant_text.py)."""
 
     def __init__(self, service: str, fmt: LogFormat = "json"):
         super().__init__()
@@ -102,11 +104,11 @@ class StructuredFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields = self.fields(record)
         if self.fmt == "json":
-            return json.dumps(fields, default=str, ensure_ascii=False)
+            return escaped_json(json.dumps(fields, default=str, ensure_ascii=False))
         head = " ".join(str(fields.pop(k)) for k in ("time", "level", "service"))
         logger, message = fields.pop("logger"), fields.pop("message")
         tail = " ".join(f"{k}={redact(str(v))}" for k, v in fields.items())
-        return f"{head} {logger}: {message}" + (f" {tail}" if tail else "")
+        return shown(f"{head} {logger}: {message}" + (f" {tail}" if tail else ""))
 
 
 def configure_logging(service: str, fmt: LogFormat = "json", *, level: str | int = "INFO",

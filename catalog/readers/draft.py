@@ -12,7 +12,7 @@ from decimal import Decimal
 from catalog.readers.cells import clean_text, html_to_text, mixed_script_words, normalize_url, split_urls
 from catalog.readers.prices import parse_price
 from catalog.readers.report import Report
-from catalog.records import IssueAction, ProductRecord
+from catalog.records import MAX_PRICE, IssueAction, ProductRecord
 
 
 @dataclass
@@ -72,6 +72,9 @@ class ProductDraft:
         parsed = parse_price(cell, default_currency)
         if parsed.error:
             self._note(row, header, cell, f"price unreadable ({parsed.error}); dropped", IssueAction.REJECTED)
+            return
+        if abs(parsed.amount) > MAX_PRICE:
+            self._note(row, header, cell, f"price too large (at most {MAX_PRICE:f}); dropped", IssueAction.REJECTED)
             return
         if parsed.note:
             self._note(row, header, cell, f"price normalized: {parsed.note}", IssueAction.NORMALIZED)

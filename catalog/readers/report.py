@@ -8,7 +8,7 @@ duplicate check needs the ids), never by the number of rows.
 from __future__ import annotations
 
 from catalog.readers.cells import is_identifier_header, is_mangled_number
-from catalog.records import Issue, IssueAction
+from catalog.records import ISSUE_FIELD_CHARS, PRODUCT_ID_CHARS, Issue, IssueAction
 
 VALUE_PREVIEW = 200  # issue values are for humans; a whole HTML body helps nobody
 
@@ -34,8 +34,8 @@ class Report:
         self.issues.append(
             Issue(
                 row=row,
-                product_id=product_id or None,
-                field=field,
+                product_id=(product_id or "")[:PRODUCT_ID_CHARS] or None,
+                field=field[:ISSUE_FIELD_CHARS],
                 value=value[:VALUE_PREVIEW],
                 reason=reason,
                 action=action,
@@ -47,9 +47,14 @@ class Report:
         self.note(row, "(row)", value, reason, IssueAction.ROW_INVALID)
 
     def claim(self, product_id: str, row: int, field: str) -> bool:
-        """Register a new product; False (with a STOP_IMPORT issue) if its id is empty or taken."""
+        """Register a new product; False (with a STOP_IMPORT issue) if its id is empty or taken, or
+        (ROW_INVALID) longer than a product id may be."""
         if not product_id:
             self.note(row, field, "", "product id is empty", IssueAction.STOP_IMPORT)
+            return False
+        if len(product_id) > PRODUCT_ID_CHARS:
+            reason = f"product id has {len(product_id)} characters; at most {PRODUCT_ID_CHARS}"
+            self.note(row, field, product_id, reason, IssueAction.ROW_INVALID)
             return False
         first = self._first_line.get(product_id)
         if first is not None:

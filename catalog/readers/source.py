@@ -17,6 +17,7 @@ from pathlib import Path
 from catalog.readers.cells import clean_cell
 from catalog.readers.errors import CatalogFormatError
 from catalog.readers.report import Report
+from contracts.tenant_text import first_unsafe
 
 PREAMBLE_LIMIT = 50  # the header must start within this many lines
 HEADER_LINE_LIMIT = 64 * 1024  # characters; a preamble line longer than this is not a catalog's
@@ -91,7 +92,7 @@ def locate_header(path: Path, encoding: str, accept: Callable[[list[str]], bool]
             if sum(1 for header in headers if header) >= 3:
                 layout = Layout(encoding, number, delimiter, headers, junk)
                 if accept(headers):
-                    return layout
+                    return _plain_headers(layout)
                 first = first or layout
             if text.strip():
                 junk += 1
@@ -101,7 +102,14 @@ def locate_header(path: Path, encoding: str, accept: Callable[[list[str]], bool]
             [],
             [],
         )
-    return first
+    return _plain_headers(first)
+
+
+def _plain_headers(layout: Layout) -> Layout:
+    """The header row holds the names of products' attributes and issues' fields: text, as the rows."""
+    if refused := first_unsafe("\n".join(layout.headers)):
+        raise CatalogFormatError(f"the header row (line {layout.header_line}): {_not_text(refused)}", [], [])
+    return layout
 
 
 def sniff_delimiter(line: str) -> str:
@@ -151,11 +159,16 @@ def iter_records(path: Path, layout: Layout, report: Report) -> Iterator[RawRow]
             if not any(cell.strip() for cell in cells):
                 continue
             report.rows += 1
-            if any("\x00" in cell for cell in cells):  # no text field may hold one (Postgres refuses it)
-                report.reject_row(start, "", "a cell contains a NUL character: not text")
+            if refused := first_unsafe("\n".join(cells)):  # the rule for tenant text: Postgres refuses a NUL,
+                report.reject_row(start, "", _not_text(refused))  # a terminal obeys ESC, a page U+202E
                 continue
             if len(cells) != width:
                 reason = f"expected {width} fields as in the header, got {len(cells)}"
                 report.reject_row(start, layout.delimiter.join(cells), reason)
                 continue
             yield RawRow(start, cells)
+
+
+def _not_text(code: str) -> str:
+    named = " (NUL)" if code == "U+0000" else ""
+    return f"a cell contains {code}{named}: control characters but tab and line breaks, and bidi controls, are not text"

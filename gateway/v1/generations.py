@@ -229,15 +229,19 @@ def _encode_cursor(at: datetime, task_id: str) -> str:
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The position a cursor names; 400 for anything _encode_cursor did not write (nesting included:
-    the JSON must be a flat list of two strings)."""
+    """The position a cursor names; 400 for anything _encode_cursor did not write: a flat list of
+    two strings, a time with its zone and a task id (valid base64 of `["...", "\\u0000"]` is still
+    the tenant's text: its id reached Postgres as it was)."""
     try:
         decoded = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         if decoded.count(b"[") != 1:
             raise ValueError("not a flat list")
         at, task_id = json.loads(decoded)
-        if not isinstance(at, str) or not isinstance(task_id, str):
-            raise TypeError("not two strings")
-        return datetime.fromisoformat(at), task_id
+        if not isinstance(at, str) or not isinstance(task_id, str) or not re.fullmatch(r"[0-9a-f]{32}", task_id):
+            raise TypeError("not a time and a task id")
+        when = datetime.fromisoformat(at)
+        if when.tzinfo is None:
+            raise ValueError("no time zone")
+        return when, task_id
     except (ValueError, TypeError, binascii.Error, RecursionError) as exc:
         raise ProblemError(400, "the cursor is not one this API gave", slug="bad-cursor") from exc

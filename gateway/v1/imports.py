@@ -16,6 +16,7 @@ from catalog.plan import PlanError
 from catalog.readers import CatalogFormatError
 from config.settings import Settings
 from control.imports import (
+    CatalogNameTooLong,
     CatalogNotReady,
     ImportRequest,
     ImportTooLarge,
@@ -68,6 +69,8 @@ def create_import(body: ImportRequest, principal: Tenant, deps: Deps, request: R
                              providers=deps.providers)
     except ImportTooLarge as exc:
         raise ProblemError(422, str(exc), slug="import-too-large") from exc
+    except CatalogNameTooLong as exc:
+        raise ProblemError(422, str(exc), slug="catalog-name-too-long") from exc
     except CatalogNotReady as exc:
         raise ProblemError(422, "asset_id is not a READY catalog upload", slug="catalog-not-ready") from exc
     except PlanError as exc:

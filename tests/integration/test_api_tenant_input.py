@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from api_helpers import api_server
 from cli_helpers import run_cli
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select, text, update
 from stack_helpers import make_plan
 
 from adapters.storage import ObjectStorage
@@ -175,7 +175,13 @@ def test_prompt_templates_accept_only_named_fields(stack, tmp_path):
 
 
 def _exchange(sock: socket.socket, request: bytes) -> bytes:
-    """One request on an open connection and its whole answer (by Content-Length)."""
+    """One request on an open connection and the status line of its answer."""
+    return _answer(sock, request)[0]
+
+
+def _answer(sock: socket.socket, request: bytes) -> tuple[bytes, bytes, bytes]:
+    """One request on an open connection: the status line, the whole body (by Content-Length) and
+    the head."""
     sock.sendall(request)
     data = b""
     while b"\r\n\r\n" not in data:
@@ -189,7 +195,134 @@ def _exchange(sock: socket.socket, request: bytes) -> bytes:
         chunk = sock.recv(65536)
         assert chunk, "the connection was closed mid-answer"
         body += chunk
-    return head.split(b"\r\n")[0]
+    return head.split(b"\r\n")[0], body, head
+
+
+class _Connection:
+    """One keep-alive connection to the gateway as a tenant: each call's status and problem body;
+    a connection the gateway dropped is noted (and a new one opened, so later probes still run)."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.port, self.key = int(url.rsplit(":", 1)[1]), key
+        self.dropped: list[str] = []
+        self.last = ""
+        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+
+    def call(self, method: str, path: str, body: object = None, **headers: str) -> tuple[int, dict]:
+        content = json.dumps(body).encode() if body is not None else b""
+        lines = [f"{method} {path} HTTP/1.1", "Host: x", f"Authorization: Bearer {self.key}",
+                 f"Content-Length: {len(content)}", *(f"{k.replace('_', '-')}: {v}" for k, v in headers.items())]
+        if body is not None:
+            lines.append("Content-Type: application/json")
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode() + content
+        try:
+            status, answer, head = _answer(self.sock, request)
+        except (AssertionError, OSError):  # closed after the previous answer: noted, asked again
+            self.dropped.append(self.last)
+            self.sock.close()
+            self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            status, answer, head = _answer(self.sock, request)
+        self.last = f"{method} {path[:60]}"
+        try:
+            return int(status.split()[1]), json.loads(answer or b"{}")
+        except ValueError:  # a 500's plain text
+            return int(status.split()[1]), {"detail": answer.decode(errors="replace")}
+
+
+def _b64(raw: str) -> str:
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _clip(tmp_path: Path) -> bytes:
+    import ffmpeg
+
+    from adapters.media.ffmpeg_tools import run_ffmpeg
+
+    clip = tmp_path / "clip.mp4"
+    run_ffmpeg(ffmpeg.input("testsrc2=s=64x48:r=10:d=1", f="lavfi").output(str(clip), vcodec="libx264"), "clip")
+    return clip.read_bytes()
+
+
+def test_issue_44_probes_answer_4xx_naming_the_field_on_one_connection(stack, tmp_path):
+    """Issue 44, points 6-11 and its "also seen" list: each probe answered 500 (and the gateway dropped
+    the keep-alive connection) or was taken. Each answers 4xx with a problem body naming the field,
+    nothing is written, the connection goes on; values at a column's size are taken. Every probe runs
+    and the wrong answers are listed together."""
+    wrong: list[str] = []
+
+    def expect(probe: str, answer: tuple[int, dict], status: int, said: str) -> None:
+        code, problem = answer
+        if code != status or said not in problem.get("detail", ""):
+            wrong.append(f"{probe}: {code} {problem.get('detail', '')[:160]!r}")
+
+    with api_server(stack) as url:
+        tenant_id, api = _tenant(url)
+        conn = _Connection(url, api.headers["Authorization"].split()[1])
+        lamp = "https://example.com/a.png"
+        catalog = upload(api, f"{CSV_HEAD}P-1,Lamp,A lamp,{lamp},1,USD,Home\n".encode(), "shop.csv", "text/csv")
+        plan = make_plan(tmp_path).read_text()
+
+        # 6: a cursor is valid base64 of hostile JSON
+        for raw in ('["2020-01-01T00:00:00","\\u0000"]', '["2020-01-01T00:00:00","\\ud800"]'):
+            expect(f"cursor {raw}", conn.call("GET", f"/v1/generations?cursor={_b64(raw)}"), 400, "cursor")
+        # 7, 10, 11: a plan's TOML escapes write control and bidi characters in any of its texts
+        for field, change in (("name", ('name = "t"', r'name = "x\u0000y"')),
+                              ("name", ('name = "t"', r'name = "p\u001b[41mPLAN\u001b[0m"')),
+                              ("templates.0.id", ('id = "tpl"', r'id = "t\u0000pl"')),
+                              ("templates.0.model", ('version = "tpl-v1"', 'version = "tpl-v1"\nmodel = "e\\u0007"')),
+                              ("templates.0.prompts.en-US", ("Product shot", r"Product\u0008shot")),
+                              ("templates.0.prompts", ('"en-US" = "Product', r'"en\u0000US" = "Product')),
+                              ("variants.0.hook.en-US", ('"Hook en-US"', r'"ok \u202eevorppa\u202c"')),
+                              ("templates.0.duration_s", ("duration_s = 2", "duration_s = 1E-7"))):
+            changed = plan.replace(*change)
+            assert changed != plan, change
+            answer = conn.call("POST", "/v1/imports", {"asset_id": catalog.id, "plan": changed, "check_urls": False})
+            expect(f"plan {change[1]!r}", answer, 422, field)
+        # 8: a catalog file name too long for a catalog's name (and for a temporary path)
+        named = upload(api, f"{CSV_HEAD}P-2,Lamp,A lamp,{lamp},1,USD,Home\n".encode(), "c" * 246 + ".csv", "text/csv")
+        expect("catalog of a 250-character file name", conn.call(
+            "POST", "/v1/imports", {"asset_id": named.id, "plan": plan, "check_urls": False}), 422, "catalog")
+        # 11: an upload name with a bidi override
+        expect("upload name x\u202evsc.exe", conn.call("POST", "/v1/uploads", {
+            "filename": "x\u202evsc.exe", "size": 3, "content_type": "text/csv", "sha256": "ab" * 32}), 422, "filename")
+        # also seen: a prompt of only U+200B
+        image = upload(api, PNG, "lamp.png", "image/png")
+        blank = {"prompt": "\u200b", "image_asset_id": image.id}
+        expect("prompt of U+200B", conn.call("POST", "/v1/generations", blank, Idempotency_Key=uuid.uuid4().hex),
+               400, "prompt")
+
+        # 8, 10: values at and past each column's size, and ESC in a product id: issues of their rows
+        rows = (f"{'P' * 300},Lamp,A lamp,{lamp},99999999999999.99,USD,Home\n"
+                f"{'Q' * 301},Lamp,A lamp,{lamp},1,USD,Home\n"
+                f"P-3,Lamp,A lamp,{lamp},1000000000000000,USD,Home\n"
+                f"P\x1b[41mX,Lamp,A lamp,{lamp},1,USD,Home\n")
+        values = upload(api, (CSV_HEAD + rows).encode(), "values.csv", "text/csv")
+        code, created = conn.call("POST", "/v1/imports", {"asset_id": values.id, "plan": plan, "check_urls": False})
+        if code != 201:
+            wrong.append(f"catalog values past their columns: {code} {created.get('detail', '')[:160]!r}")
+        else:
+            issues = conn.call("GET", f"/v1/imports/{created['import_id']}")[1]["issues"]
+            said = {(i["field"], i["action"]) for i in issues}
+            assert {("product_id", "row_invalid"), ("price", "rejected"), ("(row)", "row_invalid")} <= said, issues
+            assert created["tasks"] == 2, created
+
+        status = conn.call("GET", "/v1/me")[0]
+        # 9: a video whose name would make its stored key too long; also seen: an image's size
+        try:
+            video = upload(api, _clip(tmp_path), "v." + "x" * 250, "video/mp4")
+            if video.status != "READY":
+                wrong.append(f"video named v.+250: {video.status} {video.reason}")
+        except ApiProblem as exc:
+            wrong.append(f"video named v.+250: {exc.status} {exc.detail}")
+        lamp_size = (image.width, image.height)
+    assert status == 200 and not conn.dropped and not wrong, "\n".join(
+        [f"GET /v1/me: {status}", *(f"dropped after {d}" for d in conn.dropped), *wrong])
+    assert lamp_size == (640, 640)
+    with Database(stack.database_url).transaction() as session:
+        assert session.scalar(select(func.count()).select_from(CatalogImport)
+                              .where(CatalogImport.tenant_id == tenant_id)) == 1  # the values' import only
+        key = ready_asset(session, tenant_id, video.id, kind="VIDEO").key
+    assert key.endswith(".mp4") and "xxx" not in key, key
 
 
 def test_hostile_ids_and_text_answer_4xx_and_the_connection_goes_on(stack, tmp_path):
@@ -318,3 +451,33 @@ def test_reservations_that_waited_for_the_tenant_lock_see_the_holds_made_meanwhi
     assert held == 8
     for task_id in (first, *others):  # nothing ran: every hold released (the suite's ledger check)
         ActivityEnvironment().run(ledger.settle, SettleInput(task_id=task_id, attempt_no=1, cost=0.0))
+
+
+def test_the_cli_prints_no_control_character_from_tenant_text(stack, tmp_path):
+    """Issue 44.10: a catalog name, a plan name, a product id, a variant and an error holding ESC
+    sequences, BEL, backspace, a bidi override and rich markup (rows written before the rule at the
+    door, or by an operator's own import) reached the terminal as they were: `imports` and `tasks`
+    coloured the operator's terminal. Human output shows them as escapes (markup as written); the
+    JSON keeps the values, with those characters as JSON escapes."""
+    from stack_helpers import import_small
+
+    from contracts.tenant_text import UNSAFE
+
+    hostile = "p\x1b[41mX\x07\x08\u202ey[b]z"
+    imp = import_small(stack, tmp_path, [("P-1", "Lamp", "A lamp")]).import_id
+    with Database(stack.database_url).transaction() as session:
+        session.execute(text("UPDATE catalog_imports SET catalog = :h WHERE id = :i"), {"h": hostile, "i": imp})
+        session.execute(update(Task).where(Task.import_id == imp).values(
+            product_id=hostile, variant=hostile, last_error=hostile, last_error_class="x"))
+        task_id = session.scalar(select(Task.id).where(Task.import_id == imp))
+    shown = []
+    for args in (("imports",), ("tasks", imp), ("show", task_id)):
+        for as_json in ((), ("--json",)):
+            out = run_cli(*args, *as_json)
+            assert out.code == 0, (args, out.stdout, out.stderr)
+            found = UNSAFE.search(out.stdout)
+            markup = bool(as_json) or "[b]" in out.stdout  # markup as written
+            shown.append((args[0], *as_json, found.group() if found else None, markup))
+            if as_json and args[0] == "tasks":
+                assert out.json["tasks"][0]["product_id"] == hostile
+    assert all(found is None and markup for *_, found, markup in shown), shown

@@ -35,7 +35,14 @@ def test_formula_cells_get_a_quote(value: str) -> None:
     assert spreadsheet_safe(value) == "'" + value and not evaluated(spreadsheet_safe(value))
 
 
-@pytest.mark.parametrize("value", ["Lamp", "'quoted", "A-1", "x=1", "", "SKU-1"])
+@pytest.mark.parametrize("value", ["\u200b=HYPERLINK(\"http://x\",\"y\")", "\u202e=1+1", "\ufeff@SUM(1)",
+                                   "\u200b \u2060+1", "\u200e-2+3", "\u00a0=1"])
+def test_a_formula_behind_invisible_characters_gets_a_quote(value: str) -> None:
+    """Issue 44.13: a zero-width, bidi or BOM character in front of `=` hid the formula from the check."""
+    assert spreadsheet_safe(value) == "'" + value
+
+
+@pytest.mark.parametrize("value", ["Lamp", "'quoted", "A-1", "x=1", "", "SKU-1", "\u200bLamp"])
 def test_plain_cells_unchanged(value: str) -> None:
     assert spreadsheet_safe(value) == value
 

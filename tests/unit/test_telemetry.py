@@ -41,6 +41,19 @@ def test_the_text_format_has_the_same_fields_on_one_line() -> None:
     assert line.endswith(" warning cli reelqueue.test: asked? yes request_id=req-1")
 
 
+def test_tenant_text_reaches_a_log_line_as_escapes() -> None:
+    """Issue 44.10: a product id with ESC, BEL, CSI or U+202E logged as it was coloured the operator's
+    terminal (`tail -f`); both formats write those characters escaped (JSON: the same value)."""
+    from contracts.tenant_text import UNSAFE
+
+    hostile = "p\x1b[41mX\x07\x9b\u202ey"
+    for fmt in ("json", "text"):
+        line = StructuredFormatter("gateway", fmt).format(_record("product %s", hostile, fields={"pid": hostile}))
+        assert UNSAFE.search(line) is None, (fmt, line)
+    assert json.loads(StructuredFormatter("gateway").format(_record("product %s", hostile)))["message"] == \
+        f"product {hostile}"
+
+
 def test_signed_urls_tokens_and_configured_secrets_never_reach_a_line(monkeypatch) -> None:
     monkeypatch.setattr(redaction, "_secrets", ())
     redaction.add_secrets(["s3-secret-value-123", "postgresql+psycopg://rq:pg-password-77@h/db", "", "short"])

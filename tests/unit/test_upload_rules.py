@@ -25,7 +25,7 @@ SHA = "ab" * 32
 
 
 @pytest.mark.parametrize("name", ["../x.png", "a/b.png", "a\\b.png", "x\x00.png", "line\nbreak.png", "..", "",
-                                  "lone\ud800.png"])
+                                  "lone\ud800.png", "x\u202evsc.exe", "a\u2066b.csv", "esc\x1b[2J.png", "c1\x9b.png"])
 def test_a_file_name_is_a_plain_name(name: str) -> None:
     with pytest.raises(ValidationError):
         UploadRequest(filename=name, size=10, content_type="image/png", sha256=SHA)
