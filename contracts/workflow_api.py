@@ -87,6 +87,12 @@ def gate_layer(name: str) -> str:
     return next((layer for layer in ("tenant", "model") if name.startswith(f"{layer}:")), "provider")
 
 
+# Memo of a start: the TaskStatus search attribute the starter set (shown_status of where the run begins), so
+# the run's first upsert of that same value is not made (one history event and one billable action a task).
+# A run started without it upserts as before, which keeps old histories replaying.
+MEMO_SHOWN_STATUS = "task_status_shown"
+
+
 def summary(product_id: str, template_id: str, locale: str, aspect_ratio: str) -> str:
     """The line the Web UI shows for a task's workflow."""
     return f"{product_id} · {template_id} · {locale} · {aspect_ratio}"

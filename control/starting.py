@@ -15,6 +15,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from contracts import workflow_api as api
 from contracts.messages import GenerationInput
+from contracts.task import TaskStatus
 from schema.state_machine import TERMINAL
 from workflows import search_attributes as sa
 from workflows.generation import GenerationWorkflow
@@ -36,9 +37,16 @@ class TaskToStart(Protocol):
     provider: str
 
 
+def shown_at_start(task: TaskToStart) -> str:
+    """The TaskStatus a run begins with: a new task is validated at once, so RUNNING; a task restarted
+    elsewhere, where its status shows it."""
+    status = TaskStatus(task.status)
+    return TaskStatus.RUNNING.value if status is TaskStatus.CREATED else sa.shown_status(status)
+
+
 def search_attributes_for(task: TaskToStart, import_id: str) -> TypedSearchAttributes:
     return TypedSearchAttributes([
-        SearchAttributePair(sa.TASK_STATUS, task.status),
+        SearchAttributePair(sa.TASK_STATUS, shown_at_start(task)),
         SearchAttributePair(sa.IMPORT_ID, import_id),
         SearchAttributePair(sa.PRODUCT_ID, task.product_id),
         SearchAttributePair(sa.LOCALE, task.locale),
@@ -74,6 +82,7 @@ async def _start_one(client: Client, task: TaskToStart, import_id: str, task_que
             GenerationWorkflow.run, GenerationInput(task_id=task.id, run=task.run_no), id=task.workflow_id,
             task_queue=task_queue, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             search_attributes=search_attributes_for(task, import_id),
+            memo={api.MEMO_SHOWN_STATUS: shown_at_start(task)},  # the run skips upserting it again
             static_summary=api.summary(task.product_id, task.template_id, task.locale, task.aspect_ratio),
         )
     except WorkflowAlreadyStartedError:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.converter import decode_typed_search_attributes
 from workflow_fakes import RUNNING, World, ending, job, outage, resolve, until
 
+from contracts import workflow_api as api
 from contracts.messages import ResolveAction
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
@@ -66,6 +68,16 @@ async def test_a_task_that_succeeds_upserts_its_status_twice(world: World, run_w
     assert await ending(handle) == "completed"
     assert len(world.moves()) == 9, "nine status changes, as before"
     assert await shown_statuses(handle) == ["RUNNING", "SUCCEEDED"]
+
+
+async def test_a_task_started_as_running_upserts_only_its_ending(world: World, run_world):
+    """The starter set TaskStatus=RUNNING and said so in the start's memo (control/starting.py): the run's
+    first upsert, of that same value, is not made. One history event and one billable action a task."""
+    handle = await run_world(search_attributes=TypedSearchAttributes([SearchAttributePair(TASK_STATUS, "RUNNING")]),
+                             memo={api.MEMO_SHOWN_STATUS: "RUNNING"})
+    assert await ending(handle) == "completed"
+    assert await shown_statuses(handle) == ["SUCCEEDED"]
+    assert world.moves()[-1] == "SUCCEEDED" and world.balanced()
 
 
 async def test_a_failed_task_shows_its_ending(world: World, run_world):

@@ -85,6 +85,7 @@ class GenerationWorkflow(Admission, Routing, Attempts, Following, Delivery, Revi
     @workflow.run
     async def run(self, inp: GenerationInput) -> GenerationOutcome:
         self._task_id, self._run_no = inp.task_id, inp.run
+        self._shown = workflow.memo_value(api.MEMO_SHOWN_STATUS, None, type_hint=str)  # what the starter set
         self._implied = next((frozenset({patch}) | implied for patch, implied in BASELINES
                               if workflow.patched(patch)), frozenset())
         self._carry = self._patched(TRANSITIONS_CARRIED)
