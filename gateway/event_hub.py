@@ -30,7 +30,7 @@ from typing import TypeVar
 from starlette.concurrency import run_in_threadpool
 
 from gateway.tenancy import Principal, revoked_keys
-from metrics import EVENT_FEED_READS, EVENT_STREAMS, EVENT_STREAMS_ENDED
+from metrics import EVENT_FEED_QUERIES, EVENT_STREAMS, EVENT_STREAMS_ENDED
 from schema import event_feed, stream_leases
 from schema.db import Database
 from schema.event_feed import Cursor, LiveEvent, Snapshot
@@ -132,6 +132,8 @@ class StreamLeases:
         self.settle()
 
     def settle(self) -> None:
+        if not self._owed:
+            return
         owed, self._owed = self._owed, {}
         try:
             with self.db.transaction() as session:
@@ -158,7 +160,6 @@ class EventHub:
         self._feed: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._renewed = 0.0
-        self.reads = 0
 
     @property
     def streams(self) -> int:
@@ -193,6 +194,12 @@ class EventHub:
         self._count -= 1
         EVENT_STREAMS.dec()
 
+    def end_all(self, why: str) -> None:
+        """Ends every stream (the process is stopping): each client resumes on another gateway."""
+        for streams in self._by_tenant.values():
+            for stream in streams:
+                stream.end(why)
+
     def position(self, stream: Stream) -> str:
         return (stream.own or self._seen or Snapshot.of(event_feed.EMPTY)).text
 
@@ -215,9 +222,7 @@ class EventHub:
                     return
                 try:
                     await self._read_batch()
-                    EVENT_FEED_READS.labels("ok").inc()
                 except Exception:  # Postgres away: the streams wait, their positions intact
-                    EVENT_FEED_READS.labels("error").inc()
                     log.warning("event feed: read failed; retrying", exc_info=True)
                     self._mid_batch = False
                     await asyncio.sleep(RETRY_BACKOFF_S)
@@ -228,8 +233,7 @@ class EventHub:
         assert self._seen is not None
         cursor = Cursor(seen=self._seen.text)
         while True:
-            events, cursor = await _in_thread(read_feed, self.db, cursor, PAGE)
-            self.reads += 1
+            events, cursor = await _in_thread(_counted, "feed", read_feed, self.db, cursor, PAGE)
             batch = Snapshot.of(cursor.batch or cursor.seen)
             self._mid_batch = cursor.batch is not None
             self._fan_out(events, batch)
@@ -270,8 +274,8 @@ class EventHub:
         streams = [s for tenant in self._by_tenant.values() for s in tenant]
         if now - self._renewed >= stream_leases.RENEW_S:
             self._renewed = now
-            await _in_thread(self.leases.renew)
-        revoked = await _in_thread(self._revoked, {s.key_id for s in streams})
+            await _in_thread(_counted, "lease", self.leases.renew)
+        revoked = await _in_thread(_counted, "keys", self._revoked, {s.key_id for s in streams})
         shared: bytes | None = None
         for stream in streams:
             if stream.key_id in revoked:
@@ -292,6 +296,16 @@ class EventHub:
 
 async def _in_thread(fn: Callable[..., T], *args: object) -> T:
     return await run_in_threadpool(fn, *args)
+
+
+def _counted(query: str, fn: Callable[..., T], *args: object) -> T:
+    try:
+        result = fn(*args)
+    except Exception:
+        EVENT_FEED_QUERIES.labels(query, "error").inc()
+        raise
+    EVENT_FEED_QUERIES.labels(query, "ok").inc()
+    return result
 
 
 def read_feed(db: Database, cursor: Cursor, limit: int) -> tuple[list[LiveEvent], Cursor]:

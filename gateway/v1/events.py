@@ -109,7 +109,7 @@ class EventStream(StreamingResponse):
                 chunk = b"".join(stream.queue)
                 stream.queue.clear()
                 await self._write(send, chunk)
-            if stream.ended in ("expired", "revoked"):
+            if stream.ended in ("expired", "revoked", "shutdown"):
                 await self._write(send, b"", more=False)
         finally:
             listener.cancel()

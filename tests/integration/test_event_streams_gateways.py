@@ -248,3 +248,22 @@ def test_a_client_that_stops_reading_is_ended_and_the_others_are_not_slowed(stac
         finally:
             reader.close()
             stalled.close()
+
+
+def test_a_stopping_gateway_ends_its_streams_at_once(stack: Settings, tmp_path: Path) -> None:
+    """SIGTERM: the streams end first (their clients move on), then uvicorn's graceful shutdown."""
+    db = Database(stack.database_url)
+    tenant, key, import_id, _ = _tenant_with_import(stack, tmp_path / "catalog", 1)
+    with _gateway_process(tmp_path, "stopping") as (url, proc):
+        follower = Follower(url, key, import_id)
+        try:
+            assert follower.connected.wait(30)
+            _wait("the stream counted", lambda: _open_streams(db, tenant) == 1, 30)
+            proc.send_signal(signal.SIGTERM)
+            try:  # uvicorn raises the signal again once it has shut down: -15
+                assert proc.wait(10) in (0, -signal.SIGTERM)
+            except subprocess.TimeoutExpired:
+                pytest.fail("the gateway waited for its open stream")
+            _wait("its place given back", lambda: _open_streams(db, tenant) == 0, 10)
+        finally:
+            follower.close()
