@@ -14,16 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shutil
-import tempfile
 import time
 import uuid
 from collections import Counter
 from decimal import Decimal
-from pathlib import Path
 
-from bench.common import EXAMPLES
+from bench.common import EXAMPLES, bench_stack
 from bench.webhook_bench import percentile
 
 
@@ -107,24 +103,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="reelqueue-bench-api-"))
-    os.environ["REELQUEUE_HOME"] = str(home)
-    import devstack
-    from config.settings import Settings
-
-    t0 = time.perf_counter()
-    devstack.up(Settings(), services=["postgres", "s3", "temporal", "gateway"])
-    settings = Settings()
-    print(f"stack:   up in {time.perf_counter() - t0:.1f} s under {home}; gateway {settings.gateway_url}")
-    try:
+    with bench_stack("reelqueue-bench-api-", ["postgres", "s3", "temporal", "gateway"], keep=args.keep) as settings:
         print(json.dumps(asyncio.run(bench(settings, args)), sort_keys=True))
-    finally:
-        if args.keep:
-            print(f"kept: REELQUEUE_HOME={home} (reelqueue dev down)")
-        else:
-            devstack.down(settings)
-            shutil.rmtree(home, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()
