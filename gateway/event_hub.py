@@ -153,7 +153,7 @@ class EventHub:
         self.leases = StreamLeases(db)
         self._lock = asyncio.Lock()  # held by a join and by each read of the feed
         self._seen: Snapshot | None = None  # the feed's position; None while no stream is open
-        self._mid_batch = False
+        self._cursor: Cursor | None = None  # its read: the position, or a batch half-way
         self._by_tenant: dict[str, set[Stream]] = {}
         self._ahead: set[Stream] = set()
         self._count = 0
@@ -172,6 +172,7 @@ class EventHub:
         async with self._lock:
             if self._seen is None:
                 self._seen = Snapshot.of(await _in_thread(self._now))
+                self._cursor = Cursor(seen=self._seen.text)
             position = self._seen
             mine = Snapshot.of(start.batch or start.seen)
             if mine.covers(position):
@@ -214,29 +215,31 @@ class EventHub:
             return event_feed.now_cursor(session).seen
 
     async def _run_feed(self) -> None:
-        """Reads the feed while any stream is open; stops (and forgets its position) when none is."""
+        """Reads the feed while any stream is open; stops (and forgets its position) when none is.
+        A batch is finished under the lock even when a read fails half-way (Postgres away: the
+        streams wait, their positions intact), so a stream joins only at a batch's boundary."""
         while True:
             async with self._lock:
+                while self._count:
+                    try:
+                        await self._read_batch()
+                        break
+                    except Exception:
+                        log.warning("event feed: read failed; retrying", exc_info=True)
+                        await asyncio.sleep(RETRY_BACKOFF_S)
                 if not self._count:
-                    self._seen = None
+                    self._seen = self._cursor = None
                     return
-                try:
-                    await self._read_batch()
-                except Exception:  # Postgres away: the streams wait, their positions intact
-                    log.warning("event feed: read failed; retrying", exc_info=True)
-                    self._mid_batch = False
-                    await asyncio.sleep(RETRY_BACKOFF_S)
             await asyncio.sleep(POLL_S)
 
     async def _read_batch(self) -> None:
         """Everything committed since the feed's position, page by page, handed to the streams."""
-        assert self._seen is not None
-        cursor = Cursor(seen=self._seen.text)
+        assert self._seen is not None and self._cursor is not None
         while True:
-            events, cursor = await _in_thread(_counted, "feed", read_feed, self.db, cursor, PAGE)
+            events, cursor = await _in_thread(_counted, "feed", read_feed, self.db, self._cursor, PAGE)
             batch = Snapshot.of(cursor.batch or cursor.seen)
-            self._mid_batch = cursor.batch is not None
             self._fan_out(events, batch)
+            self._cursor = cursor
             if cursor.batch is None:
                 break
         for stream in [s for s in self._ahead if batch.covers(s.own)]:  # type: ignore[arg-type]
@@ -282,7 +285,7 @@ class EventHub:
                 stream.end("revoked")
             elif now >= stream.ends_at:
                 stream.end("expired")
-            elif now - stream.last_put >= KEEPALIVE_S and not self._mid_batch:
+            elif now - stream.last_put >= KEEPALIVE_S and self._cursor is not None and self._cursor.batch is None:
                 if stream.own is not None:
                     stream.put(keepalive_line(stream.own.text))
                 else:
