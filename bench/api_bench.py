@@ -19,32 +19,21 @@ import uuid
 from collections import Counter
 from decimal import Decimal
 
-from bench.common import EXAMPLES, bench_stack
+from bench.common import bench_stack, input_image
 from bench.webhook_bench import percentile
 
 
 def _setup(settings) -> tuple[str, str]:  # noqa: ANN001 - config.Settings
     """Migrations, a tenant with room for every create, one stored input image: (api key, asset id)."""
-    from adapters.storage import ObjectStorage
-    from catalog.images import ImageOutcome, record_image_asset
     from schema import tenants
     from schema.db import Database
     from schema.migrate import upgrade
 
     upgrade(settings.database_url)
-    storage = ObjectStorage.from_settings(settings)
-    storage.ensure_bucket()
-    data = (EXAMPLES / "images" / "aurora-lamp.png").read_bytes()
-    db = Database(settings.database_url)
-    with db.transaction() as session:
+    with Database(settings.database_url).transaction() as session:
         key = tenants.create_tenant(session, "bench", tenants.TenantLimits(
             credits=Decimal(10**9), max_concurrent=1000, rate_per_minute=10**7)).api_key
-    stored = storage.put_bytes("tenants/bench/images/bench.png", data, "image/png")
-    outcome = ImageOutcome(source="bench", sha256=stored.sha256, size=len(data), content_type="image/png",
-                           key=stored.key)
-    with db.transaction() as session:
-        asset_id = record_image_asset(session, storage.bucket, "bench", outcome).id
-    return key, asset_id
+    return key, input_image(settings, "bench")
 
 
 async def post_all(url: str, api_key: str, keys: list[str], asset_id: str, concurrency: int) -> dict:

@@ -156,6 +156,23 @@ def bench_stack(prefix: str, services: list[str], *, keep: bool) -> Iterator[Any
             shutil.rmtree(home, ignore_errors=True)
 
 
+def input_image(settings: Any, tenant: str) -> str:
+    """An example image stored and recorded as the tenant's INPUT_IMAGE: its asset id (a generation's
+    `image_asset_id`)."""
+    from adapters.storage import ObjectStorage
+    from catalog.images import ImageOutcome, record_image_asset
+    from schema.db import Database
+
+    storage = ObjectStorage.from_settings(settings)
+    storage.ensure_bucket()
+    stored = storage.put_bytes(f"tenants/{tenant}/images/bench.png",
+                               (EXAMPLES / "images" / "aurora-lamp.png").read_bytes(), "image/png")
+    outcome = ImageOutcome(source="bench", sha256=stored.sha256, size=stored.size, content_type="image/png",
+                           key=stored.key)
+    with Database(settings.database_url).transaction() as session:
+        return record_image_asset(session, storage.bucket, tenant, outcome).id
+
+
 def machine() -> dict:
     """What the figures were measured on, and how busy it was."""
     return {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),

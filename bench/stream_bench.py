@@ -12,6 +12,7 @@ N/5 tenants) over raw asyncio connections and reads them. Per level it prints:
 - Postgres queries a second of the gateway's feed (its reelqueue_event_feed_queries_total: the
   feed's reads, the ticker's key check, the lease renewal), idle and under load, and every
   transaction Postgres counted while idle (pg_stat_database, minus the bench's two reads);
+- a new task's first state event (a generation created as the API creates it) to its tenant's streams;
 - streams ended as slow consumers (the gateway's reelqueue_event_streams_ended_total{reason=slow}).
 `--stack-gateway` measures the `dev up` gateway itself instead of one started per level.
 A final JSON line holds every figure.
@@ -37,7 +38,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bench.common import EXAMPLES, bench_stack, machine, one_second_plan, scrape, total
+from bench.common import EXAMPLES, bench_stack, input_image, machine, one_second_plan, scrape, total
 from bench.webhook_bench import percentile
 
 PER_TENANT = 5
@@ -105,8 +106,10 @@ def client_main(url: str, keys_file: str) -> None:
 
 # --- the bench process: stack, tenants, gateway, writer, figures -----------------------------------
 
-def _setup(settings, tenants_needed: int, active: int, work: Path) -> tuple[list[str], list[str]]:  # noqa: ANN001
-    """Tenants with a key each (their keys), and one task for each of the first `active` (task ids)."""
+def _setup(settings, tenants_needed: int, active: int, work: Path,  # noqa: ANN001
+           ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """Tenants with a key each (their keys), one task for each of the first `active` (task ids), and
+    an input image for each of the first 10 (tenant, asset id), for new generations."""
     from catalog.plan import load_plan
     from catalog.service import run_import
     from schema import tenants
@@ -135,7 +138,32 @@ def _setup(settings, tenants_needed: int, active: int, work: Path) -> tuple[list
         with db.transaction() as session:
             task_ids.append(session.scalar(Task.__table__.select().with_only_columns(Task.id)
                                            .where(Task.import_id == summary.import_id)))
-    return keys, task_ids
+    return keys, task_ids, [(f"sb-{run}-{n}", input_image(settings, f"sb-{run}-{n}")) for n in range(min(active, 10))]
+
+
+def _new_tasks(settings, images: list[tuple[str, str]], count: int) -> dict[int, float]:  # noqa: ANN001
+    """`count` generations created as `POST /v1/generations` creates them (control.generations, no
+    workflow started: no Temporal here), one every 0.5 s: their first state event's id -> commit time."""
+    from sqlalchemy import select
+
+    from adapters.providers import build_providers
+    from control import generations
+    from schema.db import Database
+    from schema.models import StateEvent
+
+    db, providers = Database(settings.database_url), build_providers(settings)
+    commits = {}
+    for n in range(count):
+        tenant, asset_id = images[n % len(images)]
+        created = generations.create(db, tenant, uuid.uuid4().hex, generations.GenerationBody(
+            prompt=f"bench {n}", image_asset_id=asset_id), providers=providers, credits_per_second=1.0)
+        committed = time.time()
+        with db.transaction() as session:
+            commits[session.scalar(select(StateEvent.id).where(
+                StateEvent.source == generations.SOURCE,
+                StateEvent.source_event_id == f"{created.task_id}:created"))] = committed
+        time.sleep(0.5)
+    return commits
 
 
 _EVENT = """
@@ -225,8 +253,8 @@ class _Gateway:
                 self.proc.kill()
 
 
-def _level(settings, streams: int, keys: list[str], task_ids: list[str], args: argparse.Namespace,  # noqa: ANN001
-           work: Path) -> dict:
+def _level(settings, streams: int, keys: list[str], task_ids: list[str], images: list[tuple[str, str]],  # noqa: ANN001
+           args: argparse.Namespace, work: Path) -> dict:
     gateway = _Gateway(settings, not args.stack_gateway, work / f"gateway-{streams}.log")
     client = None
     try:
@@ -259,11 +287,13 @@ def _level(settings, streams: int, keys: list[str], task_ids: list[str], args: a
         load_s = time.monotonic() - t0
         load_cpu = (_cpu(gateway.pid) - cpu0) / load_s
         load_q = (_feed_queries(gateway.url, token) - q0) / load_s
+        created = _new_tasks(settings, images, args.new_tasks)
         time.sleep(3.0)  # the last deliveries
         client.stdin.write("report\n")
         client.stdin.flush()
         report = json.loads(client.stdout.readline())
         latencies = sorted(t - commits[e] for e, t in report["arrivals"] if e in commits)
+        first = sorted(t - created[e] for e, t in report["arrivals"] if e in created)
         expected = len(commits) * PER_TENANT if streams // PER_TENANT >= len(task_ids) else None
         rss2 = _rss_mb(gateway.pid)
         out = {
@@ -278,6 +308,9 @@ def _level(settings, streams: int, keys: list[str], task_ids: list[str], args: a
             "p95_ms": round(percentile(latencies, 95) * 1000, 1) if latencies else None,
             "p99_ms": round(percentile(latencies, 99) * 1000, 1) if latencies else None,
             "max_ms": round(latencies[-1] * 1000, 1) if latencies else None,
+            "new_tasks": len(created), "new_task_deliveries": len(first),
+            "new_task_first_event_p50_ms": round(percentile(first, 50) * 1000, 1) if first else None,
+            "new_task_first_event_max_ms": round(first[-1] * 1000, 1) if first else None,
             "slow_evicted": total(scrape(f"{gateway.url}/metrics", token), "reelqueue_event_streams_ended_total",
                                   reason="slow"),
             "ended_by_server": report["status"].get("ended", 0),
@@ -287,7 +320,9 @@ def _level(settings, streams: int, keys: list[str], task_ids: list[str], args: a
               f"at {args.rate:g} ev/s {out['load_cpu_pct']} %; feed queries/s idle {out['idle_feed_queries_per_s']}, "
               f"load {out['load_feed_queries_per_s']} (Postgres tx/s idle {out['idle_pg_tx_per_s']}); "
               f"delivery p50/p95/p99 {out['p50_ms']}/{out['p95_ms']}/"
-              f"{out['p99_ms']} ms ({out['deliveries']} of {expected}); slow evicted {out['slow_evicted']:g}",
+              f"{out['p99_ms']} ms ({out['deliveries']} of {expected}); a new task's first event p50/max "
+              f"{out['new_task_first_event_p50_ms']}/{out['new_task_first_event_max_ms']} ms "
+              f"({out['new_task_deliveries']} deliveries); slow evicted {out['slow_evicted']:g}",
               flush=True)
         return out
     finally:
@@ -309,6 +344,7 @@ def main() -> None:
     parser.add_argument("--load-s", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=42.0, help="events a second (seed 002: 3 tasks/s x 14)")
     parser.add_argument("--active", type=int, default=100, help="tenants whose tasks get the events")
+    parser.add_argument("--new-tasks", type=int, default=20, help="generations created after the load, timed")
     parser.add_argument("--stack-gateway", action="store_true", help="measure the `dev up` gateway")
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
     args = parser.parse_args()
@@ -319,11 +355,11 @@ def main() -> None:
     with bench_stack("reelqueue-bench-streams-", ["postgres", "s3", "gateway"], keep=args.keep) as settings:
         home = Path(os.environ["REELQUEUE_HOME"])
         t0 = time.perf_counter()
-        keys, task_ids = _setup(settings, max(levels) // PER_TENANT, min(args.active, max(levels) // PER_TENANT),
-                                home / "work")
+        tenants_needed = max(levels) // PER_TENANT
+        keys, task_ids, images = _setup(settings, tenants_needed, min(args.active, tenants_needed), home / "work")
         print(f"setup:   {len(keys)} tenants, {len(task_ids)} with a task, in {time.perf_counter() - t0:.1f} s",
               flush=True)
-        results = [_level(settings, n, keys, task_ids, args, home) for n in levels]
+        results = [_level(settings, n, keys, task_ids, images, args, home) for n in levels]
         print(json.dumps({"levels": results, "rate": args.rate, "idle_s": args.idle_s, "load_s": args.load_s,
                           **machine()}, sort_keys=True))
 
