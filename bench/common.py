@@ -143,7 +143,11 @@ def bench_stack(prefix: str, services: list[str], *, keep: bool) -> Iterator[Any
     from config.settings import Settings
 
     t0 = time.perf_counter()
-    devstack.up(Settings(), services=services)
+    try:
+        devstack.up(Settings(), services=services)
+    except BaseException:
+        devstack.down(Settings())  # a half-started stack is not left running
+        raise
     settings = Settings()
     print(f"stack:   up in {time.perf_counter() - t0:.1f} s under {home}; gateway {settings.gateway_url}", flush=True)
     try:
