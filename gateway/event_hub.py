@@ -8,10 +8,11 @@ it joins, and takes the feed's events from then on, with the same cursors as bef
 event_feed.py), so nothing is lost or repeated across a reconnect, on this gateway or another.
 
 One ticker per process (TICK_S) does what each stream used to do on its own: keep-alives after
-KEEPALIVE_S of quiet, the end of a stream's time, one query for the keys of every open stream (a
-revoked key's streams end within a second) and the renewal of this gateway's stream lease (schema/
-stream_leases.py). A stream whose client stops reading is ended: its write waited SEND_TIMEOUT_S, or
-QUEUE_MAX events are waiting for it; the others are not held up (nothing waits for a stream's write).
+KEEPALIVE_S of quiet, the end of a stream's time, one query for the keys and browser sessions of
+every open stream (a revoked key's streams, a signed-out or expired session's, end within a second)
+and the renewal of this gateway's stream lease (schema/stream_leases.py). A stream whose client
+stops reading is ended: its write waited SEND_TIMEOUT_S, or QUEUE_MAX events are waiting for it; the
+others are not held up (nothing waits for a stream's write).
 Docs: docs/architecture.md, "Live status".
 """
 
@@ -31,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gateway.tenancy import Principal, revoked_keys
 from metrics import EVENT_FEED_QUERIES, EVENT_STREAMS, EVENT_STREAMS_ENDED
-from schema import event_feed, stream_leases
+from schema import browser_sessions, event_feed, stream_leases
 from schema.db import Database
 from schema.event_feed import Cursor, LiveEvent, Snapshot
 
@@ -51,11 +52,13 @@ RETRY_BACKOFF_S = 1.0  # after a failed read of the feed
 class Stream:
     """One open stream: what it wants, where it is, and what waits to be written to it."""
 
-    __slots__ = ("tenant_id", "key_id", "task_id", "import_id", "own", "queue", "wake", "ended", "sending",
-                 "last_put", "ends_at")
+    __slots__ = ("tenant_id", "key_id", "session", "task_id", "import_id", "own", "queue", "wake", "ended",
+                 "sending", "last_put", "ends_at")
 
-    def __init__(self, principal: Principal, task_id: str | None, import_id: str | None) -> None:
+    def __init__(self, principal: Principal, task_id: str | None, import_id: str | None,
+                 session: str | None = None) -> None:
         self.tenant_id, self.key_id = principal.tenant_id, principal.key_id
+        self.session = session  # the sha256 of the browser session token it was opened with, if one
         self.task_id, self.import_id = task_id, import_id
         self.own: Snapshot | None = None  # its position while ahead of the feed's; None: the feed's
         self.queue: deque[bytes] = deque()
@@ -278,10 +281,11 @@ class EventHub:
         if now - self._renewed >= stream_leases.RENEW_S:
             self._renewed = now
             await _in_thread(_counted, "lease", self.leases.renew)
-        revoked = await _in_thread(_counted, "keys", self._revoked, {s.key_id for s in streams})
+        revoked = await _in_thread(_counted, "keys", self._revoked, {s.key_id for s in streams},
+                                   {s.session for s in streams if s.session})
         shared: bytes | None = None
         for stream in streams:
-            if stream.key_id in revoked:
+            if stream.key_id in revoked or stream.session in revoked:
                 stream.end("revoked")
             elif now >= stream.ends_at:
                 stream.end("expired")
@@ -292,9 +296,10 @@ class EventHub:
                     shared = shared or keepalive_line(self.position(stream))
                     stream.put(shared)
 
-    def _revoked(self, key_ids: set[str]) -> set[str]:
+    def _revoked(self, key_ids: set[str], sessions: set[str]) -> set[str]:
+        """The revoked keys, and the ended (signed-out, expired) browser sessions, among the streams'."""
         with self.db.transaction() as session:
-            return revoked_keys(session, key_ids)
+            return revoked_keys(session, key_ids) | browser_sessions.ended(session, sessions)
 
 
 async def _in_thread(fn: Callable[..., T], *args: object) -> T:

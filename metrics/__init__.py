@@ -58,7 +58,8 @@ EVENT_STREAMS_ENDED = Counter("reelqueue_event_streams_ended", "Event streams en
                               "(the process is stopping); the client resumes with Last-Event-ID", ["reason"])
 EVENT_FEED_QUERIES = Counter("reelqueue_event_feed_queries", "Postgres transactions of the gateway's event feed, "
                              "however many streams are open: feed (new events of every tenant), keys (revoked keys "
-                             "of the open streams), lease (this gateway's stream lease)", ["query", "result"])
+                             "and ended browser sessions of the open streams), lease (this gateway's stream lease)",
+                             ["query", "result"])
 
 MEDIA_UTILISATION = Gauge("reelqueue_media_utilisation", "Media activity slots busy (fetch, transcode, renditions, "
                           "checks) as a share of this worker's media slots (0..1)")

@@ -19,11 +19,12 @@ from starlette.types import Receive, Scope, Send
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.event_hub import SEND_TIMEOUT_S, EventHub, Stream, state_line
 from gateway.problems import ProblemError
-from gateway.tenancy import Principal, key_is_live, require_tenant
-from schema import event_feed, queries
+from gateway.tenancy import Principal, bearer_key, key_is_live, require_tenant
+from schema import browser_sessions, event_feed, queries
 from schema.db import Database
 from schema.event_feed import Snapshot
 from schema.models import Task
+from schema.tenants import hash_key
 
 router = APIRouter(tags=["events"])
 log = logging.getLogger("reelqueue.gateway.events")
@@ -74,7 +75,9 @@ async def events(
         raise ProblemError(429, f"at most {cap} event streams may be open at once; "
                                 "close one, or poll without `Accept: text/event-stream`", slug="too-many-streams",
                            headers={"Retry-After": str(RETRY_MS // 1000 or 1)})
-    return EventStream(hub, Stream(principal, task_id, import_id), start, media_type="text/event-stream",
+    bearer = bearer_key(request)  # a browser session's stream ends with the session, not only with its key
+    session = hash_key(bearer) if bearer.startswith(browser_sessions.TOKEN_PREFIX) else None
+    return EventStream(hub, Stream(principal, task_id, import_id, session), start, media_type="text/event-stream",
                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 

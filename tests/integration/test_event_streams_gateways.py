@@ -271,3 +271,22 @@ def test_a_stopping_gateway_ends_its_streams_at_once(stack: Settings, tmp_path: 
             _wait("its place given back", lambda: _open_streams(db, tenant) == 0, 10)
         finally:
             follower.close()
+
+
+def test_a_signed_out_browser_session_ends_its_stream(stack: Settings, tmp_path: Path) -> None:
+    """A stream opened with a session token ends with the session (sign-out), not only with its key."""
+    _, key, import_id, _ = _tenant_with_import(stack, tmp_path / "catalog", 1)
+    with api_server(stack) as url:
+        token = httpx.post(f"{url}/v1/sessions", headers={"Authorization": f"Bearer {key}"}, json={},
+                           timeout=10).json()["token"]
+        with httpx.stream("GET", f"{url}/v1/events", params={"import_id": import_id}, timeout=httpx.Timeout(
+                10.0, read=20.0), headers={"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}) as resp:
+            lines = resp.iter_lines()
+            assert resp.status_code == 200 and next(lines).startswith("retry:")
+            ended = httpx.delete(f"{url}/v1/sessions/current", headers={"Authorization": f"Bearer {token}"},
+                                 timeout=10)
+            assert ended.status_code == 204
+            signed_out = time.monotonic()
+            for _ in lines:  # until the server ends the stream (a keep-alive comes at least every 15 s)
+                assert time.monotonic() - signed_out < 5.0, "the stream goes on after its session ended"
+            assert time.monotonic() - signed_out < 5.0
