@@ -14,41 +14,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shutil
-import tempfile
 import time
 import uuid
 from collections import Counter
 from decimal import Decimal
-from pathlib import Path
 
-from bench.common import EXAMPLES
+from bench.common import bench_stack, input_image
 from bench.webhook_bench import percentile
 
 
 def _setup(settings) -> tuple[str, str]:  # noqa: ANN001 - config.Settings
     """Migrations, a tenant with room for every create, one stored input image: (api key, asset id)."""
-    from adapters.storage import ObjectStorage
-    from catalog.images import ImageOutcome, record_image_asset
     from schema import tenants
     from schema.db import Database
     from schema.migrate import upgrade
 
     upgrade(settings.database_url)
-    storage = ObjectStorage.from_settings(settings)
-    storage.ensure_bucket()
-    data = (EXAMPLES / "images" / "aurora-lamp.png").read_bytes()
-    db = Database(settings.database_url)
-    with db.transaction() as session:
+    with Database(settings.database_url).transaction() as session:
         key = tenants.create_tenant(session, "bench", tenants.TenantLimits(
             credits=Decimal(10**9), max_concurrent=1000, rate_per_minute=10**7)).api_key
-    stored = storage.put_bytes("tenants/bench/images/bench.png", data, "image/png")
-    outcome = ImageOutcome(source="bench", sha256=stored.sha256, size=len(data), content_type="image/png",
-                           key=stored.key)
-    with db.transaction() as session:
-        asset_id = record_image_asset(session, storage.bucket, "bench", outcome).id
-    return key, asset_id
+    return key, input_image(settings, "bench")
 
 
 async def post_all(url: str, api_key: str, keys: list[str], asset_id: str, concurrency: int) -> dict:
@@ -107,24 +92,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="reelqueue-bench-api-"))
-    os.environ["REELQUEUE_HOME"] = str(home)
-    import devstack
-    from config.settings import Settings
-
-    t0 = time.perf_counter()
-    devstack.up(Settings(), services=["postgres", "s3", "temporal", "gateway"])
-    settings = Settings()
-    print(f"stack:   up in {time.perf_counter() - t0:.1f} s under {home}; gateway {settings.gateway_url}")
-    try:
+    with bench_stack("reelqueue-bench-api-", ["postgres", "s3", "temporal", "gateway"], keep=args.keep) as settings:
         print(json.dumps(asyncio.run(bench(settings, args)), sort_keys=True))
-    finally:
-        if args.keep:
-            print(f"kept: REELQUEUE_HOME={home} (reelqueue dev down)")
-        else:
-            devstack.down(settings)
-            shutil.rmtree(home, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

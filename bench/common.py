@@ -10,8 +10,13 @@ is told apart from the Python processes that start it: `worker` and `emulator` a
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -78,9 +83,9 @@ def service_pids(settings) -> dict[str, int | None]:  # noqa: ANN001 - config.Se
     return {name: devstack.running_pid(settings, name) for name in CPU_SERVICES}
 
 
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a /metrics page: (name, sorted labels) -> value."""
-    text = httpx.get(url, timeout=10).text
+def scrape(url: str, token: str = "") -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a /metrics page: (name, sorted labels) -> value (`token`: the gateway's)."""
+    text = httpx.get(url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=10).text
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -127,6 +132,49 @@ def fresh_home(prefix: str) -> Path:
     home = Path(tempfile.mkdtemp(prefix=prefix))
     os.environ["REELQUEUE_HOME"] = str(home)
     return home
+
+
+@contextmanager
+def bench_stack(prefix: str, services: list[str], *, keep: bool) -> Iterator[Any]:
+    """Settings of a fresh REELQUEUE_HOME (`fresh_home`) with `services` of the embedded stack up;
+    taken down and removed afterwards, or left running with `keep` (said)."""
+    home = fresh_home(prefix)
+    import devstack
+    from config.settings import Settings
+
+    t0 = time.perf_counter()
+    try:
+        devstack.up(Settings(), services=services)
+    except BaseException:
+        devstack.down(Settings())  # a half-started stack is not left running
+        raise
+    settings = Settings()
+    print(f"stack:   up in {time.perf_counter() - t0:.1f} s under {home}; gateway {settings.gateway_url}", flush=True)
+    try:
+        yield settings
+    finally:
+        if keep:
+            print(f"kept: REELQUEUE_HOME={home} (reelqueue dev down)")
+        else:
+            devstack.down(settings)
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def input_image(settings: Any, tenant: str) -> str:
+    """An example image stored and recorded as the tenant's INPUT_IMAGE: its asset id (a generation's
+    `image_asset_id`)."""
+    from adapters.storage import ObjectStorage
+    from catalog.images import ImageOutcome, record_image_asset
+    from schema.db import Database
+
+    storage = ObjectStorage.from_settings(settings)
+    storage.ensure_bucket()
+    stored = storage.put_bytes(f"tenants/{tenant}/images/bench.png",
+                               (EXAMPLES / "images" / "aurora-lamp.png").read_bytes(), "image/png")
+    outcome = ImageOutcome(source="bench", sha256=stored.sha256, size=stored.size, content_type="image/png",
+                           key=stored.key)
+    with Database(settings.database_url).transaction() as session:
+        return record_image_asset(session, storage.bucket, tenant, outcome).id
 
 
 def machine() -> dict:

@@ -36,8 +36,6 @@ import math
 import os
 import random
 import resource
-import shutil
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -45,6 +43,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bench.common import bench_stack
 from bench.import_bench import PLAN as EIGHT_COMBINATIONS
 from bench.import_bench import write_catalog
 
@@ -498,28 +497,12 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="reelqueue-bench-"))
-    os.environ["REELQUEUE_HOME"] = str(home)
     from emulator.config import WEBHOOK_SECRET_ENV, new_webhook_secret
 
     os.environ.setdefault(WEBHOOK_SECRET_ENV, new_webhook_secret())  # the gateway inherits it
-    import devstack
-    from config.settings import Settings
-
-    t0 = time.perf_counter()
-    devstack.up(Settings(), services=["postgres", "s3", "temporal", "gateway"])
-    settings = Settings()
-    print(f"stack:        up in {time.perf_counter() - t0:.1f} s under {home}; gateway {settings.gateway_url}")
-    try:
-        figures = asyncio.run(bench(settings, home, args))
+    with bench_stack("reelqueue-bench-", ["postgres", "s3", "temporal", "gateway"], keep=args.keep) as settings:
+        figures = asyncio.run(bench(settings, Path(os.environ["REELQUEUE_HOME"]), args))
         print(json.dumps(figures, sort_keys=True))
-    finally:
-        if args.keep:
-            print(f"kept: REELQUEUE_HOME={home} (reelqueue dev down)")
-        else:
-            devstack.down(settings)
-            shutil.rmtree(home, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

@@ -1,10 +1,15 @@
 """`python -m gateway --host H --port P` (or `reelqueue-gateway`): the gateway under uvicorn, once its
-secrets are checked (exit 2)."""
+secrets are checked (exit 2). One process, one event loop: it holds up to about 10,000 open event
+streams (docs/performance.md, "Live status at scale"); a host runs one per core behind its load
+balancer. On SIGTERM its event streams end at once, so their clients resume on another gateway with
+Last-Event-ID, while other requests get uvicorn's graceful shutdown."""
 
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
+from typing import Any
 
 import uvicorn
 
@@ -27,7 +32,21 @@ def main() -> None:
     configure_logging("gateway", settings.log_format, level=settings.log_level, settings=settings)
     setup_tracing("gateway")
     sdk.install()  # its Temporal client's request metrics join the gateway's /metrics
-    uvicorn.run("gateway.app:app", host=args.host, port=args.port, log_config=None)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a socket per open stream
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    from gateway.app import app
+
+    _Server(uvicorn.Config(app, host=args.host, port=args.port, log_config=None)).run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn waits for open responses at shutdown: the event streams are ended first."""
+
+    async def shutdown(self, sockets: Any = None) -> None:  # noqa: ANN401 - uvicorn's sockets
+        hub = getattr(self.config.app.state, "event_hub", None)
+        if hub is not None:
+            hub.end_all("shutdown")
+        await super().shutdown(sockets)
 
 
 if __name__ == "__main__":

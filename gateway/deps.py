@@ -54,7 +54,7 @@ class ApiLimits:
     backlog_max_age_s: float = 1800.0  # creates answer 503 while the oldest waiting task is older; 0: off
     credits_per_second: float = 1.0  # a generation's reservation: its duration times this
     max_import_tasks: int = 10_000  # tasks one POST /v1/imports may expand to
-    max_streams_per_tenant: int = 5  # open GET /v1/events streams of one tenant, per gateway process
+    max_streams_per_tenant: int = 5  # open GET /v1/events streams of one tenant, on all gateways together
     backlog_read: tuple[float, float] = (0.0, 0.0)  # (monotonic time, age s) of the last backlog reading
 
 

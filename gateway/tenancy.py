@@ -48,6 +48,7 @@ RETURNING count, window_start, now() AS now
 
 
 _KEY_LIVE = text("SELECT 1 FROM api_keys WHERE id = :key_id AND revoked_at IS NULL")
+_REVOKED = text("SELECT id FROM api_keys WHERE id = ANY(CAST(:ids AS text[])) AND revoked_at IS NOT NULL")
 
 
 class Principal(BaseModel):
@@ -97,6 +98,14 @@ def require_tenant(request: Request, deps: Annotated[GatewayDeps, Depends(gatewa
 def key_is_live(session: Session, key_id: str) -> bool:
     """The key has not been revoked since the request was let in (what a long response re-checks)."""
     return session.execute(_KEY_LIVE, {"key_id": key_id}).first() is not None
+
+
+def revoked_keys(session: Session, key_ids: Iterable[str]) -> set[str]:
+    """Which of these keys have been revoked (one query for every open stream of a gateway)."""
+    ids = sorted(set(key_ids))
+    if not ids:
+        return set()
+    return set(session.scalars(_REVOKED, {"ids": ids}))
 
 
 def while_live(chunks: Iterable[T], live: Callable[[], bool], every_s: float = KEY_CHECK_S) -> Iterator[T]:

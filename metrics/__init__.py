@@ -51,5 +51,15 @@ WEBHOOKS = Counter("reelqueue_webhooks", "Provider webhook deliveries by what be
 WEBHOOK_LAG = Histogram("reelqueue_webhook_lag_seconds", "From the provider's event time to the task's workflow "
                         "signaled (matched events)", ["provider"], buckets=LAG_BUCKETS)
 
+# --- gateway: live status (GET /v1/events) ---------------------------------------------------------
+EVENT_STREAMS = Gauge("reelqueue_event_streams", "Open GET /v1/events streams on this gateway process")
+EVENT_STREAMS_ENDED = Counter("reelqueue_event_streams_ended", "Event streams ended by the gateway, by why: slow "
+                              "(its client stopped reading), revoked (its key), expired (its time was up), shutdown "
+                              "(the process is stopping); the client resumes with Last-Event-ID", ["reason"])
+EVENT_FEED_QUERIES = Counter("reelqueue_event_feed_queries", "Postgres transactions of the gateway's event feed, "
+                             "however many streams are open: feed (new events of every tenant), keys (revoked keys "
+                             "and ended browser sessions of the open streams), lease (this gateway's stream lease)",
+                             ["query", "result"])
+
 MEDIA_UTILISATION = Gauge("reelqueue_media_utilisation", "Media activity slots busy (fetch, transcode, renditions, "
                           "checks) as a share of this worker's media slots (0..1)")

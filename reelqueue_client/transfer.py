@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 from pydantic import BaseModel
 
-from reelqueue_client.client import ReelqueueClient
+from reelqueue_client.client import ApiProblem, ReelqueueClient
 
 
 class Asset(BaseModel):
@@ -106,11 +107,16 @@ def events(api: ReelqueueClient, *, task_id: str | None = None, import_id: str |
 def follow(api: ReelqueueClient, *, task_id: str | None = None, import_id: str | None = None,
            last_event_id: str | None = None) -> Iterator[StateEvent]:
     """`events`, reconnecting with the last id seen whenever a stream ends or drops (forever: stop
-    iterating when done)."""
+    iterating when done). A 429 (the tenant's streams are all open, or a gateway that just died
+    still counts its streams for a few seconds) is waited out as its Retry-After says."""
     while True:
         try:
             for event in events(api, task_id=task_id, import_id=import_id, last_event_id=last_event_id):
                 last_event_id = event.id
                 yield event
         except httpx.TransportError:
-            continue
+            time.sleep(0.5)  # the gateway is away: its load balancer sends the next try elsewhere
+        except ApiProblem as problem:
+            if problem.status != 429:
+                raise
+            time.sleep(float(problem.headers.get("retry-after", "1")))

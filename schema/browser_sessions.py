@@ -5,9 +5,10 @@ answers 401 once expired, signed out, or when its key is revoked."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import text, update
+from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from schema.models import BrowserSession
@@ -42,3 +43,14 @@ def end(session: Session, token: str) -> None:
     session.execute(update(BrowserSession).where(BrowserSession.token_sha256 == hash_key(token),
                                                  BrowserSession.revoked_at.is_(None))
                     .values(revoked_at=datetime.now(UTC)))
+
+
+def ended(session: Session, token_hashes: Iterable[str]) -> set[str]:
+    """Which of these tokens (by sha256) are signed out or expired (one query for every open stream of
+    a gateway that a browser holds)."""
+    hashes = sorted(set(token_hashes))
+    if not hashes:
+        return set()
+    return set(session.scalars(select(BrowserSession.token_sha256).where(
+        BrowserSession.token_sha256.in_(hashes),
+        or_(BrowserSession.revoked_at.is_not(None), BrowserSession.expires_at <= func.now()))))

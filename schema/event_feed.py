@@ -6,21 +6,24 @@ Postgres snapshots instead (`state_events.xid` is the writing transaction, migra
 `seen` is a snapshot whose visible events were all delivered; a batch is what a later snapshot
 shows that `seen` did not, delivered in id order, `after` the last id delivered of it. Resuming
 finishes the batch, then takes the next snapshot. Old events (no xid) count as committed before any
-snapshot. Docs: docs/architecture.md, "Live status".
+snapshot. `read` is one stream's (or one poll's) read; `read_all` is the gateway feed's, every
+tenant's events at once, which the gateway hands to its streams (gateway/event_hub.py) with the
+same cursors. Docs: docs/architecture.md, "Live status".
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Select, and_, select, text, true
+from sqlalchemy import Select, and_, func, select, text, true
 from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
 from schema.import_scope import in_import
-from schema.models import CatalogImport, StateEvent, Task
+from schema.models import CatalogImport, ImportTask, StateEvent, Task
 
 EMPTY = "1:1:"  # a snapshot in which no transaction is visible: the start of history
 MAX_CURSOR_CHARS = 8192
@@ -60,6 +63,34 @@ def _snapshot_ok(snapshot: str) -> bool:
     return 1 <= low <= high <= _MAX_ID and all(low <= x < high for x in ids) and ids == sorted(set(ids))
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """A Postgres snapshot read in Python: which transactions' events it shows (as
+    pg_visible_in_snapshot does for committed ones, the only ones with events)."""
+
+    text: str
+    xmin: int
+    xmax: int
+    running: frozenset[int]
+
+    @classmethod
+    def of(cls, value: str) -> Snapshot:
+        xmin, xmax, running = value.split(":")
+        return cls(value, int(xmin), int(xmax), frozenset(int(x) for x in running.split(",") if x))
+
+    def shows(self, xid: int) -> bool:
+        return xid < self.xmin or (xid < self.xmax and xid not in self.running)
+
+    def covers(self, other: Snapshot) -> bool:
+        """Every transaction `other` shows, this one shows too (it was taken at the same time or later)."""
+        return (all(x in other.running for x in self.running if x < other.xmax)
+                and sum(1 for x in other.running if x >= self.xmax) >= other.xmax - self.xmax)
+
+    def later(self, other: Snapshot) -> Snapshot:
+        """Of two snapshots, the one that shows what both show (`other` unless this one covers it)."""
+        return self if self.covers(other) else other
+
+
 class FeedEvent(BaseModel):
     """What the stream sends per state change (`id` is the cursor just after it)."""
 
@@ -97,9 +128,10 @@ def check(session: Session, cursor: Cursor) -> None:
 
 
 def read(session: Session, tenant_id: str, cursor: Cursor, *, task_id: str | None = None,
-         import_id: str | None = None, limit: int = 200) -> tuple[list[FeedEvent], Cursor]:
-    """The next events after `cursor` (at most `limit`), and the cursor to read on from."""
-    batch = cursor.batch or session.scalar(text("SELECT pg_current_snapshot()::text"))
+         import_id: str | None = None, limit: int = 200, upto: str | None = None) -> tuple[list[FeedEvent], Cursor]:
+    """The next events after `cursor` (at most `limit`), and the cursor to read on from. A new batch
+    is what `upto` shows (default: the present), so a stream can catch up to where its feed is."""
+    batch = cursor.batch or upto or session.scalar(text("SELECT pg_current_snapshot()::text"))
     stmt = _scoped(select(StateEvent, Task.import_id).join(Task, Task.id == StateEvent.task_id), tenant_id,
                    task_id, import_id)
     # `id + 0`: no walk of the primary key in id order until `limit` rows of this tenant turn up
@@ -113,6 +145,38 @@ def read(session: Session, tenant_id: str, cursor: Cursor, *, task_id: str | Non
         done = n == len(rows) and len(rows) < limit
         after = Cursor(seen=batch) if done else Cursor(seen=cursor.seen, batch=batch, after=event.id)
         events.append(_feed_event(event, import_of_task, after.encode()))
+    if len(rows) < limit:
+        return events, Cursor(seen=batch)
+    return events, Cursor(seen=cursor.seen, batch=batch, after=rows[-1][0].id)
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    """One event of the gateway feed, for every stream that may see it: whose it is, which imports
+    cover its task, the transaction that wrote it, and its `data` as the stream sends it."""
+
+    event_id: int
+    xid: int
+    tenant_id: str
+    task_id: str
+    imports: frozenset[str]
+    data: bytes
+
+
+def read_all(session: Session, cursor: Cursor, *, limit: int = 1000) -> tuple[list[LiveEvent], Cursor]:
+    """Every tenant's next events after `cursor` (a snapshot taken now, never EMPTY: the feed starts
+    at the present), at most `limit`, and the cursor to read on from."""
+    batch = cursor.batch or session.scalar(text("SELECT pg_current_snapshot()::text"))
+    linked = (select(func.array_agg(ImportTask.import_id)).where(ImportTask.task_id == StateEvent.task_id)
+              .correlate(StateEvent).scalar_subquery())
+    xid = text("coalesce(state_events.xid, '2'::xid8)::text::bigint")
+    stmt = (select(StateEvent, Task.import_id, Task.tenant_id, xid, linked).join(Task, Task.id == StateEvent.task_id)
+            .where(StateEvent.applied.is_(True), StateEvent.id > cursor.after if cursor.batch else true(),
+                   _new_in(cursor.seen, batch)).order_by(StateEvent.id).limit(limit))
+    rows = session.execute(stmt.params(seen=cursor.seen, batch=batch)).all()
+    events = [LiveEvent(event.id, xid_value, tenant, event.task_id, frozenset([import_of_task, *(others or ())]),
+                        _feed_event(event, import_of_task, "").model_dump_json(exclude={"id"}).encode())
+              for event, import_of_task, tenant, xid_value, others in rows]
     if len(rows) < limit:
         return events, Cursor(seen=batch)
     return events, Cursor(seen=cursor.seen, batch=batch, after=rows[-1][0].id)

@@ -74,6 +74,28 @@ class BrowserSession(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class StreamGateway(Base):
+    """A gateway process that holds event streams: its lease, renewed while it lives (migration 0019).
+    A gateway whose lease has expired holds nothing, so the streams of a killed process stop counting."""
+
+    __tablename__ = "stream_gateways"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    host: Mapped[str] = mapped_column(String(200))
+    started_at: Mapped[datetime] = _now_column()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class StreamLease(Base):
+    """How many `GET /v1/events` streams of a tenant one gateway holds: a tenant's open streams are the
+    sum over the gateways whose lease is live (schema/stream_leases.py)."""
+
+    __tablename__ = "stream_leases"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    gateway_id: Mapped[str] = mapped_column(ForeignKey("stream_gateways.id", ondelete="CASCADE"), primary_key=True,
+                                            index=True)
+    streams: Mapped[int] = mapped_column(Integer)
+
+
 class IdempotencyRecord(Base):
     """One create per (tenant, Idempotency-Key): the request's hash and the first answer, written in
     the create's own transaction; the primary key is the last line against concurrent duplicates."""

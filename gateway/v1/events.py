@@ -1,15 +1,15 @@
 """`GET /v1/events`: a tenant's task state changes as Server-Sent Events, resumable with
 `Last-Event-ID` from the state events table (schema/event_feed.py): no event is lost or repeated
-across a reconnect or a gateway restart. Clients fall back to `GET /v1/generations/{id}`."""
+across a reconnect or a gateway restart. A stream reads its own backlog, then what the process's one
+feed hands it (gateway/event_hub.py); the tenant's cap counts its streams on every gateway (schema/
+stream_leases.py). Clients fall back to `GET /v1/generations/{id}`."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import AsyncIterator, Callable
+import asyncio
+import logging
 from typing import Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
@@ -17,18 +17,19 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from gateway.deps import GatewayDeps, gateway_deps
+from gateway.event_hub import SEND_TIMEOUT_S, EventHub, Stream, state_line
 from gateway.problems import ProblemError
-from gateway.tenancy import Principal, key_is_live, require_tenant
-from schema import event_feed, queries
+from gateway.tenancy import Principal, bearer_key, key_is_live, require_tenant
+from schema import browser_sessions, event_feed, queries
 from schema.db import Database
+from schema.event_feed import Snapshot
 from schema.models import Task
+from schema.tenants import hash_key
 
 router = APIRouter(tags=["events"])
-POLL_S = 0.5
-KEEPALIVE_S = 15.0
-STREAM_S = 300.0  # then the stream ends; the client reconnects with Last-Event-ID
+log = logging.getLogger("reelqueue.gateway.events")
 RETRY_MS = 1000
-PAGE = 200
+PAGE = 200  # events per read of one stream's catch-up (and of a JSON page)
 
 
 class EventPage(BaseModel):
@@ -66,94 +67,104 @@ async def events(
         start = (event_feed.Cursor(seen=event_feed.EMPTY) if task_id or import_id
                  else await run_in_threadpool(_now, deps.db))
     if "text/event-stream" not in request.headers.get("accept", ""):
-        page, after, _ = await run_in_threadpool(_read, deps.db, principal, start, task_id, import_id)
+        page, after, _ = await run_in_threadpool(_read, deps.db, principal.key_id, tenant, start, task_id, import_id)
         return EventPage(events=page, last_event_id=after.encode())
-    slots = _slots(request)
-    if not slots.take(tenant, deps.api.max_streams_per_tenant):
-        raise ProblemError(429, f"at most {deps.api.max_streams_per_tenant} event streams may be open at once; "
+    hub = hub_of(request.app, deps.db)
+    cap = deps.api.max_streams_per_tenant
+    if not await run_in_threadpool(hub.leases.take, tenant, cap):
+        raise ProblemError(429, f"at most {cap} event streams may be open at once; "
                                 "close one, or poll without `Accept: text/event-stream`", slug="too-many-streams",
                            headers={"Retry-After": str(RETRY_MS // 1000 or 1)})
-    return _HeldStream(_stream(request, deps.db, principal, start, task_id, import_id),
-                       release=lambda: slots.give_back(tenant), media_type="text/event-stream",
+    bearer = bearer_key(request)  # a browser session's stream ends with the session, not only with its key
+    session = hash_key(bearer) if bearer.startswith(browser_sessions.TOKEN_PREFIX) else None
+    return EventStream(hub, Stream(principal, task_id, import_id, session), start, media_type="text/event-stream",
                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-class StreamSlots:
-    """Open event streams per tenant in this process: taken before a stream's answer, given back
-    when it ends however it ends. Each open stream polls Postgres, so their number is capped."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open: dict[str, int] = {}
-
-    def take(self, tenant: str, cap: int) -> bool:
-        with self._lock:
-            if self._open.get(tenant, 0) >= cap:
-                return False
-            self._open[tenant] = self._open.get(tenant, 0) + 1
-            return True
-
-    def give_back(self, tenant: str) -> None:
-        with self._lock:
-            left = self._open.get(tenant, 0) - 1
-            if left > 0:
-                self._open[tenant] = left
-            else:
-                self._open.pop(tenant, None)
+def hub_of(app: Any, db: Database) -> EventHub:  # noqa: ANN401 - the FastAPI app
+    """The app's one feed (made on its first stream)."""
+    hub = getattr(app.state, "event_hub", None)
+    if hub is None:
+        hub = app.state.event_hub = EventHub(db)
+    return hub
 
 
-def _slots(request: Request) -> StreamSlots:
-    slots = getattr(request.app.state, "stream_slots", None)
-    if slots is None:
-        slots = request.app.state.stream_slots = StreamSlots()
-    return slots
+class EventStream(StreamingResponse):
+    """One stream as a plain ASGI answer: its own catch-up from Postgres, then what the feed puts in
+    its queue. Its place under the tenant's cap is given back however it ends."""
 
-
-class _HeldStream(StreamingResponse):
-    """A stream that gives its slot back once the response is over (ended, dropped or failed)."""
-
-    def __init__(self, content: AsyncIterator[str], *, release: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self._release = release
+    def __init__(self, hub: EventHub, stream: Stream, start: event_feed.Cursor, **kwargs: Any) -> None:
+        super().__init__((), **kwargs)
+        self._hub, self._stream, self._start = hub, stream, start
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hub, stream = self._hub, self._stream
+        listener = asyncio.get_running_loop().create_task(_until_gone(receive, stream))
         try:
-            await super().__call__(scope, receive, send)
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            if await self._write(send, f"retry: {RETRY_MS}\n\n".encode()):
+                await self._catch_up(send, await hub.join(stream, self._start))
+            while stream.ended is None:
+                if not stream.queue:
+                    stream.wake.clear()
+                    await stream.wake.wait()
+                    continue
+                chunk = b"".join(stream.queue)
+                stream.queue.clear()
+                await self._write(send, chunk)
+            if stream.ended in ("expired", "revoked", "shutdown"):
+                await self._write(send, b"", more=False)
         finally:
-            self._release()
+            listener.cancel()
+            hub.leave(stream)
+            await run_in_threadpool(hub.leases.give_back, stream.tenant_id)
+
+    async def _catch_up(self, send: Send, position: Snapshot) -> None:
+        """From the client's position to the feed's (or, for a position ahead of the feed's, to the
+        end of the client's batch): read from Postgres for this stream alone."""
+        stream, cursor = self._stream, self._start
+        upto = None if stream.own is not None else position.text
+        while stream.ended is None and (cursor.batch is not None or (upto is not None and cursor.seen != upto)):
+            batch, cursor, key_live = await run_in_threadpool(
+                _read, self._hub.db, stream.key_id, stream.tenant_id, cursor, stream.task_id, stream.import_id, upto)
+            if not key_live:
+                stream.end("revoked")
+                return
+            if batch and not await self._write(send, b"".join(
+                    state_line(event.id, event.model_dump_json(exclude={"id"}).encode()) for event in batch)):
+                return
+
+    async def _write(self, send: Send, body: bytes, *, more: bool = True) -> bool:
+        """False once the stream is ended as too slow (this write waited SEND_TIMEOUT_S, or the
+        feed found its queue full meanwhile)."""
+        try:
+            async with asyncio.timeout(SEND_TIMEOUT_S) as timeout:
+                self._stream.sending = timeout
+                await send({"type": "http.response.body", "body": body, "more_body": more})
+        except TimeoutError:
+            self._stream.end("slow")
+            log.info("event stream of tenant %s ended: its client stopped reading", self._stream.tenant_id)
+            return False
+        finally:
+            self._stream.sending = None
+        return True
 
 
-async def _stream(request: Request, db: Database, principal: Principal, cursor: event_feed.Cursor,
-                  task_id: str | None, import_id: str | None) -> AsyncIterator[str]:
-    """Ends after STREAM_S, when the client leaves, or at the first poll after its key was revoked."""
-    yield f"retry: {RETRY_MS}\n\n"
-    ends, quiet_since = time.monotonic() + STREAM_S, time.monotonic()
-    while time.monotonic() < ends and not await request.is_disconnected():
-        batch, cursor, key_live = await run_in_threadpool(_read, db, principal, cursor, task_id, import_id)
-        if not key_live:
-            return
-        for event in batch:
-            yield f"id: {event.id}\nevent: state\ndata: {event.model_dump_json(exclude={'id'})}\n\n"
-        if batch:
-            quiet_since = time.monotonic()
-            if len(batch) == PAGE:
-                continue
-        elif time.monotonic() - quiet_since > KEEPALIVE_S:
-            # an id without data moves the client's Last-Event-ID on (nothing is dispatched), so a
-            # quiet stream resumes from a recent snapshot instead of scanning from an old one
-            yield f"id: {cursor.encode()}\n: keep-alive\n\n"
-            quiet_since = time.monotonic()
-        await anyio.sleep(POLL_S)
+async def _until_gone(receive: Receive, stream: Stream) -> None:
+    """Waits for the client to leave (its stream then ends at once, giving its place back)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    stream.leave_quietly()
 
 
-def _read(db: Database, principal: Principal, cursor: event_feed.Cursor, task_id: str | None,
-          import_id: str | None) -> tuple[list[event_feed.FeedEvent], event_feed.Cursor, bool]:
+def _read(db: Database, key_id: str, tenant_id: str, cursor: event_feed.Cursor, task_id: str | None,
+          import_id: str | None, upto: str | None = None) -> tuple[list[event_feed.FeedEvent], event_feed.Cursor, bool]:
     """The next events, and whether the caller's key is still valid (nothing is read once it is not)."""
     with db.transaction() as session:
-        if not key_is_live(session, principal.key_id):
+        if not key_is_live(session, key_id):
             return [], cursor, False
-        events, after = event_feed.read(session, principal.tenant_id, cursor, task_id=task_id,
-                                        import_id=import_id, limit=PAGE)
+        events, after = event_feed.read(session, tenant_id, cursor, task_id=task_id, import_id=import_id,
+                                        limit=PAGE, upto=upto)
         return events, after, True
 
 

@@ -208,7 +208,8 @@ def test_the_gateway_port_admits_what_its_comment_says() -> None:
 def test_base_scales_workers_on_cpu_and_production_on_their_queues_backlog_with_keda() -> None:
     base = objects(BASE, "HorizontalPodAutoscaler")
     config = env_file(BASE / "config.env")
-    assert not objects(PRODUCTION, "HorizontalPodAutoscaler"), "KEDA's HPA and ours may not both own a Deployment"
+    # KEDA's HPA and ours may not both own a Deployment: KEDA owns the workers, ours the gateway
+    assert set(objects(PRODUCTION, "HorizontalPodAutoscaler")) == {"reelqueue-gateway"}
     scaled = objects(PRODUCTION, "ScaledObject")
     for queue, task_queue in WORKERS.items():
         name = f"reelqueue-worker-{queue}"
@@ -226,6 +227,14 @@ def test_base_scales_workers_on_cpu_and_production_on_their_queues_backlog_with_
         assert (temporal["taskQueue"], temporal["namespace"]) == (task_queue, config["TEMPORAL_NAMESPACE"])
         assert temporal["endpointFromEnv"] in config
         assert temporal["queueTypes"] == ("workflow,activity" if queue == "io" else "activity")
+
+
+def test_the_gateway_scales_on_its_open_streams_memory_and_cpu() -> None:
+    for folder in (BASE, PRODUCTION):
+        hpa = objects(folder, "HorizontalPodAutoscaler")["reelqueue-gateway"]["spec"]
+        assert hpa["scaleTargetRef"]["name"] == "reelqueue-gateway" and hpa["minReplicas"] >= 2
+        assert [m["resource"]["name"] for m in hpa["metrics"]] == ["memory", "cpu"]
+        assert "replicas" not in objects(folder, "Deployment")["reelqueue-gateway"]["spec"]
 
 
 def prometheus_rule() -> dict[str, Any]:
@@ -306,7 +315,8 @@ def test_production_runs_each_build_s_workers_as_their_own_versioned_deployments
     _check_versioned_workers(PRODUCTION, _build_id())
     for queue in WORKERS:
         assert "REELQUEUE_WORKER_DEPLOYMENT_NAME" not in _env(pods(BASE)[f"reelqueue-worker-{queue}"]["containers"][0])
-    assert objects(PRODUCTION, "Deployment")["reelqueue-gateway"]["spec"]["replicas"] == 2  # rolls as before
+    gateway = objects(PRODUCTION, "Deployment")["reelqueue-gateway"]  # rolls as before, one Deployment
+    assert "reelqueue.io/build" not in gateway["metadata"].get("labels", {})
 
 
 def test_the_committed_build_id_is_a_short_dns_label() -> None:
