@@ -66,6 +66,7 @@ async def _until(check, timeout_s: float, what: str):  # noqa: ANN001, ANN202
     pytest.fail(f"{what}: not within {timeout_s:.0f} s")
 
 
+@pytest.mark.timeout(600)
 async def test_a_paused_import_submits_nothing_until_resumed(stack, client, task_queue, tmp_path, monkeypatch):
     monkeypatch.setenv("REELQUEUE_TASK_QUEUE", task_queue)  # the CLI asks this queue's gate
     db = Database(stack.database_url)
@@ -123,7 +124,9 @@ async def _pause_and_resume(stack, client, task_queue: str, db: Database, imp: s
 
     resumed = await run_cli_async("resume", imp, "--by", "ops")
     assert resumed.code == 0, resumed.stdout + resumed.stderr
-    await _until(lambda: all(t.status == "SUCCEEDED" for t in _tasks(db, imp)), 120,
+    # 40 tasks through 6 slots, then their media steps: 60 s on a quiet machine, past 120 s under the
+    # suite's load of five stacks (seen once, at a load average of 14)
+    await _until(lambda: all(t.status == "SUCCEEDED" for t in _tasks(db, imp)), 300,
                  "every task SUCCEEDED after resume")
 
 

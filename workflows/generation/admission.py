@@ -212,19 +212,26 @@ class Admission(RunState):
         request = self._slot_request(self._layer_asked_at[gate])
         self._layer_granted[gate] = None
         self._tell("waiting_for_slot", f"waiting for one of the {limit} slots of {gate}")
-        granted = await self._run(AdmissionActivities.request_slot, AdmissionInput(
-            provider=gate, request=request, plan_limits=PlanLimits(max_concurrent=limit), grant_signal=signal,
-            at_once=True))
+        ask = AdmissionInput(provider=gate, request=request, plan_limits=PlanLimits(max_concurrent=limit),
+                             grant_signal=signal, at_once=True)
+        granted = await self._run(AdmissionActivities.request_slot, ask)
         if granted is not None:
             self._layer_granted[gate] = granted
 
         def stop() -> bool:
             return self._cancel_pending() or (leave_on_pause and self._paused())
 
-        if self._layer_granted[gate] is None and not stop():
+        while self._layer_granted[gate] is None and not stop():
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._layer_granted[gate] is not None or stop(),
+                await workflow.wait_condition(lambda: self._layer_granted[gate] is not None or stop()
+                                              or gate in self._layer_recheck,
                                               timeout=max(self._task_deadline - workflow.now(), timedelta(seconds=1)))
+            if gate not in self._layer_recheck:
+                break
+            self._layer_recheck.discard(gate)  # stale-layer-grant-v1: the gate's answer says whether it is ours
+            granted = await self._run(AdmissionActivities.request_slot, ask)
+            if granted is not None:
+                self._layer_granted[gate] = granted
         grant = self._layer_granted.pop(gate)
         if grant is not None and not stop():
             self._layer_slots[gate] = grant

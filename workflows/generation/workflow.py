@@ -197,6 +197,7 @@ class GenerationWorkflow(Admission, Routing, Attempts, Following, Delivery, Revi
         if self._patched(STALE_LAYER_GRANT):
             gate = grant.gate or gate
             if grant.token == self._layer_given_back.get(gate):
+                self._layer_recheck.add(gate)  # asked again: a gate that restarted its tokens answers with it
                 return
         self._layer_granted[gate] = grant
 
