@@ -5,8 +5,9 @@ each level starts one gateway process as `dev up` does (`python -m gateway`, uvi
 and a client process that opens that many `GET /v1/events` streams (tenant-wide, 5 per tenant, so
 N/5 tenants) over raw asyncio connections and reads them. Per level it prints:
 - memory: the gateway's RSS growth per open stream (RSS after the streams opened minus before);
-- gateway CPU while idle (no events) over --idle-s, and under the seed's event rate (--rate 42
-  events/s, one transition per transaction, over --active tenants' tasks) over --load-s;
+- gateway CPU while idle (no events) over --idle-s, and under the design's event rate (--rate 42
+  events/s: 3 tasks/s x 14 transitions, docs/performance.md "make bench-streams"; one transition per
+  transaction, over --active tenants' tasks) over --load-s;
 - delivery latency p50/p95/p99 from an event's commit (the writer's COMMIT returned) to the client
   reading it, over every delivery to every stream of the event's tenant;
 - Postgres queries a second of the gateway's feed (its reelqueue_event_feed_queries_total: the
@@ -277,7 +278,7 @@ def _level(settings, streams: int, keys: list[str], task_ids: list[str], images:
         idle_s = time.monotonic() - t0
         idle_cpu, idle_tx = (_cpu(gateway.pid) - cpu0) / idle_s, (_transactions(settings) - tx0 - 2) / idle_s
         idle_q = (_feed_queries(gateway.url, token) - q0) / idle_s
-        # the seed's event rate
+        # the design's event rate (docs/performance.md, "make bench-streams")
         commits: dict[int, float] = {}
         written = [0]
         cpu0, q0, t0 = _cpu(gateway.pid), _feed_queries(gateway.url, token), time.monotonic()
@@ -342,7 +343,8 @@ def main() -> None:
     parser.add_argument("--streams", default="1000,5000,10000", help="comma-separated levels")
     parser.add_argument("--idle-s", type=float, default=30.0)
     parser.add_argument("--load-s", type=float, default=30.0)
-    parser.add_argument("--rate", type=float, default=42.0, help="events a second (seed 002: 3 tasks/s x 14)")
+    parser.add_argument("--rate", type=float, default=42.0,
+                        help="events a second (3 tasks/s x 14 transitions; docs/performance.md)")
     parser.add_argument("--active", type=int, default=100, help="tenants whose tasks get the events")
     parser.add_argument("--new-tasks", type=int, default=20, help="generations created after the load, timed")
     parser.add_argument("--stack-gateway", action="store_true", help="measure the `dev up` gateway")
