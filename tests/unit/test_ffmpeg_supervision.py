@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import ffmpeg
@@ -12,12 +14,15 @@ import pytest
 from adapters.media.ffmpeg_tools import (
     MediaConfigurationError,
     MediaDiskFull,
+    MediaError,
     MediaKilled,
     MediaLimitExceeded,
     MediaLimits,
     MediaTimeout,
     MediaUnreadable,
+    _bundled,
     ffmpeg_path,
+    ffprobe_path,
     probe_json,
     run_ffmpeg,
 )
@@ -111,17 +116,59 @@ def _dynamically_linked(binary: str) -> bool:
     return b"ld-linux" in Path(binary).read_bytes()[:4096]
 
 
-@pytest.mark.skipif(not _dynamically_linked(ffmpeg_path()),
-                    reason="needs a dynamically linked ffmpeg on PATH (e.g. Debian's); this one is static")
-def test_a_cap_too_small_for_the_shared_libraries_is_a_configuration_error(clip: Path, tmp_path: Path) -> None:
+SYSTEM_FFMPEG = {name: shutil.which(name, path="/usr/local/bin:/usr/bin") for name in ("ffmpeg", "ffprobe")}
+
+
+@pytest.fixture
+def system_ffmpeg(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The system's ffmpeg and ffprobe chosen by their settings instead of the bundled static build."""
+    for name, path in SYSTEM_FFMPEG.items():
+        monkeypatch.setenv(f"REELQUEUE_{name.upper()}", str(path))
+    ffmpeg_path.cache_clear()
+    ffprobe_path.cache_clear()
+    yield
+    monkeypatch.undo()
+    ffmpeg_path.cache_clear()
+    ffprobe_path.cache_clear()
+
+
+@pytest.mark.skipif(not all(SYSTEM_FFMPEG.values()) or not _dynamically_linked(str(SYSTEM_FFMPEG["ffmpeg"])),
+                    reason="needs a dynamically linked ffmpeg and ffprobe in /usr/bin (Debian's: apt install ffmpeg)")
+def test_a_cap_too_small_for_the_shared_libraries_is_a_configuration_error(clip: Path, tmp_path: Path,
+                                                                          system_ffmpeg: None) -> None:
     """Under 30 MB the loader cannot map ffmpeg's shared libraries (exit 127): not an out-of-memory kill of
     the step's work but a setting to raise, named as such, and retried while it is."""
+    assert ffmpeg_path() == SYSTEM_FFMPEG["ffmpeg"]
     with pytest.raises(MediaConfigurationError, match="media_max_memory_mb") as info:
         run_ffmpeg(ffmpeg.input(str(clip)).output(str(tmp_path / "o.mp4"), vcodec="libx264"), "tight",
                    limits=MediaLimits(max_memory_mb=30))
     assert info.value.retryable and "error while loading shared libraries" in str(info.value)
     with pytest.raises(MediaConfigurationError):  # ffprobe likewise: not "unreadable input", a final verdict
         probe_json(clip, limits=MediaLimits(max_memory_mb=30))
+
+
+def test_the_bundled_static_build_is_chosen_unless_a_setting_names_another(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path) -> None:
+    """Static first: it starts in milliseconds where a dynamically linked build maps its libraries."""
+    bundled = _bundled()
+    try:
+        ffmpeg_path.cache_clear()
+        if bundled[0]:
+            assert ffmpeg_path() == bundled[0] and not _dynamically_linked(ffmpeg_path())
+        script = tmp_path / "ffmpeg"
+        script.write_text("#!/bin/sh\n")
+        script.chmod(0o755)
+        monkeypatch.setenv("REELQUEUE_FFMPEG", str(script))
+        ffmpeg_path.cache_clear()
+        with pytest.raises(MediaError, match="REELQUEUE_FFMPEG=.* is not an executable ffmpeg binary"):
+            ffmpeg_path()
+        monkeypatch.setenv("REELQUEUE_FFMPEG", str(tmp_path / "absent"))
+        ffmpeg_path.cache_clear()
+        with pytest.raises(MediaError, match="is not an executable"):
+            ffmpeg_path()
+    finally:
+        monkeypatch.undo()
+        ffmpeg_path.cache_clear()
 
 
 def test_a_failure_ffmpeg_does_not_explain_is_a_retryable_kill(tmp_path: Path) -> None:

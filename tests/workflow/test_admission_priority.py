@@ -29,8 +29,9 @@ def submitted(fleet: Fleet) -> dict[str, float]:
     return {j.task_id: j.submitted_at.timestamp() for j in fleet.jobs.values()}
 
 
-async def test_five_api_generations_go_before_200_queued_bulk_tasks(own_env):
-    bulk, api = [f"b{i:03d}" for i in range(200)], [f"i{i}" for i in range(5)]
+async def test_five_api_generations_go_before_100_queued_bulk_tasks(own_env):
+    """A queue of 100 is as long as the ordering needs (200 doubled the test's CPU for nothing more)."""
+    bulk, api = [f"b{i:03d}" for i in range(100)], [f"i{i}" for i in range(5)]
     fleet = Fleet(limit=2, job_s=60.0, priorities={**dict.fromkeys(bulk, BULK), **dict.fromkeys(api, INTERACTIVE)})
     async with running_fleet(own_env, fleet) as run:
         await asyncio.gather(*(run.start(t) for t in bulk))
@@ -47,9 +48,9 @@ async def test_five_api_generations_go_before_200_queued_bulk_tasks(own_env):
     assert {fleet.status[t] for t in bulk + api} == {S.SUCCEEDED}
     at = submitted(fleet)
     still_waiting = [t for t in bulk if at[t] > arrived]
-    assert len(still_waiting) > 190  # the 200 were still queued when the 5 came
+    assert len(still_waiting) > 90  # the 100 were still queued when the 5 came
     assert max(at[t] for t in api) <= min(at[t] for t in still_waiting)
-    assert (gate.in_use, gate.waiting, gate.granted) == (0, 0, 205)
+    assert (gate.in_use, gate.waiting, gate.granted) == (0, 0, 105)
 
 
 async def test_a_bulk_task_is_overtaken_only_by_requests_asked_within_the_bulk_lag(own_env):

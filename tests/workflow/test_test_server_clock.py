@@ -38,7 +38,7 @@ async def test_a_terminate_during_an_activity_stalls_the_server_clock(own_env):
             await asyncio.sleep(0.02)
         await handle.terminate("mid-activity")
         LET_GO.set()
-        assert not await clock_skips(own_env)
+        assert not await clock_skips(own_env, within_s=5)  # stalled: the hour would pass in real time
 
 
 async def test_leftovers_are_terminated_between_tasks_and_the_clock_still_skips(env, world, run_world):
