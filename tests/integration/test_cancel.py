@@ -168,8 +168,12 @@ async def test_tasks_cancelled_while_waiting_for_a_slot_never_reach_the_provider
         for _ in range(600):
             with db.transaction() as session:
                 statuses = {t.id: t.status for t in queries.list_tasks(session, summary.import_id)}
-            ours = [j for j in emulator_jobs() if any(j["request_key"].startswith(t) for t in statuses)]
-            if list(statuses.values()).count("QUEUED") == 5 and ours:  # this test's own job holds the slot
+            # One task past its submit holds the slot (its 30-s job at the emulator), the five others
+            # in line. "Five QUEUED and a job of ours" was not enough: a task granted the slot is still
+            # QUEUED until its submit commits, so under load the job could be a "waiting" task's own.
+            holders = [t for t, status in statuses.items() if status in ("SUBMITTED", "RUNNING")]
+            if (len(holders) == 1 and list(statuses.values()).count("QUEUED") == 5
+                    and any(j["request_key"].startswith(holders[0]) for j in emulator_jobs())):
                 break
             await asyncio.sleep(0.1)
         else:

@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from workflow_fakes import TASK_ID, World, media_worker
+from workflow_fakes import STARTED_GATES, TASK_ID, World, media_worker
 
 from contracts import workflow_api as api
 from workflows.generation import GenerationWorkflow
@@ -124,8 +124,11 @@ async def run_world(env: WorkflowEnvironment, world: World, request: pytest.Fixt
         # clock at its next task); held activities go on so that they end before the terminate.
         for name in list(world.gates):
             world.release(name)
-        gates = [api.gate_id(name, queue) for name in ("fake", api.tenant_gate("default"))]
-        await terminate_between_tasks(env, [*handles, *(env.client.get_workflow_handle(g) for g in gates)])
+        # Every gate the run asked (a fallback route's, a model's, the platform's too): one left running
+        # would schedule a task at its next timer that no worker takes, and stall the clock from then on.
+        gates = {api.gate_id(name, queue) for name in ("fake", api.tenant_gate("default"))}
+        gates |= {g for g in STARTED_GATES if g.endswith(queue)}
+        await terminate_between_tasks(env, [*handles, *(env.client.get_workflow_handle(g) for g in sorted(gates))])
     finally:
         await asyncio.gather(*(w.shutdown() for w in workers))
         for ended in await asyncio.gather(*running, return_exceptions=True):

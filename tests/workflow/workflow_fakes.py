@@ -486,6 +486,9 @@ def media_worker(client: Any, queue: str, activities: list[Callable[..., Any]]) 
                   activities=[a for a in activities if a.__name__ in api.MEDIA_ACTIVITIES])
 
 
+STARTED_GATES: set[str] = set()  # every gate workflow a fake started: a test's teardown ends those of its queue
+
+
 async def ask_gate(client: Any, inp: AdmissionInput, limit: int, *,
                    breaker: BreakerPolicy | None = None) -> SlotGrant | None:
     """What `request_slot` does, from inside a fake activity: with `at_once` the real `ask` (the slot
@@ -493,6 +496,7 @@ async def ask_gate(client: Any, inp: AdmissionInput, limit: int, *,
     signal-with-start's signal)."""
     queue = activity.info().task_queue
     gate_input = GateInput(provider=inp.provider, limit=limit, grant_signal=inp.grant_signal, breaker=breaker)
+    STARTED_GATES.add(api.gate_id(inp.provider, queue))
     if inp.at_once:
         return await admission.ask_gate(client, gate_input, api.gate_id(inp.provider, queue), queue, inp.request)
     gate = await client.start_workflow(
