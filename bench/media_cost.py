@@ -6,7 +6,10 @@ WxH, about `--mbps` Mbit/s) with ffmpeg's test sources, then runs the media queu
 the way the activities do (probe, proxy, HLS, thumbnail, the review checks) with the worker's
 ffmpeg limits, and prints one JSON object: CPU seconds (ffmpeg/ffprobe children) and wall seconds
 per step, their total, and CPU seconds per second of video, the figure docs/deploy.md's capacity
-model scales by. Nothing here is a pass/fail test.
+model scales by. The editor outputs (CMAF, waveform, editor metadata, sprite; not yet steps of the
+workflow) are measured on the proxy too, each on its own, under `editor_steps`, with their total
+(children and this process: the waveform's min/max run in Python) beside the pipeline's. Nothing
+here is a pass/fail test.
 """
 
 from __future__ import annotations
@@ -38,9 +41,12 @@ def make_clip(path: Path, seconds: float, size: str, mbps: float) -> None:
 
 
 def timed(steps: dict[str, dict[str, float]], name: str, run: Callable[[], Any]) -> Any:
-    cpu, wall = children_cpu(), time.perf_counter()
+    """Run one step: `cpu_s` of its ffmpeg/ffprobe children, `own_cpu_s` of this process (the
+    waveform's min/max; otherwise only the supervision), `wall_s`."""
+    cpu, own, wall = children_cpu(), time.process_time(), time.perf_counter()
     out = run()
-    steps[name] = {"cpu_s": round(children_cpu() - cpu, 3), "wall_s": round(time.perf_counter() - wall, 3)}
+    steps[name] = {"cpu_s": round(children_cpu() - cpu, 3), "own_cpu_s": round(time.process_time() - own, 3),
+                   "wall_s": round(time.perf_counter() - wall, 3)}
     return out
 
 
@@ -67,12 +73,32 @@ def measure(args: argparse.Namespace) -> dict:
         timed(steps, "checks", lambda: check_video(work / "main.mp4", Expectations(
             duration_s=args.seconds, aspect_ratio=args.ratio, duration_tolerance_s=0.5, audio_expected=True,
             max_black_ratio=0.3, max_frozen_ratio=0.5)))
+        editor = editor_steps(work, options)
     cpu = sum(s["cpu_s"] for s in steps.values())
     return {"clip": {"seconds": args.seconds, "size": args.size, "mbps": args.mbps, "mb": round(raw_mb, 1),
                      "ratio": args.ratio},
             "steps": steps, "cpu_s": round(cpu, 3), "wall_s": round(sum(s["wall_s"] for s in steps.values()), 3),
-            "cpu_s_per_video_s": round(cpu / args.seconds, 3), "media_threads": settings.media_threads,
-            "machine": machine()}
+            "cpu_s_per_video_s": round(cpu / args.seconds, 3),
+            "editor_steps": editor, "editor_cpu_s": round(sum(s["cpu_s"] + s["own_cpu_s"] for s in editor.values()), 3),
+            "media_threads": settings.media_threads, "machine": machine()}
+
+
+def editor_steps(work: Path, options: Any) -> dict[str, dict[str, float]]:
+    """CPU and wall seconds of each editor output made from the proxy `work/main.mp4`."""
+    from adapters.media.cmaf import make_cmaf
+    from adapters.media.editor_metadata import read_editor_metadata
+    from adapters.media.sprite import make_sprite
+    from adapters.media.waveform import make_waveform
+
+    proxy = work / "main.mp4"
+    steps: dict[str, dict[str, float]] = {}
+    cmaf = timed(steps, "cmaf", lambda: make_cmaf(proxy, work / "cmaf", options=options))
+    steps["cmaf"]["copied"] = cmaf.copied
+    timed(steps, "waveform", lambda: make_waveform(proxy, work / "waveform.json", work / "waveform.dat",
+                                                   options=options))
+    timed(steps, "editor_metadata", lambda: read_editor_metadata(proxy, options=options))
+    timed(steps, "sprite", lambda: make_sprite(proxy, work / "sprite.jpg", work / "sprite.vtt", options=options))
+    return steps
 
 
 def main() -> None:

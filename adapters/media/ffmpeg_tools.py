@@ -23,7 +23,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -292,14 +292,18 @@ def ffmpeg_log(stream: Any, what: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     return run_ffmpeg(stream, what, timeout_s=timeout_s, limits=limits, loglevel="info")
 
 
-def probe_json(path: str | os.PathLike[str], *, timeout_s: float = 30.0,
-               limits: MediaLimits | None = None) -> dict[str, Any]:
-    """ffprobe's format and streams as JSON; MediaError when the file is missing or unreadable.
-    ffprobe parses the same hostile inputs as ffmpeg, so it runs supervised the same way (limits,
-    process group, killed on timeout or on any exception here)."""
+PROBE_FORMAT_AND_STREAMS = ("-show_format", "-show_streams")
+
+
+def probe_json(path: str | os.PathLike[str], *, timeout_s: float = 30.0, limits: MediaLimits | None = None,
+               show: Sequence[str] = PROBE_FORMAT_AND_STREAMS) -> dict[str, Any]:
+    """ffprobe's format and streams (or what `show` asks for, e.g. a stream's packets) as JSON;
+    MediaError when the file is missing or unreadable. ffprobe parses the same hostile inputs as
+    ffmpeg, so it runs supervised the same way (limits, process group, killed on timeout or on any
+    exception here)."""
     if not Path(path).is_file():
         raise MediaError(f"cannot probe {path}: no such file")
-    options = ["-v", "error", "-print_format", "json", "-show_format", "-show_streams"]
+    options = ["-v", "error", "-print_format", "json", *show]
     args = [ffprobe_path(), *options, os.fspath(path)]
     with tempfile.TemporaryFile() as output, tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(

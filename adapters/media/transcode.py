@@ -37,6 +37,7 @@ __all__ = [
     "make_hls",
     "make_proxy",
     "make_thumbnail",
+    "media_info",
     "probe",
 ]
 
@@ -124,7 +125,11 @@ def _num(value: Any, kind: type[int] | type[float]) -> Any:
 
 def probe(path: PathLike, limits: MediaLimits | None = None) -> MediaInfo:
     """Probe a file (ffprobe under `limits`, like ffmpeg); MediaError if it cannot be read or has no streams."""
-    data = probe_json(path, limits=limits)
+    return media_info(probe_json(path, limits=limits), path)
+
+
+def media_info(data: dict[str, Any], path: PathLike) -> MediaInfo:
+    """`MediaInfo` from ffprobe's format and streams of `path` (`probe_json`); MediaError when it has no streams."""
     fmt = data.get("format") or {}
     streams = data.get("streams") or []
     if not fmt.get("format_name") or not streams:
