@@ -53,13 +53,7 @@ class Engine:
         """Create a job, or refuse as the pending faults (of `dialect` and of all) and the queue limit say."""
         self.stats.add("submits")
         self.outage("submit_outage_s", dialect)
-        injected = self.faults.take_submit_status(dialect)
-        if injected is not None:
-            retry = RETRY_AFTER_S if injected == 429 or injected >= 500 else None
-            self._count_refusal(injected)
-            if injected == 429 or injected >= 500:
-                self.stats.add("injected_429" if injected == 429 else "injected_5xx")
-            raise EngineRefusal(injected, "injected", f"injected HTTP {injected}", retry_after_s=retry)
+        self._injected_status(dialect)
         if self.store.count(*WAITING) >= self.faults.tuning(self.config).max_queued:
             self._count_refusal(429)
             raise EngineRefusal(429, "queue_full", "too many jobs waiting", retry_after_s=RETRY_AFTER_S)
@@ -77,6 +71,26 @@ class Engine:
             self.stats.add("submits_hung")
             await _hold_answer(request, self.config.hang_s)
         return job
+
+    async def answer_now(self, request: Request, dialect: str) -> None:
+        """A call answered at once, with no job (a moderation check): the submit faults apply to it,
+        the outage, an injected status and a held answer (`submit_hang_after_create`, a timeout)."""
+        self.stats.add("sync_calls")
+        self.outage("submit_outage_s", dialect)
+        self._injected_status(dialect)
+        if self.faults.take("submit_hang_after_create", dialect):
+            self.stats.add("submits_hung")
+            await _hold_answer(request, self.config.hang_s)
+
+    def _injected_status(self, dialect: str) -> None:
+        """Refuse with the status the faults inject for this call, if any."""
+        injected = self.faults.take_submit_status(dialect)
+        if injected is not None:
+            retry = RETRY_AFTER_S if injected == 429 or injected >= 500 else None
+            self._count_refusal(injected)
+            if injected == 429 or injected >= 500:
+                self.stats.add("injected_429" if injected == 429 else "injected_5xx")
+            raise EngineRefusal(injected, "injected", f"injected HTTP {injected}", retry_after_s=retry)
 
     def outage(self, name: str, dialect: str = OWN_API) -> None:
         if self.faults.in_outage(name, dialect):

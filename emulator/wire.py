@@ -44,6 +44,7 @@ class SimStats(BaseModel):
     """What the emulator saw since it started (GET /_sim/stats)."""
 
     submits: int = 0
+    sync_calls: int = 0  # calls answered at once, without a job (the OpenAI dialect's moderations)
     refused_429: int = 0
     jobs_created: int = 0
     max_alive: int = 0  # most jobs queued, throttled or running at once (measured at submit)

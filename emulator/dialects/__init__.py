@@ -43,9 +43,9 @@ def engine_ratio(width_height: str) -> str | None:
 
 
 def _load() -> dict[str, ModuleType]:
-    from emulator.dialects import fal, kling, luma, replicate, runway
+    from emulator.dialects import fal, kling, luma, openai, replicate, runway
 
-    return {m.PREFIX: m for m in (runway, replicate, kling, luma, fal)}
+    return {m.PREFIX: m for m in (runway, replicate, kling, luma, fal, openai)}
 
 
 DIALECTS = _load()

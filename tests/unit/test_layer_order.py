@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RANK = {
     "config": 0, "reelqueue_client": 0, "contracts": 1, "telemetry": 1, "schema": 2, "adapters": 3,
-    "catalog": 4, "metrics": 4,
+    "catalog": 4, "metrics": 4, "moderation": 4,
     "activities": 5, "workflows": 6, "control": 7, "delivery": 7,
     "cli": 8, "gateway": 8, "devstack": 8, "bench": 8, "emulator": 8, "examples": 8,
     "worker": 8, "starter": 8,  # the top-level processes (worker.py, starter.py)
