@@ -44,7 +44,7 @@ async def finish(env, fleet: Fleet, run: FleetRun, step_s: float = 60) -> None:
     await until(env, lambda: all(fleet.status[t] in TERMINAL for t in tasks), step_s=step_s)
 
 
-@pytest.mark.timeout(600)  # 100 workflows on one time-skipping server: minutes of CPU on a loaded machine
+@pytest.mark.timeout(900)  # 100 workflows on their own server: 52 s alone, 538 s in a loaded suite
 async def test_100_tasks_behind_a_limit_of_2_all_succeed_within_their_deadlines(own_env):
     """Hours of queue (100 x 3-minute jobs / 2 = 2.5 h): no fresh job is cancelled as 'past its
     deadline'. The queue's length, not the number of workflows, is what a deadline meets: 200 tasks
@@ -53,7 +53,7 @@ async def test_100_tasks_behind_a_limit_of_2_all_succeed_within_their_deadlines(
     async with running_fleet(own_env, fleet) as run:
         tasks = [f"t{i:03d}" for i in range(100)]
         await asyncio.gather(*(run.start(task_id) for task_id in tasks))
-        await finish(own_env, fleet, run, step_s=300)
+        await finish(own_env, fleet, run, step_s=120)  # a step a starved worker crosses within its RPC deadline
         last = await snapshot(run.gate)
         last_in_line = next(h for h in run.handles if h.id.startswith("gen-t099-"))
         await record(last_in_line, ADMISSION_BOUNDED, "hundred_tasks_last_in_line")
