@@ -17,7 +17,7 @@ from contracts.admission import GateInput, SlotGrant, SlotRelease, SlotRequest
 from contracts.messages import PauseRequest
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
-from workflows.generation.patches import STALE_GRANT, STALE_LAYER_GRANT, STALE_TENANT_GRANT
+from workflows.generation.patches import STALE_GRANT, STALE_LAYER_RECHECK, STALE_TENANT_GRANT
 
 FAILED_JOB = job(JobStatus.FAILED, cost=0.0, error_class=ErrorClass.RETRYABLE, error="render failed")
 
@@ -88,7 +88,7 @@ async def test_a_stale_tenant_grant_after_a_pause_gave_the_slot_back_is_not_a_sl
     assert (await snapshot(tenant)).in_use == 0
 
 
-@pytest.mark.histories(STALE_LAYER_GRANT)
+@pytest.mark.histories(STALE_LAYER_RECHECK)
 async def test_a_stale_platform_grant_after_the_slot_was_given_back_is_not_a_slot(env, world, run_world):
     """The platform's only slot: attempt 1 runs under it and its job fails, so it goes back; before attempt 2
     asks again another task takes it. A grant of the slot the task gave back, landing now, is not taken: the

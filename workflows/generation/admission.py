@@ -228,7 +228,7 @@ class Admission(RunState):
                                               timeout=max(self._task_deadline - workflow.now(), timedelta(seconds=1)))
             if gate not in self._layer_recheck:
                 break
-            self._layer_recheck.discard(gate)  # stale-layer-grant-v1: the gate's answer says whether it is ours
+            self._layer_recheck.discard(gate)  # stale-layer-recheck-v1: the gate's answer says whether it is ours
             granted = await self._run(AdmissionActivities.request_slot, ask)
             if granted is not None:
                 self._layer_granted[gate] = granted

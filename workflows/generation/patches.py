@@ -112,9 +112,11 @@ RELEASE_IN_STEP = "release-in-step-v1"
 ROUTE_LOOK = "route-look-v1"
 # workflow.patched, asked when a model's or the platform's grant signal comes: the grant counts for the gate that
 # sent it (SlotGrant.gate; the model the task is on only for a gate that does not say), and a grant of the slot
-# the task last gave back at that gate, landing late, is not taken: the gate is asked again, and its answer (the
-# slot, to a holder; none, to a task in line) decides
+# the task last gave back at that gate, landing late, is not taken
 STALE_LAYER_GRANT = "stale-layer-grant-v1"
+# workflow.patched, asked when such a stale layer grant comes: the gate is asked again, and its answer (the slot,
+# to a holder; none, to a task in line) decides (a gate restarted by hand numbers its tokens from 1 again)
+STALE_LAYER_RECHECK = "stale-layer-recheck-v1"
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
 BASELINES = ((LOCAL_DB_STEPS, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT,
                                          GRANT_AT_ONCE, RELEASE_IN_STEP}),

@@ -87,7 +87,7 @@ class RunState:
         self._layer_granted: dict[str, SlotGrant | None] = {}  # gate name -> a grant come as a signal
         self._layer_asked_at: dict[str, Any] = {}  # gate name -> when this task first asked it (its place)
         self._layer_given_back: dict[str, int] = {}  # gate name -> the token of the slot last given back there
-        self._layer_recheck: set[str] = set()  # stale-layer-grant-v1: gates to ask whether a grant is ours
+        self._layer_recheck: set[str] = set()  # stale-layer-recheck-v1: gates to ask whether a grant is ours
         self._asked_at = None  # when this task first asked its provider's gate (its place in the queue)
         self._tenant_asked_at = None  # likewise at its tenant's gate
         self._renewed_at = None

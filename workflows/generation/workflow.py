@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         BASELINES,
         STALE_GRANT,
         STALE_LAYER_GRANT,
+        STALE_LAYER_RECHECK,
         STALE_TENANT_GRANT,
         TRANSITIONS_CARRIED,
         TRANSITIONS_IN_WORK,
@@ -197,7 +198,8 @@ class GenerationWorkflow(Admission, Routing, Attempts, Following, Delivery, Revi
         if self._patched(STALE_LAYER_GRANT):
             gate = grant.gate or gate
             if grant.token == self._layer_given_back.get(gate):
-                self._layer_recheck.add(gate)  # asked again: a gate that restarted its tokens answers with it
+                if self._patched(STALE_LAYER_RECHECK):
+                    self._layer_recheck.add(gate)  # asked again: a gate that restarted its tokens answers with it
                 return
         self._layer_granted[gate] = grant
 
