@@ -23,7 +23,7 @@ from contracts.admission import BreakerMode, SlotRelease
 from contracts.messages import ReconcileOutcome, ReconcileResult, ResolveAction
 from contracts.routing import Route
 from contracts.task import TaskStatus as S
-from workflows.generation.patches import ROUTE_FALLBACK, ROUTE_LOOK
+from workflows.generation.patches import ROUTE_FALLBACK
 
 POLICY = BreakerPolicy(failures=3, failure_ratio=0.5, window_s=60, cooldown_s=300)
 TASKS = [f"t{i}" for i in range(6)]
@@ -170,31 +170,3 @@ async def test_a_retry_at_reconcile_stays_in_its_gates_line_and_never_follows_a_
     assert [r.provider for r in world.called("request_slot") if r.provider in (PROVIDER, FALLBACK)] \
         and world.called("submit") and len(world.called("submit")) == 1
     await record(handle, ROUTE_FALLBACK, "retry_at_reconcile_keeps_its_route_and_line")
-
-
-WAITING_EVENTS_PER_HOUR = 100  # route-look-v1: a task waiting at a healthy provider with fallbacks (was ~960)
-
-
-async def test_tasks_waiting_hours_with_fallbacks_keep_their_histories_small(own_env):
-    """Limit 1, one 7-hour job: twenty tasks with a fallback route wait six hours in a healthy provider's line.
-    Their looks at the routes space out to one each ten minutes and ask the gate no more often, so each
-    waiting task's history grows by at most WAITING_EVENTS_PER_HOUR an hour (at that rate the server's
-    51,200-event limit is more than 500 hours of waiting away)."""
-    fleet = Fleet(limit=1, job_s=7 * 3600.0, deadline_s=8 * 3600.0, routes=ROUTES)
-    waiting = [f"w{i:02d}" for i in range(20)]
-    async with running_fleet(own_env, fleet) as run:
-        await run.start("first")
-        await until(own_env, lambda: len(fleet.jobs) == 1, step_s=1)
-        handles = [await run.start(t) for t in waiting]
-        await own_env.sleep(300)
-        start = [(await h.describe()).raw_description.workflow_execution_info.history_length for h in handles]
-        began = await own_env.get_current_time()
-        while await own_env.get_current_time() < began + timedelta(hours=6):  # a little at a time: a long skip
-            await own_env.sleep(600)  # outlasts its call's deadline, and a busy server skips less than asked
-        end = [(await h.describe()).raw_description.workflow_execution_info.history_length for h in handles]
-        await record(handles[0], ROUTE_LOOK, "waits_hours_with_fallbacks_looking_less_often")
-    grown = [(b - a) / 6 for a, b in zip(start, end, strict=True)]
-    assert max(grown) <= WAITING_EVENTS_PER_HOUR, grown
-    looks = [at for t, at, take in fleet.routed if t == waiting[0] and not take]
-    assert 6 * 5 <= len(looks) <= 6 * 12, len(looks)  # about six an hour once spaced out
-    assert fleet.jobs_of(waiting[0]) == 0 and fleet.requests[waiting[0]] <= 3

@@ -26,13 +26,21 @@ from workflows.generation.patches import (
     BREAKER,
     GRANT_AT_ONCE,
     IMPORT_PAUSE,
+    LONG_WAIT_SPACING,
     PAUSE_HOLDS_NOTHING,
     RELEASE_IN_STEP,
     RENEW_IN_SUBMIT,
     TENANT_ADMISSION,
 )
 from workflows.generation.state import RunState
-from workflows.generation.steps import REASK_EVERY, RENEW_EVERY, REROUTE_EVERY
+from workflows.generation.steps import (
+    LONG_LOOK_EVERY,
+    LONG_REASK_EVERY,
+    LONG_WAIT,
+    REASK_EVERY,
+    RENEW_EVERY,
+    REROUTE_EVERY,
+)
 
 
 class Admission(RunState):
@@ -66,6 +74,7 @@ class Admission(RunState):
         first `requested_at`: a gate that still has it ignores it, a gate that lost it (reset,
         terminated) puts it back in its place in line."""
         self._asked_at = self._asked_at or workflow.now()
+        self._waiting_since = self._waiting_since or workflow.now()
         request = self._slot_request(self._asked_at)
         while True:
             if self._paused() and not await self._wait_paused_holding_nothing(until):
@@ -88,6 +97,7 @@ class Admission(RunState):
             await self._signal_gate(api.SIGNAL_GATE_RELEASE, SlotRelease(workflow_id=request.workflow_id))
             return None
         self._slot, self._renewed_at = self._granted, workflow.now()
+        self._waiting_since, self._long_waiting = None, False
         return self._slot
 
     async def _wait_for_grant(self, request: SlotRequest, until: datetime | None, *, reask: bool) -> None:
@@ -98,6 +108,8 @@ class Admission(RunState):
             # (route-look-v1: as often as its looks find it worth it, `Routing._cheap_looks`)
             routable = self._routable()
             every = self._look_every if routable and self._cheap_looks() else REROUTE_EVERY if routable else REASK_EVERY
+            if self._long_wait():
+                every = max(every, LONG_LOOK_EVERY if routable else LONG_REASK_EVERY)
             every *= workflow.random().uniform(0.8, 1.2)
             wait = None if not reask else every if until is None else min(every, until - workflow.now())
             try:
@@ -115,11 +127,21 @@ class Admission(RunState):
                     return
                 if self._routable() and await self._route_elsewhere():
                     return
-                if self._look_every is not None and workflow.now() - self._asked_gate_at < REASK_EVERY * 0.8:
+                reask_every = LONG_REASK_EVERY if self._long_waiting else REASK_EVERY
+                if self._look_every is not None and workflow.now() - self._asked_gate_at < reask_every * 0.8:
                     continue  # route-look-v1: a look is not a reason to ask the gate again
                 self._asked_gate_at = workflow.now()
                 if not await self._signal_gate(api.SIGNAL_GATE_REQUEST, request):
                     await self._request_slot(request)  # no gate runs: bring one up
+
+    def _long_wait(self) -> bool:
+        """The task has waited LONG_WAIT for a provider's slot (long-wait-spacing-v1, asked once it has: the
+        marker is in long waiters' histories alone): its looks and re-asks space out, so the history of a
+        wait as long as the task's deadline allows stays a bounded size (docs/architecture.md, "Long waits")."""
+        if not self._long_waiting and self._waiting_since is not None \
+                and workflow.now() - self._waiting_since >= LONG_WAIT:
+            self._long_waiting = self._patched(LONG_WAIT_SPACING)
+        return self._long_waiting
 
     def _paused(self) -> bool:
         """The task's import is paused (import-pause-v1; runs from before the patch are never paused)."""

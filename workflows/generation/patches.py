@@ -117,6 +117,10 @@ STALE_LAYER_GRANT = "stale-layer-grant-v1"
 # workflow.patched, asked when such a stale layer grant comes: the gate is asked again, and its answer (the slot,
 # to a holder; none, to a task in line) decides (a gate restarted by hand numbers its tokens from 1 again)
 STALE_LAYER_RECHECK = "stale-layer-recheck-v1"
+# workflow.patched, asked once a task has waited LONG_WAIT in its gates' lines (across its routes): it then looks at
+# its routes every LONG_LOOK_EVERY and asks its gate again every LONG_REASK_EVERY whatever their health, so a
+# wait of task_hours' 720 keeps its history a bounded size (docs/architecture.md, "Long waits")
+LONG_WAIT_SPACING = "long-wait-spacing-v1"
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
 BASELINES = ((LOCAL_DB_STEPS, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT,
                                          GRANT_AT_ONCE, RELEASE_IN_STEP}),

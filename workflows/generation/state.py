@@ -115,6 +115,8 @@ class RunState:
         self._rerouted = False  # the task left a gate's line for another route
         self._look_every: timedelta | None = None  # route-look-v1: the spacing of a waiting task's looks at its routes
         self._asked_gate_at: datetime | None = None  # route-look-v1: when the task last asked its provider's gate
+        self._waiting_since: datetime | None = None  # since when the task waits for a provider's slot (across routes)
+        self._long_waiting = False  # long-wait-spacing-v1: it has waited LONG_WAIT, and wakes less often
 
     def _cancel_pending(self) -> bool:
         return self._cancel is not None and not self._cancel_handled

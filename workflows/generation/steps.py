@@ -28,6 +28,11 @@ MAX_PAID_ATTEMPTS = 3  # submits that created (or may have created) a provider j
 DEPENDENCY_PAUSE_S = 30.0  # between runs of a step waiting for Postgres or object storage to come back
 REASK_EVERY = timedelta(minutes=10)  # a waiting task re-sends its request (same place in line) this often
 REROUTE_EVERY = timedelta(minutes=1)  # a task with fallback routes waiting in a gate's line re-chooses this often
+# long-wait-spacing-v1: once a task has waited LONG_WAIT for a slot, it wakes less often (its looks and re-asks
+# are what grows its history; a task that waited an hour notices a healed route or a restarted gate in minutes)
+LONG_WAIT = timedelta(hours=1)
+LONG_LOOK_EVERY = timedelta(minutes=20)
+LONG_REASK_EVERY = timedelta(minutes=30)
 RENEW_EVERY = timedelta(minutes=5)  # a held slot's lease is renewed this often while its job runs
 MAX_POLL_INTERVAL_S = 15.0
 OUTAGE_PAUSE_S = 30.0  # between status-call bursts while the provider's status API is down
