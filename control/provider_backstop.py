@@ -244,6 +244,8 @@ def _own_job(session: Session, base: Finding, attempt: Attempt, job: JobState, c
     if late_output:
         reason += f"; an output that came after the task ended CANCELED (found by the {found_by})"
     kind, key = ("ADJUSTMENT", "adjustment") if diff > 0 else ("REFUND", "refund")
+    # the job id is what _booked_for reads back; the key is not a stray's, so spend counts the row as
+    # the task's own charge, never as a duplicate job (schema/strays.py: STRAY_ADJUSTMENT)
     session.execute(
         insert(CreditEntry)
         .values(tenant_id=task.tenant_id, task_id=task.id, entry_type=kind, amount=abs(diff),

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from delivery.links import LinkSigner
+    from gateway.event_ids import EventIds
 
 
 class Signaler(Protocol):
@@ -43,6 +44,7 @@ class GatewayDeps:
     temporal: TemporalConnection | None = None
     task_queue: str = DEFAULT_TASK_QUEUE
     links: LinkSigner | None = None
+    event_ids: EventIds | None = None  # seals the event ids tenants see (None: GET /v1/events answers 503)
     api: ApiLimits = field(default_factory=lambda: ApiLimits())
 
 
@@ -78,6 +80,7 @@ def deps_from_settings(settings: Settings) -> GatewayDeps:
     from adapters.providers import build_providers
     from adapters.temporal_client import connect
     from delivery.links import LinkSigner
+    from gateway.event_ids import EventIds
     from gateway.signals import TemporalSignaler
 
     return GatewayDeps(
@@ -90,6 +93,7 @@ def deps_from_settings(settings: Settings) -> GatewayDeps:
         temporal=TemporalConnection(lambda: connect(settings)),
         task_queue=settings.task_queue,
         links=LinkSigner.from_settings(settings),
+        event_ids=EventIds.from_settings(settings),
         api=ApiLimits(max_body_bytes=settings.api_max_body_bytes, backlog_max_age_s=settings.api_backlog_max_age_s,
                       credits_per_second=settings.api_credits_per_second,
                       max_import_tasks=settings.api_max_import_tasks,

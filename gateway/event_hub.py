@@ -5,7 +5,8 @@ The feed reads every tenant's new events from Postgres every POLL_S while any st
 encoded, into the bounded queue of each stream of its tenant that wants it (its task or import).
 A stream catches up from Postgres on its own once, from its Last-Event-ID to where the feed is when
 it joins, and takes the feed's events from then on, with the same cursors as before (schema/
-event_feed.py), so nothing is lost or repeated across a reconnect, on this gateway or another.
+event_feed.py), so nothing is lost or repeated across a reconnect, on this gateway or another. Each
+id is sealed for the stream's tenant (gateway/event_ids.py) as it is put in a queue.
 
 One ticker per process (TICK_S) does what each stream used to do on its own: keep-alives after
 KEEPALIVE_S of quiet, the end of a stream's time, one query for the keys and browser sessions of
@@ -30,6 +31,7 @@ from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
+from gateway.event_ids import EventIds
 from gateway.tenancy import Principal, revoked_keys
 from metrics import EVENT_FEED_QUERIES, EVENT_STREAMS, EVENT_STREAMS_ENDED
 from schema import browser_sessions, event_feed, stream_leases
@@ -151,8 +153,9 @@ class StreamLeases:
 class EventHub:
     """The process's feed and its streams (one per app: `hub_of(app)`)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, ids: EventIds) -> None:
         self.db = db
+        self.ids = ids  # every cursor put in a stream's queue is sealed for its tenant
         self.leases = StreamLeases(db)
         self._lock = asyncio.Lock()  # held by a join and by each read of the feed
         self._seen: Snapshot | None = None  # the feed's position; None while no stream is open
@@ -261,11 +264,13 @@ class EventHub:
                 if not stream.wants(event):
                     continue
                 if stream.own is None:
-                    if shared is None:
-                        shared = state_line(f"{seen}/{batch.text}/{event.event_id}", event.data)
+                    if shared is None:  # the streams are all of the event's tenant: one sealed id
+                        shared = state_line(self.ids.seal(event.tenant_id, f"{seen}/{batch.text}/{event.event_id}"),
+                                            event.data)
                     stream.put(shared)
                 elif not stream.own.shows(event.xid):
-                    stream.put(state_line(f"{stream.own.text}/{batch.text}/{event.event_id}", event.data))
+                    cursor = f"{stream.own.text}/{batch.text}/{event.event_id}"
+                    stream.put(state_line(self.ids.seal(stream.tenant_id, cursor), event.data))
 
     async def _run_ticker(self) -> None:
         while self._count:
@@ -283,7 +288,7 @@ class EventHub:
             await _in_thread(_counted, "lease", self.leases.renew)
         revoked = await _in_thread(_counted, "keys", self._revoked, {s.key_id for s in streams},
                                    {s.session for s in streams if s.session})
-        shared: bytes | None = None
+        shared: dict[str, bytes] = {}  # per tenant: the feed's position sealed for it
         for stream in streams:
             if stream.key_id in revoked or stream.session in revoked:
                 stream.end("revoked")
@@ -291,10 +296,12 @@ class EventHub:
                 stream.end("expired")
             elif now - stream.last_put >= KEEPALIVE_S and self._cursor is not None and self._cursor.batch is None:
                 if stream.own is not None:
-                    stream.put(keepalive_line(stream.own.text))
+                    stream.put(keepalive_line(self.ids.seal(stream.tenant_id, stream.own.text)))
                 else:
-                    shared = shared or keepalive_line(self.position(stream))
-                    stream.put(shared)
+                    tenant = stream.tenant_id
+                    if tenant not in shared:
+                        shared[tenant] = keepalive_line(self.ids.seal(tenant, self.position(stream)))
+                    stream.put(shared[tenant])
 
     def _revoked(self, key_ids: set[str], sessions: set[str]) -> set[str]:
         """The revoked keys, and the ended (signed-out, expired) browser sessions, among the streams'."""

@@ -14,7 +14,7 @@ from decimal import Decimal
 from enum import StrEnum
 
 from pydantic import BaseModel
-from sqlalchemy import Select, and_, exists, func, or_, select
+from sqlalchemy import Select, and_, exists, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from contracts.task import TaskStatus
@@ -24,6 +24,7 @@ from schema.import_totals_drift import drift
 from schema.ledger_keys import LATER_CLOSE
 from schema.models import Attempt, CreditEntry, LedgerRunTotal, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, TERMINAL, AttemptState
+from schema.strays import STRAY_ADJUSTMENT
 
 # INVALID can be revalidated, but it holds no reservation and runs no job: for money it is an end.
 LEDGER_FINAL: frozenset[str] = frozenset(s.value for s in (*TERMINAL, TaskStatus.INVALID))
@@ -259,8 +260,7 @@ def _totals_drift(session: Session, import_id: str | None) -> list[Violation]:
     ledger = (_scoped(select(CreditEntry.task_id, CreditEntry.run_no,
                              *(_sum(kind).label(column) for kind, column in ENTRY_TOTALS.items()),
                              func.coalesce(func.sum(CreditEntry.amount).filter(
-                                 CreditEntry.entry_type == "ADJUSTMENT", CreditEntry.provider_job_id.is_not(None)),
-                                 0).label("duplicate"))
+                                 text(STRAY_ADJUSTMENT.format(row="credit_ledger"))), 0).label("duplicate"))
                       .join(Task, Task.id == CreditEntry.task_id), import_id)
               .group_by(CreditEntry.task_id, CreditEntry.run_no).subquery())
     totals = (_scoped(select(LedgerRunTotal).join(Task, Task.id == LedgerRunTotal.task_id), import_id).subquery())

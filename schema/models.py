@@ -525,7 +525,8 @@ class CreditEntry(Base):
 class LedgerRunTotal(Base):
     """One task run's ledger figures, kept by a trigger on every ledger insert (migration 0015), so
     the spend query reads a row per run instead of the run's ledger rows. `duplicate`: ADJUSTMENTs of
-    stray jobs; `last_video`: the run's latest `...:review:{attempt}` ADJUSTMENT."""
+    stray jobs (schema/strays.py's key, migration 0020); `last_video`: the run's latest
+    `...:review:{attempt}` ADJUSTMENT."""
 
     __tablename__ = "ledger_run_totals"
     task_id: Mapped[str] = mapped_column(String(64), primary_key=True)

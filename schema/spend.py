@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from contracts.task import TaskStatus
 from schema.import_totals import TOTALS_OF
+from schema.strays import STRAY_ADJUSTMENT
 
 # Cause -> the statuses a run ended in for its charged credits to be that waste.
 WASTE_BY_END: dict[str, tuple[str, ...]] = {
@@ -31,8 +32,9 @@ WASTE_CAUSES = ("duplicate", *WASTE_BY_END, "regenerated")
 # One row per import of `wanted` (a query of import ids). `scope`: the import's tasks, created or
 # reused (schema.import_scope). `ends`: how each earlier run of a task ended (the status a redrive
 # started the next run from; the n-th redrive closes run n), looked up for re-run tasks only; the
-# current run ends in the task's status. Stray jobs' ADJUSTMENTs carry their job id: duplicates,
-# whatever became of the task. A reviewer's regenerate books the new video as an ADJUSTMENT
+# current run ends in the task's status. Stray jobs' ADJUSTMENTs (schema/strays.py's key, not the
+# backstop's corrections of an attempt's own job, which carry a job id too): duplicates, whatever
+# became of the task. A reviewer's regenerate books the new video as an ADJUSTMENT
 # `...:review:{attempt}`: in a run that ended SUCCEEDED, everything charged but the last of those
 # paid for videos replaced at review. Approved videos: a reviewed video has its automatic checks,
 # so the events of unreviewed tasks are never read.
@@ -49,8 +51,7 @@ WITH wanted AS ({wanted}), scope AS (
    WHERE e.event = 'redrive' AND e.applied AND e.task_id IN (SELECT task_id FROM scope WHERE run_no > 1)
 ), ledger AS (  -- per task and run, summed from the ledger rows
   SELECT c.task_id, c.run_no, {sums},
-         coalesce(sum(c.amount) FILTER (WHERE c.entry_type = 'ADJUSTMENT' AND c.provider_job_id IS NOT NULL), 0)
-           AS duplicate,
+         coalesce(sum(c.amount) FILTER (WHERE {duplicate}), 0) AS duplicate,
          (array_agg(c.amount ORDER BY coalesce(c.attempt_no, 2147483647) DESC, c.id DESC)
             FILTER (WHERE c.entry_type = 'ADJUSTMENT' AND position(':review:' IN c.business_key) > 0))[1] AS last_video
     FROM credit_ledger c WHERE c.task_id IN (SELECT task_id FROM scope) GROUP BY c.task_id, c.run_no
@@ -89,7 +90,7 @@ def spend_sql(wanted: str) -> str:
     """The recount of the spend over the imports `wanted` selects (a SQL query with one column, `id`),
     for text(): it reads every task and ledger row of those imports (`reelqueue ledger check` only)."""
     return _SPEND_SQL.format(wanted=wanted, causes=_CAUSES, cause_columns=", ".join(f"m.{c}" for c in WASTE_BY_END),
-                             sums=_SUMS)
+                             sums=_SUMS, duplicate=STRAY_ADJUSTMENT.format(row="c"))
 
 
 # A big import's aggregate has a planner cost that turns JIT on, whose compiling took longer here

@@ -1,6 +1,10 @@
 """Booking a provider job no attempt follows (a stray_jobs row): its cost as an ADJUSTMENT carrying
 the job id, once per job. Used by the workflow's stray accounting (activities/poll.py) and by the
-provider backstop (control/provider_backstop.py), so both write the same business key."""
+provider backstop (control/provider_backstop.py), so both write the same business key.
+
+That key is what makes an ADJUSTMENT duplicate waste (STRAY_ADJUSTMENT): the backstop's corrections
+of an attempt's own job carry the job id as well (`adjustment:{task}:backstop:{job}`, `...:webhook:`),
+and they are what the task's own job cost."""
 
 from __future__ import annotations
 
@@ -11,6 +15,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from schema.models import CreditEntry, StrayJob, Task
+
+# A ledger row (`{row}`: its table or alias) booked by book_stray for a task: a duplicate job. The same
+# rule is frozen in migration 0020's triggers; tests/unit/test_import_totals_columns.py holds them equal.
+STRAY_ADJUSTMENT = ("{row}.entry_type = 'ADJUSTMENT' AND {row}.provider_job_id IS NOT NULL "
+                    "AND {row}.business_key = 'adjustment:' || {row}.task_id || ':job:' || {row}.provider_job_id")
 
 
 def stray_key(stray: StrayJob) -> str:

@@ -1,8 +1,9 @@
 """`GET /v1/events`: a tenant's task state changes as Server-Sent Events, resumable with
 `Last-Event-ID` from the state events table (schema/event_feed.py): no event is lost or repeated
-across a reconnect or a gateway restart. A stream reads its own backlog, then what the process's one
-feed hands it (gateway/event_hub.py); the tenant's cap counts its streams on every gateway (schema/
-stream_leases.py). Clients fall back to `GET /v1/generations/{id}`."""
+across a reconnect or a gateway restart. Every id a tenant gets is its cursor sealed for it
+(gateway/event_ids.py): no Postgres snapshot leaves the gateway. A stream reads its own backlog,
+then what the process's one feed hands it (gateway/event_hub.py); the tenant's cap counts its
+streams on every gateway (schema/stream_leases.py). Clients fall back to `GET /v1/generations/{id}`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.deps import GatewayDeps, gateway_deps
 from gateway.event_hub import SEND_TIMEOUT_S, EventHub, Stream, state_line
+from gateway.event_ids import MAX_EVENT_ID_CHARS, EventIds
 from gateway.problems import ProblemError
 from gateway.tenancy import Principal, bearer_key, key_is_live, require_tenant
 from schema import browser_sessions, event_feed, queries
@@ -48,17 +50,20 @@ async def events(
     deps: Annotated[GatewayDeps, Depends(gateway_deps)],
     task_id: Annotated[str | None, Query(max_length=64, pattern=r"^[0-9a-zA-Z_-]+$")] = None,
     import_id: Annotated[str | None, Query(max_length=40, pattern=r"^[0-9a-zA-Z_-]+$")] = None,
-    last_event_id: Annotated[str | None, Header(max_length=event_feed.MAX_CURSOR_CHARS)] = None,
+    last_event_id: Annotated[str | None, Header(max_length=MAX_EVENT_ID_CHARS)] = None,
 ) -> StreamingResponse | EventPage:
     """With `Accept: text/event-stream`, a stream: each event has `id` (send it back as Last-Event-ID),
     `event: state`, `data` the transition as JSON; it ends after a few minutes: reconnect with
     Last-Event-ID. Otherwise one page of the next events as JSON (polling). Filtered by `task_id`
     or `import_id`, events start at the beginning of that history; the tenant-wide ones start now."""
-    tenant = principal.tenant_id
+    tenant, ids = principal.tenant_id, deps.event_ids
+    if ids is None:
+        raise ProblemError(503, "event ids cannot be sealed here: REELQUEUE_MEDIA_LINK_SECRET is not set",
+                           slug="not-configured")
     if not await run_in_threadpool(_owned, deps.db, tenant, task_id, import_id):
         raise ProblemError(404, "no such task or import", slug="not-found")
     try:
-        start = event_feed.Cursor.parse(last_event_id) if last_event_id else None
+        start = ids.open(tenant, last_event_id) if last_event_id else None
         if start is not None:
             await run_in_threadpool(_check, deps.db, start)
     except event_feed.BadCursor as exc:
@@ -68,8 +73,9 @@ async def events(
                  else await run_in_threadpool(_now, deps.db))
     if "text/event-stream" not in request.headers.get("accept", ""):
         page, after, _ = await run_in_threadpool(_read, deps.db, principal.key_id, tenant, start, task_id, import_id)
-        return EventPage(events=page, last_event_id=after.encode())
-    hub = hub_of(request.app, deps.db)
+        return EventPage(events=[e.model_copy(update={"id": ids.seal(tenant, e.id)}) for e in page],
+                         last_event_id=ids.seal(tenant, after.encode()))
+    hub = hub_of(request.app, deps.db, ids)
     cap = deps.api.max_streams_per_tenant
     if not await run_in_threadpool(hub.leases.take, tenant, cap):
         raise ProblemError(429, f"at most {cap} event streams may be open at once; "
@@ -81,11 +87,11 @@ async def events(
                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-def hub_of(app: Any, db: Database) -> EventHub:  # noqa: ANN401 - the FastAPI app
+def hub_of(app: Any, db: Database, ids: EventIds) -> EventHub:  # noqa: ANN401 - the FastAPI app
     """The app's one feed (made on its first stream)."""
     hub = getattr(app.state, "event_hub", None)
     if hub is None:
-        hub = app.state.event_hub = EventHub(db)
+        hub = app.state.event_hub = EventHub(db, ids)
     return hub
 
 
@@ -130,8 +136,10 @@ class EventStream(StreamingResponse):
             if not key_live:
                 stream.end("revoked")
                 return
+            seal = self._hub.ids.seal
             if batch and not await self._write(send, b"".join(
-                    state_line(event.id, event.model_dump_json(exclude={"id"}).encode()) for event in batch)):
+                    state_line(seal(stream.tenant_id, event.id), event.model_dump_json(exclude={"id"}).encode())
+                    for event in batch)):
                 return
 
     async def _write(self, send: Send, body: bytes, *, more: bool = True) -> bool:

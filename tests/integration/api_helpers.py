@@ -16,6 +16,7 @@ from config.settings import Settings
 from delivery.links import LinkSigner
 from gateway.app import create_app
 from gateway.deps import ApiLimits, GatewayDeps, TemporalConnection
+from gateway.event_ids import EventIds
 from reelqueue_client import ReelqueueClient
 from schema.db import Database
 
@@ -29,6 +30,7 @@ def api_server(stack: Settings, queue: str | None = None, **api: float) -> Itera
         db=Database(stack.database_url), providers=build_providers(stack), signaler=None,
         temporal=TemporalConnection(lambda: connect(stack))
         if queue else None, task_queue=queue or "nowhere", links=LinkSigner.from_settings(stack),
+        event_ids=EventIds.from_settings(stack),
         api=ApiLimits(**{"backlog_max_age_s": 0.0, **api}))
     with serving(create_app(deps, settings=stack)) as port:
         yield f"http://127.0.0.1:{port}"

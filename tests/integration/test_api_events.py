@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from itertools import islice
 from pathlib import Path
 
 import pytest
 from api_helpers import api_server, new_tenant_client
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 from stack_helpers import import_small, make_plan
 
@@ -27,6 +28,7 @@ from schema.models import StateEvent, Task
 from schema.state_machine import TERMINAL
 from schema.uploads import ready_asset
 
+SNAPSHOT_TEXT = re.compile(r"\d+:\d+:")  # how a Postgres snapshot (xmin:xmax:xip) reads
 PNG = (Path(__file__).resolve().parents[2] / "examples" / "images" / "aurora-lamp.png").read_bytes()
 
 
@@ -162,3 +164,41 @@ def test_an_event_that_commits_after_a_larger_id_is_not_lost(stack, tmp_path):
         resumed, _ = event_feed.read(session, stack.tenant, event_feed.Cursor.parse(delivered[0].id),
                                      import_id=summary.import_id)
     assert [e.event_id for e in resumed] == [after[0].event_id]
+
+
+def test_event_ids_are_opaque_and_bound_to_their_tenant(stack, tmp_path):
+    """Issue 44, also seen: every event id (SSE `id:`, a JSON page's `last_event_id`, the tenant-wide
+    start) was a Postgres snapshot, global across tenants: read over time it gauged the whole
+    platform's transaction rate. An id is now sealed for its tenant: no snapshot text in it, another
+    tenant's refused naming Last-Event-ID, a plain snapshot refused the same way."""
+    with api_server(stack) as url:
+        tenant_id, api = new_tenant_client(url)
+        _, csv = _catalog_with_image(stack, api, tenant_id)
+        catalog = upload(api, csv, "shop.csv", "text/csv")
+        plan = make_plan(tmp_path, locales=("en-US", "de-DE")).read_text()
+        body = {"asset_id": catalog.id, "plan": plan, "check_urls": False}
+        import_id = api.request("POST", "/v1/imports", json=body).json()["import_id"]
+        with Database(stack.database_url).transaction() as session:  # a state event of each of its tasks
+            for task_id in session.scalars(select(Task.id).where(Task.import_id == import_id)):
+                task_store.transition(session, task_id, TaskEvent.CANCEL_REQUESTED, source="test",
+                                      source_event_id=f"{task_id}:cancel", payload={})
+        polled = api.request("GET", "/v1/events", params={"import_id": import_id}).json()
+        assert len(polled["events"]) == 2
+        streamed = list(islice(events(api, import_id=import_id), 2))
+        tenant_wide = api.request("GET", "/v1/events").json()["last_event_id"]
+        with Database(stack.database_url).transaction() as session:
+            xmin = session.scalar(text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text"))
+        ids = [e.id for e in streamed] + [e["id"] for e in polled["events"]] + [polled["last_event_id"], tenant_wide]
+        assert streamed and polled["events"]
+        for event_id in ids:
+            assert not SNAPSHOT_TEXT.search(event_id), event_id
+        resumed = api.request("GET", "/v1/events", params={"import_id": import_id},
+                              headers={"Last-Event-ID": streamed[0].id}).json()
+        assert [e["event_id"] for e in resumed["events"]] == [e["event_id"] for e in polled["events"]][1:]
+
+        _, other = new_tenant_client(url)
+        for stolen in (tenant_wide, polled["last_event_id"], f"{xmin}:{xmin}:"):
+            with pytest.raises(ApiProblem) as refused:
+                other.request("GET", "/v1/events", headers={"Last-Event-ID": stolen})
+            assert (refused.value.status, refused.value.slug) == (400, "bad-event-id"), stolen
+            assert "Last-Event-ID" in refused.value.detail

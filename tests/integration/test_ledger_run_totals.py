@@ -32,8 +32,8 @@ def _from_ledger(db: Database, task_ids: list[str]) -> dict[tuple[str, int], dic
                                  .order_by(CreditEntry.id)):
             run = out[(e.task_id, e.run_no)]
             run[FIGURES[e.entry_type]] += e.amount
-            if e.entry_type == "ADJUSTMENT" and e.provider_job_id:
-                run["duplicate"] += e.amount
+            if e.entry_type == "ADJUSTMENT" and e.business_key == f"adjustment:{e.task_id}:job:{e.provider_job_id}":
+                run["duplicate"] += e.amount  # a stray job's (schema/strays.py), not a correction of an own job
             review = e.entry_type == "ADJUSTMENT" and ":review:" in e.business_key
             if review and e.attempt_no >= last.get((e.task_id, e.run_no), (-1, None))[0]:
                 last[(e.task_id, e.run_no)] = (e.attempt_no, e.amount)
@@ -61,11 +61,12 @@ def test_totals_follow_every_entry_type_runs_reviews_and_deletes(stack, tmp_path
     with db.transaction() as session:
         tasks = queries.list_tasks(session, summary.import_id)
     a, b = tasks
-    with db.transaction() as session:  # run 1 of a: reserve, settle, a stray's cost, a refund
+    with db.transaction() as session:  # run 1 of a: reserve, settle, a stray's cost, its own job's, a refund
         _entry(session, a, "RESERVE", "10", f"r:{a.id}:1")
         _entry(session, a, "SETTLE", "8", f"s:{a.id}:1")
         _entry(session, a, "RELEASE", "2", f"l:{a.id}:1")
-        _entry(session, a, "ADJUSTMENT", "3.5", f"stray:{a.id}:job-9", job="job-9")
+        _entry(session, a, "ADJUSTMENT", "3.5", f"adjustment:{a.id}:job:job-9", job="job-9")
+        _entry(session, a, "ADJUSTMENT", "0.75", f"adjustment:{a.id}:backstop:job-1", attempt=1, job="job-1")
         _entry(session, a, "REFUND", "1.25", f"refund:{a.id}:1")
     with db.transaction() as session:  # run 2 of a: reserve, released; b: regenerated twice at review
         _entry(session, a, "RESERVE", "10", f"r:{a.id}:2", run_no=2)

@@ -13,6 +13,7 @@ from decimal import Decimal
 
 import httpx
 import pytest
+from alembic import command
 from backstop_helpers import adjustments_of, ended_task, reconcile_until_settled, sim_job
 from cli_helpers import run_cli_async
 from sqlalchemy import func, select
@@ -21,7 +22,9 @@ from stack_helpers import import_small, run_all
 from contracts.task import TaskStatus
 from schema.db import Database
 from schema.ledger_check import fmt_amount
+from schema.migrate import alembic_config, upgrade
 from schema.models import Attempt, CreditEntry, StateEvent, StrayJob, Task
+from schema.spend import import_spend
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +72,7 @@ async def test_the_first_job_of_an_accepted_duplicate_risk_is_settled_naming_the
     assert (entry.entry_type, entry.task_id, entry.attempt_no) == ("ADJUSTMENT", task.id, 1)
     assert entry.amount == Decimal(str(job["usage"]["cost"]))
     assert "attempt 1, whose duplicate risk was accepted" in entry.note
+    assert _wasted(stack, task.import_id)["duplicate"] == entry.amount  # a second job: a real duplicate
 
 
 async def test_a_success_after_canceled_is_an_orphan_output_with_its_cost_booked(stack, tmp_path):
@@ -175,3 +179,55 @@ async def test_a_task_charged_for_two_attempts_agrees_with_the_provider_job_by_j
 
     assert [f for f in report["findings"] if f["job_id"] in jobs and f["booked"]] == []
     assert [e for j in jobs for e in adjustments_of(stack, j)] == []
+
+
+def _wasted(stack, import_id: str) -> dict[str, Decimal]:
+    with Database(stack.database_url).transaction() as session:
+        return import_spend(session, [import_id])[import_id].wasted
+
+
+async def test_a_backstop_correction_of_a_tasks_own_job_is_not_duplicate_waste(stack, tmp_path):
+    """Issue 44, also seen: the backstop's ADJUSTMENT for a task's own job carries the job id, and
+    spend counted every ADJUSTMENT with a job id as a duplicate job. The provider charged a SUCCEEDED
+    task's only job more than the workflow settled: the difference is what the task cost, not waste;
+    for a task that ended CANCELED the same correction is waste of the cancelled run, not a duplicate.
+    The running totals and the recount (`ledger check`'s import_totals_drift) agree."""
+    outcomes = {}
+    for status, attempt_state in ((TaskStatus.SUCCEEDED, "SUCCEEDED"), (TaskStatus.CANCELED, "CANCELED")):
+        key = f"own-{uuid.uuid4().hex}-a1"
+        job = sim_job(stack, key)
+        (tmp_path / status.value).mkdir()
+        task = ended_task(stack, tmp_path / status.value, status, job["id"], key, attempt_state)
+        settled = (Decimal(str(job["usage"]["cost"])) / 2).quantize(Decimal("0.000001"))
+        with Database(stack.database_url).transaction() as session:
+            for kind in ("RESERVE", "SETTLE"):
+                session.add(CreditEntry(tenant_id=task.tenant_id, task_id=task.id, entry_type=kind, amount=settled,
+                                        business_key=f"{kind.lower()}:{task.id}", attempt_no=1, run_no=1))
+        outcomes[status] = (task, job, settled)
+    await reconcile_until_settled()
+
+    for status, cause in ((TaskStatus.SUCCEEDED, None), (TaskStatus.CANCELED, "cancelled")):
+        task, job, settled = outcomes[status]
+        [entry] = [e for e in adjustments_of(stack, job["id"]) if e.entry_type == "ADJUSTMENT"]
+        assert entry.amount == Decimal(str(job["usage"]["cost"])) - settled, entry.note
+        wasted = _wasted(stack, task.import_id)
+        assert wasted["duplicate"] == 0, (status, wasted)
+        assert wasted == {c: (settled + entry.amount if c == cause else Decimal(0)) for c in wasted}, (status, wasted)
+        await _no_drift(task.import_id)
+
+    # migration 0020 recounts rows booked under the old rule both ways (the stack is at head)
+    task, _, _ = outcomes[TaskStatus.SUCCEEDED]
+    command.downgrade(alembic_config(stack.database_url), "0019")
+    try:
+        assert _wasted(stack, task.import_id)["duplicate"] > 0  # the old rule, as it was
+    finally:
+        upgrade(stack.database_url)
+    assert _wasted(stack, task.import_id)["duplicate"] == 0
+    await _no_drift(task.import_id)
+
+
+async def _no_drift(import_id: str) -> None:
+    check = await run_cli_async("ledger", "check", import_id, "--skip-storage", "--json")
+    rules = {r["rule"]: r for r in check.json["rules"]}
+    for rule in ("import_totals_drift", "totals_drift"):
+        assert rules[rule]["checked"] and not rules[rule]["violations"], rules[rule]

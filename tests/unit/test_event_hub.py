@@ -1,7 +1,8 @@
 """The gateway's one feed handing events to its streams (gateway/event_hub.py), on scripted reads of
 the feed instead of Postgres: each stream gets its tenant's events that it wants, with the cursors a
-stream's own read would have made; a stream whose position is ahead of the feed's gets only what its
-snapshot does not show, until a batch covers it; a stream whose queue is full is ended as slow."""
+stream's own read would have made, sealed for its tenant; a stream whose position is ahead of the
+feed's gets only what its snapshot does not show, until a batch covers it; a stream whose queue is
+full is ended as slow."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import pytest
 
 from gateway import event_hub
 from gateway.event_hub import QUEUE_MAX, EventHub, Stream
+from gateway.event_ids import EventIds
 from gateway.tenancy import Principal
 from schema.event_feed import Cursor, LiveEvent
+
+IDS = EventIds(b"k" * 32)
 
 
 def _event(event_id: int, xid: int, tenant: str = "t1", task: str = "task-a", imports: tuple[str, ...] = ("imp",)
@@ -25,7 +29,9 @@ def _stream(tenant: str = "t1", task: str | None = None, import_id: str | None =
 
 
 def _ids(stream: Stream) -> list[str]:
-    return [chunk.split(b"\n")[0].decode().removeprefix("id: ") for chunk in stream.queue]
+    """The cursors of the ids the stream was sent, each opened for the stream's tenant."""
+    return [IDS.open(stream.tenant_id, chunk.split(b"\n")[0].decode().removeprefix("id: ")).encode()
+            for chunk in stream.queue]
 
 
 class _Drained(Stream):
@@ -49,7 +55,7 @@ def feed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[LiveEvent], Cursor]
 
 def test_each_stream_gets_what_it_wants_with_the_feed_s_cursors(feed) -> None:  # noqa: ANN001
     async def run() -> tuple[Stream, ...]:
-        hub = EventHub(db=None)  # type: ignore[arg-type]
+        hub = EventHub(db=None, ids=IDS)  # type: ignore[arg-type]
         streams = (_stream(), _stream(task="task-b"), _stream(import_id="imp"), _stream("t2"))
         for stream in streams:
             assert (await hub.join(stream, Cursor(seen="1:1:"))).text == "10:10:"
@@ -71,7 +77,7 @@ def test_each_stream_gets_what_it_wants_with_the_feed_s_cursors(feed) -> None:  
 
 def test_a_stream_ahead_of_the_feed_gets_only_what_its_snapshot_does_not_show(feed) -> None:  # noqa: ANN001
     async def run() -> Stream:
-        hub = EventHub(db=None)  # type: ignore[arg-type]
+        hub = EventHub(db=None, ids=IDS)  # type: ignore[arg-type]
         ahead = _stream()
         await hub.join(ahead, Cursor(seen="11:13:11"))  # shows 10 and 12, not 11: later than 10:10:
         assert ahead.own is not None
@@ -90,7 +96,7 @@ def test_a_stream_ahead_of_the_feed_gets_only_what_its_snapshot_does_not_show(fe
 
 def test_a_stream_whose_queue_is_full_is_ended_as_slow(feed) -> None:  # noqa: ANN001
     async def run() -> tuple[Stream, Stream]:
-        hub = EventHub(db=None)  # type: ignore[arg-type]
+        hub = EventHub(db=None, ids=IDS)  # type: ignore[arg-type]
         slow, reading = _stream(), _Drained(Principal(tenant_id="t1", key_id="key-t1"), None, None)
         for stream in (slow, reading):
             await hub.join(stream, Cursor(seen="1:1:"))
