@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from adapters.providers.http import retry_after, retryable_status
 from contracts.moderation import (
-    Evidence,
     FramesSubject,
     ImageSubject,
     Judgement,
@@ -38,15 +37,10 @@ from contracts.moderation import (
     Verdict,
     most_severe,
 )
+from moderation.http import scrub, send_capped
+from moderation.verdicts import Scored, Threshold, category_verdict, judgement_of
 
 DATA_URI_MAX_BYTES = 20 * 1024 * 1024  # the API's limit on one image part
-
-
-class Threshold(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    review: float = Field(ge=0, le=1)
-    block: float = Field(ge=0, le=1)
 
 
 DEFAULT_THRESHOLD = Threshold(review=0.5, block=0.8)
@@ -135,12 +129,10 @@ class OpenAIModerator:
 
     def _moderate(self, payload: str | list[dict[str, Any]]) -> ModerationResponse:
         body = json.dumps({"model": self.config.model, "input": payload}).encode()
-        try:
-            with self._client.stream("POST", "/v1/moderations", content=body,
-                                     headers={"Content-Type": "application/json"}) as resp:
-                raw = self._read_capped(resp)
-        except httpx.TransportError as exc:
-            raise ModeratorError(self._scrub(f"openai moderation: {exc!r}"), retryable=True) from exc
+        request = self._client.build_request("POST", "/v1/moderations", content=body,
+                                             headers={"Content-Type": "application/json"})
+        resp, raw = send_capped(self._client, request, self.config.max_response_bytes, "openai moderation",
+                                self._scrub)
         if resp.is_error:
             raise ModeratorError(self._scrub(f"openai moderation: HTTP {resp.status_code} {_error_text(raw)}"),
                                  retryable=retryable_status(resp.status_code),
@@ -150,53 +142,29 @@ class OpenAIModerator:
         except ValidationError as exc:
             raise ModeratorError(f"openai moderation: unreadable answer: {exc.errors()[:2]}", retryable=False) from exc
 
-    def _read_capped(self, resp: httpx.Response) -> bytes:
-        cap = self.config.max_response_bytes
-        chunks, size = [], 0
-        for chunk in resp.iter_bytes():
-            size += len(chunk)
-            if size > cap:
-                raise ModeratorError(f"openai moderation: answer over {cap} bytes", retryable=False)
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     def _judgement(self, kind: str, answers: list[tuple[float | None, ModerationResponse]],
                    latency_ms: float) -> Judgement:
-        scores: dict[str, float] = {}
-        verdicts: dict[str, Verdict] = {}
-        flagged_frames: list[float] = []
+        scored: list[Scored] = []
         applied: dict[str, set[str]] = {}
         for at_s, answer in answers:
-            frame_verdicts = []
+            frame = Scored(at_s=at_s)
             for result in answer.results:
                 for category, score in result.category_scores.items():
-                    scores[category] = max(scores.get(category, 0.0), score)
+                    frame.scores[category] = max(frame.scores.get(category, 0.0), score)
                     verdict = self._category_verdict(category, score, result.categories.get(category, False))
                     if verdict is not Verdict.ALLOW:
-                        verdicts[category] = most_severe([verdict, verdicts.get(category, Verdict.ALLOW)])
+                        frame.verdicts[category] = most_severe([verdict, frame.verdicts.get(category, verdict)])
                         types = result.category_applied_input_types.get(category, [])
                         applied.setdefault(category, set()).update(types)
-                        frame_verdicts.append(verdict)
-            if at_s is not None and frame_verdicts:
-                flagged_frames.append(at_s)
+            scored.append(frame)
         note = "; ".join(f"{c}: {', '.join(sorted(t))}" for c, t in sorted(applied.items()) if t) or None
-        return Judgement(
-            verdict=most_severe(verdicts.values()), moderator=self.name, model_version=answers[0][1].model,
-            subject_kind=kind, categories=tuple(sorted(verdicts)), scores=scores,
-            evidence=Evidence(frames_s=tuple(flagged_frames), note=note), latency_ms=latency_ms,
-        )
+        return judgement_of(self.name, answers[0][1].model, kind, scored, latency_ms, note)
 
     def _category_verdict(self, category: str, score: float, marked: bool) -> Verdict:
-        limits = self.thresholds.get(category, DEFAULT_THRESHOLD)
-        if score >= limits.block:
-            return Verdict.BLOCK
-        if score >= limits.review or marked:
-            return Verdict.REVIEW
-        return Verdict.ALLOW
+        return category_verdict(score, self.thresholds.get(category, DEFAULT_THRESHOLD), marked=marked)
 
     def _scrub(self, text: str) -> str:
-        key = self.config.api_key.get_secret_value()
-        return text.replace(key, "***") if len(key) >= 4 else text
+        return scrub(text, self.config.api_key.get_secret_value())
 
 
 def _error_text(raw: bytes) -> str:

