@@ -113,14 +113,22 @@ class EventStream(StreamingResponse):
             while stream.ended is None:
                 if not stream.queue:
                     stream.wake.clear()
-                    await stream.wake.wait()
+                    stream.parked = send  # the ticker writes its keep-alives meanwhile
+                    try:
+                        await stream.wake.wait()
+                    finally:
+                        stream.parked = None
                     continue
+                await stream.keepalive_done()  # the ticker's keep-alive goes out first
                 chunk = b"".join(stream.queue)
                 stream.queue.clear()
                 await self._write(send, chunk)
+            await stream.keepalive_done()
             if stream.ended in ("expired", "revoked", "shutdown"):
                 await self._write(send, b"", more=False)
         finally:
+            if stream.keepalive is not None:
+                stream.keepalive.cancel()
             listener.cancel()
             hub.leave(stream)
             await run_in_threadpool(hub.leases.give_back, stream.tenant_id)

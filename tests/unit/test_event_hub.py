@@ -108,3 +108,76 @@ def test_a_stream_whose_queue_is_full_is_ended_as_slow(feed) -> None:  # noqa: A
     slow, reading = asyncio.run(run())
     assert slow.ended == "slow" and len(slow.queue) == QUEUE_MAX
     assert reading.ended is None
+
+
+async def _open(hub: EventHub, send):  # noqa: ANN001, ANN202
+    """One `GET /v1/events` answer on the hub, its task parked once its catch-up is done."""
+    from gateway.v1.events import EventStream
+
+    hub.leases.give_back = lambda tenant_id: None  # type: ignore[method-assign]
+    hub.leases.renew = lambda: None  # type: ignore[method-assign]
+    hub._revoked = lambda key_ids, sessions: set()  # type: ignore[method-assign]
+    stream = _stream()
+    gone = asyncio.Event()
+
+    async def receive() -> dict:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    answer = EventStream(hub, stream, Cursor(seen="10:10:"), media_type="text/event-stream")
+    task = asyncio.get_running_loop().create_task(answer({"type": "http"}, receive, send))
+    while stream.parked is None and not task.done():
+        await asyncio.sleep(0)
+    return stream, task, gone
+
+
+def test_the_ticker_writes_a_quiet_stream_s_keep_alive_without_waking_its_task(feed) -> None:  # noqa: ANN001
+    """A parked stream's keep-alive is the ticker's write (its task, asleep, makes no new objects
+    that would live until the next keep-alive); an event after it is written after it."""
+    async def run() -> list[tuple[bytes, bool]]:
+        hub = EventHub(db=None, ids=IDS)  # type: ignore[arg-type]
+        written: list[tuple[bytes, asyncio.Task | None]] = []
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.body":
+                written.append((message["body"], asyncio.current_task()))
+
+        stream, task, gone = await _open(hub, send)
+        stream.last_put -= event_hub.KEEPALIVE_S
+        waiter = stream.wake._waiters[0]  # the parked task's wait
+        await hub._tick()
+        await asyncio.sleep(0)
+        assert stream.wake._waiters[0] is waiter and stream.parked is not None  # still the same wait
+        stream.put(b"id: 1\nevent: state\ndata: {}\n\n")
+        await asyncio.sleep(0.01)
+        gone.set()
+        await task
+        return [(body, writer is task) for body, writer in written]
+
+    written = asyncio.run(run())
+    assert [(body.split(b"\n")[1], by_stream) for body, by_stream in written] == [
+        (b"", True), (b": keep-alive", False), (b"event: state", True)]  # retry:, the ticker's, the event
+
+
+def test_a_keep_alive_the_client_does_not_take_ends_the_stream_as_slow(feed, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(event_hub, "SEND_TIMEOUT_S", 0.0)
+
+    async def run() -> Stream:
+        hub = EventHub(db=None, ids=IDS)  # type: ignore[arg-type]
+        stalled = asyncio.Event()
+
+        async def send(message: dict) -> None:
+            if message.get("body", b"").startswith(b"id: "):
+                await stalled.wait()  # the client's socket is full
+
+        stream, task, _ = await _open(hub, send)
+        stream.last_put -= event_hub.KEEPALIVE_S
+        await hub._tick()  # the keep-alive's write starts and waits
+        await asyncio.sleep(0)
+        assert stream.keepalive is not None and stream.ended is None
+        await hub._tick()  # it waited SEND_TIMEOUT_S: the stream ends, its write given up
+        await asyncio.wait_for(task, 5)
+        assert stream.keepalive is None
+        return stream
+
+    assert asyncio.run(run()).ended == "slow"
