@@ -11,6 +11,7 @@ whose job was made), on every provider or (`failing_on`) on one. With `routes` e
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
@@ -117,6 +118,10 @@ class Fleet:
     sent_under: list[tuple[str, str, str | None, BreakerMode]] = field(default_factory=list)
     routed: list[tuple[str, datetime, bool]] = field(default_factory=list)  # (task, when, take) of choose_route
     breaker: BreakerPolicy | None = None  # the provider gate's breaker policy (None: the defaults)
+    # a look reuses a gate's snapshot this many wall seconds (0: it queries the gate every time); bench/
+    # long_wait_bench.py's thousand waiting tasks would otherwise query each gate a thousand times at once
+    snapshot_reuse_s: float = 0.0
+    snapshots: dict[str, tuple[float, GateSnapshot]] = field(default_factory=dict)
     submits: list[tuple[str, datetime, str]] = field(default_factory=list)  # (task, when, "accepted" or failure)
     reconciled: list[tuple[str, datetime]] = field(default_factory=list)  # (task, when)
     followed: list[tuple[str, str, datetime]] = field(default_factory=list)  # ("poll_job" or "cancel_job", job, when)
@@ -219,6 +224,14 @@ class Fleet:
             return SubmitActivityResult(outcome=SubmitOutcome.ACCEPTED, job_id=job_id, webhooks=fleet.webhooks)
 
         async def breaker(provider: str) -> GateSnapshot:
+            kept = fleet.snapshots.get(provider)
+            if kept is not None and time.monotonic() - kept[0] < fleet.snapshot_reuse_s:
+                return kept[1]
+            snap = await gate_snapshot(provider)
+            fleet.snapshots[provider] = (time.monotonic(), snap)
+            return snap
+
+        async def gate_snapshot(provider: str) -> GateSnapshot:
             try:
                 return await fleet.client.get_workflow_handle(api.gate_id(provider, activity.info().task_queue)).query(
                     api.QUERY_GATE_SNAPSHOT, result_type=GateSnapshot)
