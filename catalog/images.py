@@ -51,6 +51,8 @@ class ImageOutcome(BaseModel):
     sha256: str | None = None  # of the bytes; None when the image could not be read
     size: int = 0
     content_type: str | None = None
+    width: int | None = None  # pixels of the stored (normalised) image
+    height: int | None = None
     key: str | None = None  # object key when stored
     error: str | None = None  # a sentence for the report: why the image could not be used
     invalid: bool = False  # the image itself is unusable (not an image, too large, path refused): row invalid
@@ -136,7 +138,7 @@ def record_image_asset(session, bucket: str, tenant: str, image: ImageOutcome) -
     return record_asset(
         session, business_key=image_business_key(tenant, image.sha256), tenant_id=tenant, kind="INPUT_IMAGE",
         bucket=bucket, key=image.key, size=image.size, sha256=image.sha256, mime=image.content_type,
-        meta={"source": image.source},
+        width=image.width, height=image.height, meta={"source": image.source},
     )
 
 
@@ -176,7 +178,9 @@ class ImageResolver:
         except ImageRejected as exc:
             return ImageOutcome(source=source, error=str(exc), invalid=True)
         sha = hashlib.sha256(data).hexdigest()
-        out = ImageOutcome(source=source, sha256=sha, size=len(data), content_type=content_type)
+        width, height = image_size(data)
+        out = ImageOutcome(source=source, sha256=sha, size=len(data), content_type=content_type, width=width,
+                           height=height)
         if self.storage is not None:
             out.key = self.storage.put_bytes(image_key(self.tenant, sha, content_type), data, content_type).key
         return out

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from adapters.fetcher import FetchFailed, FetchRefused
-from catalog.images import MAX_IMAGE_PIXELS, RETRIES, ImageResolver, image_fetcher, normalised_image
+from catalog.images import MAX_IMAGE_PIXELS, RETRIES, ImageResolver, image_fetcher, image_size, normalised_image
 from config.settings import Settings
 
 
@@ -84,7 +84,9 @@ def test_local_images_are_read_next_to_the_catalog_only(tmp_path: Path):
     (tmp_path / "img" / "a.png").write_bytes(PNG)
     (tmp_path.parent / "secret.png").write_bytes(PNG)
     resolver = ImageResolver(CountingFetcher(dns_down), None, "t", tmp_path)
-    assert resolver.resolve("img/a.png").sha256 == hashlib.sha256(normalised_image(PNG)[0]).hexdigest()
+    image = resolver.resolve("img/a.png")
+    assert image.sha256 == hashlib.sha256(normalised_image(PNG)[0]).hexdigest()
+    assert (image.width, image.height) == image_size(normalised_image(PNG)[0]) and image.width > 0  # the asset's size
     outside = resolver.resolve("../secret.png")
     assert outside.invalid and "inside the catalog's folder" in outside.error
     missing = resolver.resolve("img/missing.png")
