@@ -28,7 +28,10 @@ UPDATE tasks SET status = CASE WHEN product_ref % 5 = 0 THEN 'FAILED_FINAL' ELSE
 """
 _LEDGER = """
 INSERT INTO credit_ledger (tenant_id, task_id, entry_type, amount, business_key, attempt_no, provider_job_id, run_no)
-SELECT t.tenant_id, t.id, e.kind, e.amount, t.id || '/' || e.kind || '/bench', 1, e.job, 1
+SELECT t.tenant_id, t.id, e.kind, e.amount,
+       CASE WHEN e.job IS NULL THEN t.id || '/' || e.kind || '/bench'
+            ELSE 'adjustment:' || t.id || ':job:' || e.job END,  -- a stray's key (schema/strays.py)
+       1, e.job, 1
   FROM tasks t CROSS JOIN LATERAL (VALUES
        ('RESERVE', t.estimated_cost, NULL),
        (CASE WHEN t.status = 'SUCCEEDED' THEN 'SETTLE' ELSE 'RELEASE' END, t.estimated_cost, NULL),

@@ -44,9 +44,12 @@ def _walk(db: Database, task_id: str, events: list[E], **updates) -> None:  # no
 
 
 def _book(db: Database, task, kind: str, amount: str, run_no: int = 1, **kw) -> None:  # noqa: ANN001, ANN003
+    """A ledger row; one with a job id is a stray's, under the key strays are booked with (schema/strays.py)."""
+    job = kw.get("provider_job_id")
+    key = f"adjustment:{task.id}:job:{job}" if job else f"{kind}:{task.id}:{uuid.uuid4().hex}"
     with db.transaction() as session:
         session.add(CreditEntry(tenant_id=task.tenant_id, task_id=task.id, entry_type=kind, amount=Decimal(amount),
-                                business_key=f"{kind}:{task.id}:{uuid.uuid4().hex}", run_no=run_no, **kw))
+                                business_key=key, run_no=run_no, **kw))
 
 
 def _check(db: Database, task) -> None:  # noqa: ANN001
