@@ -1,25 +1,21 @@
 """Images as the moderators that take bytes see them (Rekognition, the local classifier): a subject's
-data URIs decoded, all checked against the caps before any is judged, so a frame list with one bad
-frame sends nothing. An https URL is not fetched here: those moderators judge bytes we hold."""
+data URIs decoded, all checked against the caps and for their format (JPEG or PNG, by the magic
+number: catalog/images.py `image_format`) before any is judged, so a frame list with one bad frame
+sends nothing. An https URL is not fetched here: those moderators judge bytes we hold."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 
+from catalog.images import image_format
 from contracts.moderation import FramesSubject, ImageSubject, ModeratorError
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-JPEG_MAGIC = b"\xff\xd8\xff"
+JUDGED_FORMATS = frozenset({"JPEG", "PNG"})  # what every moderator that takes bytes reads
 
 
-def image_format(data: bytes) -> str | None:
-    """`png` or `jpeg` from the first bytes; None for anything else."""
-    if data.startswith(PNG_MAGIC):
-        return "png"
-    if data.startswith(JPEG_MAGIC):
-        return "jpeg"
-    return None
+def jpeg_or_png(data: bytes) -> bool:
+    return image_format(data) in JUDGED_FORMATS
 
 
 def data_uri_bytes(url: str, max_bytes: int, who: str) -> bytes:
@@ -42,7 +38,12 @@ def data_uri_bytes(url: str, max_bytes: int, who: str) -> bytes:
 
 def subject_images(subject: ImageSubject | FramesSubject, max_bytes: int,
                    who: str) -> list[tuple[float | None, bytes]]:
-    """(frame time or None, bytes) for each image of the subject, every one decoded and capped first."""
-    if isinstance(subject, ImageSubject):
-        return [(None, data_uri_bytes(subject.url, max_bytes, who))]
-    return [(frame.at_s, data_uri_bytes(frame.url, max_bytes, who)) for frame in subject.frames]
+    """(frame time or None, bytes) for each image of the subject, every one decoded, capped and found
+    JPEG or PNG first."""
+    urls = [(None, subject.url)] if isinstance(subject, ImageSubject) else [(f.at_s, f.url) for f in subject.frames]
+    images = [(at_s, data_uri_bytes(url, max_bytes, who)) for at_s, url in urls]
+    for at_s, data in images:
+        if not jpeg_or_png(data):
+            where = "" if at_s is None else f" (frame at {at_s:g} s)"
+            raise ModeratorError(f"{who}: only JPEG or PNG{where}", retryable=False)
+    return images

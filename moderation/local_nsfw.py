@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from catalog.images import MAX_IMAGE_PIXELS
 from contracts.moderation import FramesSubject, ImageSubject, Judgement, ModeratorError, TextSubject, Verdict
-from moderation.images import image_format, subject_images
+from moderation.images import subject_images
 from moderation.verdicts import Scored, Threshold, category_verdict, judgement_of
 
 if TYPE_CHECKING:
@@ -104,8 +104,6 @@ class LocalNsfwModerator:
 
     def _checked_size(self, at_s: float | None, data: bytes) -> None:
         where = "" if at_s is None else f" (frame at {at_s:g} s)"
-        if image_format(data) is None:
-            raise ModeratorError(f"{WHO}: only JPEG or PNG{where}", retryable=False)
         try:
             with Image.open(BytesIO(data)) as image:
                 width, height = image.size

@@ -30,7 +30,7 @@ from adapters.aws_sigv4 import Credentials, sign_request
 from adapters.providers.http import EMULATED_API_KEY, EMULATED_AWS_ACCESS_KEY_ID, retryable_status
 from contracts.moderation import FramesSubject, ImageSubject, Judgement, ModeratorError, TextSubject, Verdict
 from moderation.http import scrub, send_capped
-from moderation.images import image_format, subject_images
+from moderation.images import subject_images
 from moderation.verdicts import Scored, Threshold, category_verdict, judgement_of
 
 SERVICE = "rekognition"
@@ -128,11 +128,7 @@ class RekognitionModerator:
         if not (self.config.access_key_id and self.config.secret_access_key.get_secret_value()):
             raise ModeratorError(f"{WHO}: no AWS credentials configured", retryable=False)
         started = time.perf_counter()
-        images = subject_images(subject, self.config.max_image_bytes, WHO)
-        for at_s, data in images:  # all checked before any is sent
-            if image_format(data) is None:
-                where = "" if at_s is None else f" (frame at {at_s:g} s)"
-                raise ModeratorError(f"{WHO}: only JPEG or PNG{where}", retryable=False)
+        images = subject_images(subject, self.config.max_image_bytes, WHO)  # all checked before any is sent
         answers = [(at_s, self._detect(data)) for at_s, data in images]
         return judgement_of(self.name, answers[0][1].ModerationModelVersion, subject.kind,
                             [self._scored(at_s, answer) for at_s, answer in answers],

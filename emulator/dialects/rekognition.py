@@ -37,7 +37,7 @@ from adapters.providers.http import EMULATED_API_KEY, EMULATED_AWS_ACCESS_KEY_ID
 from emulator.dialects import DialectError
 from emulator.engine import Engine, EngineRefusal
 from emulator.flag_marker import UnreadableImage, image_carries_marker
-from moderation.images import image_format
+from moderation.images import jpeg_or_png
 
 PREFIX = "rekognition"
 TARGET = "RekognitionService.DetectModerationLabels"
@@ -106,7 +106,7 @@ def _image_bytes(image: ImageIn) -> bytes:
         raise _error(400, "InvalidParameterException", "Image.Bytes is not valid base64.") from None
     if len(data) > IMAGE_BYTES_MAX:
         raise _error(400, "ImageTooLargeException", "Image size is too large.")
-    if image_format(data) is None:
+    if not jpeg_or_png(data):
         raise _error(400, "InvalidImageFormatException", "Request has unsupported image format.")
     return data
 
