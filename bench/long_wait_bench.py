@@ -15,27 +15,17 @@ import asyncio
 import statistics
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "workflow"))
 
 from fleet_fakes import PROVIDER, Fleet, running_fleet  # noqa: E402
-from server_clock import skip, time_skipping_server  # noqa: E402
+from histories import history_lengths  # noqa: E402
+from server_clock import skip, skip_hours, time_skipping_server  # noqa: E402
 
 from contracts.routing import Route  # noqa: E402
 
 START_BATCH = 50  # workflows started at once (the test server takes a burst of starts better in batches)
-
-
-async def lengths(handles) -> list[int]:  # noqa: ANN001 - WorkflowHandle
-    return [(await h.describe()).raw_description.workflow_execution_info.history_length for h in handles]
-
-
-async def skip_hours(env, hours: float, step_s: float) -> None:  # noqa: ANN001 - WorkflowEnvironment
-    end = await env.get_current_time() + timedelta(hours=hours)
-    while await env.get_current_time() < end:
-        await skip(env, step_s)
 
 
 async def run(tasks: int, hours: float, step_s: float) -> None:
@@ -54,12 +44,12 @@ async def run(tasks: int, hours: float, step_s: float) -> None:
                 await skip(env, 2)
             await skip(env, 300)
             print(f"{len(handles)} tasks waiting after {time.perf_counter() - began:.0f} s", flush=True)
-            start = await lengths(handles)
-            await skip_hours(env, 1.0, step_s)
-            middle = await lengths(handles)
+            start = await history_lengths(handles)
+            await skip_hours(env, 1.0, step_s=step_s)
+            middle = await history_lengths(handles)
             print(f"first hour done after {time.perf_counter() - began:.0f} s", flush=True)
-            await skip_hours(env, hours - 1.0, step_s)
-            end = await lengths(handles)
+            await skip_hours(env, hours - 1.0, step_s=step_s)
+            end = await history_lengths(handles)
         first = [b - a for a, b in zip(start, middle, strict=True)]
         after = [(b - a) / (hours - 1.0) for a, b in zip(middle, end, strict=True)]
         looks = sum(1 for _, _, take in fleet.routed if not take)

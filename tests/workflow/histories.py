@@ -141,3 +141,8 @@ def keep_history(history: WorkflowHistory, patch: str, name: str) -> Path | None
 async def record(handle: WorkflowHandle, patch: str, name: str) -> Path | None:
     """With `REELQUEUE_RECORD_HISTORIES=1`, keep the history of `handle`'s run (`keep_history`)."""
     return keep_history(await handle.fetch_history(), patch, name) if RECORD else None
+
+
+async def history_lengths(handles: Iterable[WorkflowHandle]) -> list[int]:
+    """How many events each handle's run has now (what a long wait grows)."""
+    return [(await h.describe()).raw_description.workflow_execution_info.history_length for h in handles]

@@ -58,6 +58,14 @@ async def skip(env: WorkflowEnvironment, seconds: float, *, rpc_timeout_s: float
                                                                   timeout=timedelta(seconds=rpc_timeout_s))
 
 
+async def skip_hours(env: WorkflowEnvironment, hours: float, *, step_s: float = 600.0) -> None:
+    """`hours` of the server's time, `step_s` at a time: one long skip outlasts its call's deadline,
+    and a busy server skips less than asked."""
+    end = await env.get_current_time() + timedelta(hours=hours)
+    while await env.get_current_time() < end:
+        await skip(env, step_s)
+
+
 async def clock_skips(env: WorkflowEnvironment, *, within_s: float = 60.0) -> bool:
     """Whether an hour of the server's time passes at once, as it does when no lock is left held
     (at once: within seconds on a quiet machine, and within a minute at a load of 14 on 2 cores,

@@ -11,10 +11,10 @@ the server's 51,200-event limit. The gates and their breakers are the real ones.
 from __future__ import annotations
 
 import contextlib
-from datetime import timedelta
 
 from fleet_fakes import PROVIDER, Fleet, FleetRun, running_fleet
-from histories import record
+from histories import history_lengths, record
+from server_clock import skip_hours
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -33,17 +33,6 @@ FIRST_HOUR_EVENTS = 100  # route-look-v1: a waiting task's first hour at a healt
 # long-wait-spacing-v1, after the first hour: three looks (6 events each) and a re-ask (5) every 40 minutes with
 # fallbacks, a re-ask (10) every 30 without: ~26 and ~20 an hour; at 32 an hour a 720-hour wait makes < 23,100
 LONG_WAIT_EVENTS_PER_HOUR = 32
-
-
-async def history_lengths(handles: list[WorkflowHandle]) -> list[int]:
-    return [(await h.describe()).raw_description.workflow_execution_info.history_length for h in handles]
-
-
-async def skip_hours(env: WorkflowEnvironment, hours: float) -> None:
-    """A little at a time: a long skip outlasts its call's deadline, and a busy server skips less than asked."""
-    end = await env.get_current_time() + timedelta(hours=hours)
-    while await env.get_current_time() < end:
-        await env.sleep(600)
 
 
 async def waiting_behind_one_job(env: WorkflowEnvironment, fleet: Fleet, run: FleetRun,
