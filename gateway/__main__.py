@@ -43,7 +43,9 @@ class _Server(uvicorn.Server):
     """uvicorn waits for open responses at shutdown: the event streams are ended first."""
 
     async def shutdown(self, sockets: Any = None) -> None:  # noqa: ANN401 - uvicorn's sockets
-        hub = getattr(self.config.app.state, "event_hub", None)
+        state = self.config.app.state
+        state.events_stopping = True  # a stream asked for from now on is refused (503), not held
+        hub = getattr(state, "event_hub", None)
         if hub is not None:
             hub.end_all("shutdown")
         await super().shutdown(sockets)

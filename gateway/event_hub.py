@@ -200,6 +200,7 @@ class EventHub:
         self._feed: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._renewed = 0.0
+        self._stopping: str | None = None  # why every stream ends (end_all), for those that join later
 
     @property
     def streams(self) -> int:
@@ -210,6 +211,8 @@ class EventHub:
         then takes the feed's events). A stream whose position is later than the feed's (it comes
         from a gateway ahead of this one) keeps its own until the feed passes it."""
         async with self._lock:
+            if self._stopping is not None:
+                stream.end(self._stopping)
             if self._seen is None:
                 self._seen = Snapshot.of(await _in_thread(self._now))
                 self._cursor = Cursor(seen=self._seen.text)
@@ -236,7 +239,9 @@ class EventHub:
         EVENT_STREAMS.dec()
 
     def end_all(self, why: str) -> None:
-        """Ends every stream (the process is stopping): each client resumes on another gateway."""
+        """Ends every stream (the process is stopping): each client resumes on another gateway. A stream
+        still on its way in (its lease taken, its join waiting) ends as it joins."""
+        self._stopping = why
         for streams in self._by_tenant.values():
             for stream in streams:
                 stream.end(why)

@@ -75,6 +75,9 @@ async def events(
         page, after, _ = await run_in_threadpool(_read, deps.db, principal.key_id, tenant, start, task_id, import_id)
         return EventPage(events=[e.model_copy(update={"id": ids.seal(tenant, e.id)}) for e in page],
                          last_event_id=ids.seal(tenant, after.encode()))
+    if getattr(request.app.state, "events_stopping", False):  # gateway/__main__.py: SIGTERM
+        raise ProblemError(503, "this gateway is stopping; open the stream again", slug="stopping",
+                           headers={"Retry-After": str(RETRY_MS // 1000 or 1)})
     hub = hub_of(request.app, deps.db, ids)
     cap = deps.api.max_streams_per_tenant
     if not await run_in_threadpool(hub.leases.take, tenant, cap):

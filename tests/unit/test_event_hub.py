@@ -181,3 +181,18 @@ def test_a_keep_alive_the_client_does_not_take_ends_the_stream_as_slow(feed, mon
         return stream
 
     assert asyncio.run(run()).ended == "slow"
+
+
+def test_a_stream_that_joins_once_the_gateway_is_stopping_ends_at_once(feed) -> None:  # noqa: ANN001
+    """SIGTERM between a stream's lease and its join (its first write, or the feed's first read, still
+    under way) found no stream to end: the stream then joined and uvicorn waited for it for ever."""
+    async def run() -> tuple[Stream, Stream]:
+        hub = EventHub(db=None, ids=IDS)  # type: ignore[arg-type]
+        joined, late = _stream(), _stream()
+        await hub.join(joined, Cursor(seen="1:1:"))
+        hub.end_all("shutdown")
+        await hub.join(late, Cursor(seen="1:1:"))
+        return joined, late
+
+    joined, late = asyncio.run(run())
+    assert (joined.ended, late.ended) == ("shutdown", "shutdown")

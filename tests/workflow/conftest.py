@@ -7,16 +7,23 @@ refused, "Completed workflow"), and from then on every timer of every later test
 time. So a test's leftovers are terminated only between tasks (`terminate_between_tasks`), and
 after each test the clock is checked: a test that stalled it fails, and the later tests get a
 fresh server.
+
+The server has one defect of its own we cannot avoid: now and then, under load, it refuses the
+completion of a gate's workflow task that accepts an update ("invalid history builder state for
+action", then "Already accepted update" on every retry), and that gate never answers again. A
+test it strikes (the message is in the SDK's log during the test) runs once more on a fresh
+server; any other failure, or the defect twice, fails as it is (`ServerUpdateDefect`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +45,50 @@ from workflows.provider_gate import ProviderGateWorkflow
 SINGLE_BATCH = _WorkflowLogicFlag.PROCESS_WORKFLOW_ACTIVATION_JOBS_AS_SINGLE_BATCH
 
 
+HERE = Path(__file__).parent
+DEFECT = "invalid history builder state for action"  # the server's own message, never our code's
+
+
+class ServerUpdateDefect(Exception):
+    """The time-skipping server refused a gate's update acceptance during this test (its defect)."""
+
+
+class _DefectSeen(logging.Handler):
+    """Notes the server's defect in the SDK's log while a test runs."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen = self.seen or DEFECT in record.getMessage()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.flaky(reruns=1, only_rerun=[ServerUpdateDefect.__name__]))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[None]:
+    """A test that failed while the server's defect was logged fails as `ServerUpdateDefect`."""
+    handler = _DefectSeen()
+    logging.getLogger("temporalio").addHandler(handler)
+    pyfuncitem.stash[DEFECT_SEEN] = handler
+    try:
+        return (yield)
+    except Exception as exc:
+        if handler.seen:
+            raise ServerUpdateDefect(f"the time-skipping server's update defect ({DEFECT!r}) struck: {exc!r}") from exc
+        raise
+    finally:
+        logging.getLogger("temporalio").removeHandler(handler)
+
+
+DEFECT_SEEN = pytest.StashKey[_DefectSeen]()
+
+
 @pytest.fixture(scope="session")
 async def shared_server() -> AsyncIterator[SharedServer]:
     server = SharedServer()
@@ -53,6 +104,9 @@ async def env(shared_server: SharedServer, request: pytest.FixtureRequest) -> As
     if not await clock_skips(shared_server.env):
         await shared_server.stop()
         await shared_server.start()
+        seen = request.node.stash.get(DEFECT_SEEN, None)
+        if seen is not None and seen.seen:
+            return  # the test failed as ServerUpdateDefect and runs again on the fresh server
         pytest.fail(f"{request.node.nodeid} left the shared time-skipping server's clock stalled (a workflow "
                     "terminated or left open with a task in flight); the next tests get a fresh server")
 
