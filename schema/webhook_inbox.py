@@ -209,7 +209,7 @@ def _status_signaled(session: Session, provider: str, job_id: str, status: str |
 
 
 def _unsignaled(session: Session, row: ProviderEvent) -> _Task | None:
-    """The workflow of an event matched on arrival whose signal never went out (the first delivery
+    """The task and workflow of an event matched on arrival whose signal never went out (the first delivery
     found Temporal unavailable): a retried delivery sends it, unless another event has told the
     workflow the same status meanwhile (or had already, when this one was stored and not sent)."""
     if row.state != EventState.MATCHED.value or row.matched_by not in SIGNALED_ON_ARRIVAL or row.signaled_at:
