@@ -6,6 +6,11 @@ the body at most `max_body_bytes` (413), the adapter verifies the raw body (401 
 transaction closed, the task's workflow is signaled (unless the event is a signed "still waiting",
 which moves nothing: `worth_a_signal`). Answers are quick: nothing is fetched here.
 
+A signed "running" of a run that opted in (schema/quiet_progress.py) is not signaled: in the
+transaction that stores it, the task row is moved SUBMITTED -> RUNNING through the state machine
+(or left as it is when the task is further along). Endings, unsigned hints and runs from before
+are signaled as above.
+
 A success whose workflow has closed, for a task that ended CANCELED, is judged as the provider
 backstop judges a listed job (control/provider_backstop.py): the output is recorded and booked in
 this request.
@@ -34,6 +39,7 @@ from gateway.problems import ProblemError
 from gateway.signals import SignalUnavailable, signal_request_id
 from metrics import WEBHOOK_LAG, WEBHOOKS
 from schema import webhook_inbox as inbox
+from schema.quiet_progress import Quiet, record_running
 from workflows.observations import worth_a_signal
 
 log = logging.getLogger("gateway.webhooks")
@@ -56,26 +62,31 @@ async def receive_webhook(provider: str, request: Request, deps: GatewayDeps = D
         if exc.malformed:
             raise ProblemError(400, exc.reason, slug="malformed-webhook") from None
         raise ProblemError(401, exc.reason, slug="webhook-not-verified") from None
-    receipt = await _store(deps, provider, event, body)
-    log.info("webhook %s %s: %s%s", provider, event.event_id, receipt.state.value,
-             " (duplicate)" if receipt.duplicate else "")
-    WEBHOOKS.labels(provider, "duplicate" if receipt.duplicate else receipt.state.value).inc()
     update = inbox.to_update(event)
-    signal = receipt.workflow_id is not None and worth_a_signal(update)
+    receipt, quiet = await _store(deps, provider, event, update, body)
+    log.info("webhook %s %s: %s%s%s", provider, event.event_id, receipt.state.value,
+             " (duplicate)" if receipt.duplicate else "", "" if quiet is Quiet.SIGNAL else f" ({quiet.value}, quiet)")
+    WEBHOOKS.labels(provider, "duplicate" if receipt.duplicate else receipt.state.value).inc()
+    signal = receipt.workflow_id is not None and worth_a_signal(update) and quiet is Quiet.SIGNAL
     if signal and not await _signal(deps, provider, event, update, receipt.row_id, receipt.workflow_id):
         await _record_late_success(deps, provider, event)
     await _sweep(deps)
     return {"ok": True}
 
 
-def _record(deps: GatewayDeps, provider: str, event: WebhookEvent, body: bytes) -> inbox.Receipt:
+def _record(deps: GatewayDeps, provider: str, event: WebhookEvent, update: ProviderUpdate,
+            body: bytes) -> tuple[inbox.Receipt, Quiet]:
+    """The event stored and, for a run that opted in, its signed running recorded on the task: one
+    short transaction, so the row never moves for an event that was not kept."""
     with deps.db.transaction() as session:
-        return inbox.record_event(session, provider, event, body)
+        receipt = inbox.record_event(session, provider, event, body)
+        return receipt, record_running(session, provider, receipt, update)
 
 
-async def _store(deps: GatewayDeps, provider: str, event: WebhookEvent, body: bytes) -> inbox.Receipt:
+async def _store(deps: GatewayDeps, provider: str, event: WebhookEvent, update: ProviderUpdate,
+                 body: bytes) -> tuple[inbox.Receipt, Quiet]:
     try:
-        return await run_in_threadpool(_record, deps, provider, event, body)
+        return await run_in_threadpool(_record, deps, provider, event, update, body)
     except Exception as exc:  # the class only: a database error's text carries the row (the body)
         log.error("webhook %s %s not stored: %s", provider, event.event_id, type(exc).__name__)
         WEBHOOKS.labels(provider, "unavailable").inc()

@@ -45,12 +45,15 @@ CLAIMED = (MatchedBy.SUBMIT.value, MatchedBy.RECONCILE.value)  # handed to the w
 
 @dataclass(frozen=True)
 class Receipt:
-    """What storing one delivery did; `workflow_id` is set when its workflow is still to be signaled."""
+    """What storing one delivery did; `workflow_id` is set when its workflow is still to be signaled,
+    and then its task (`tenant_id`, `task_id`): the gateway may record the news there instead."""
 
     row_id: int
     state: EventState
     duplicate: bool
     workflow_id: str | None = None
+    tenant_id: str | None = None
+    task_id: str | None = None
 
 
 class OrphanCounts(BaseModel):
@@ -87,11 +90,18 @@ def record_event(session: Session, provider: str, event: WebhookEvent, raw_body:
     if row_id is not None:
         state = EventState.MATCHED if target else EventState.ORPHAN
         news = target is not None and not _status_signaled(session, provider, event.job_id, event.status)
-        return Receipt(row_id, state, duplicate=False, workflow_id=target.workflow_id if news else None)
+        return _receipt(row_id, state, duplicate=False, to_signal=target if news else None)
     existing = session.scalars(
         select(ProviderEvent).where(ProviderEvent.provider == provider, ProviderEvent.event_id == event.event_id)
     ).one()
-    return Receipt(existing.id, EventState(existing.state), duplicate=True, workflow_id=_unsignaled(session, existing))
+    return _receipt(existing.id, EventState(existing.state), duplicate=True, to_signal=_unsignaled(session, existing))
+
+
+def _receipt(row_id: int, state: EventState, *, duplicate: bool, to_signal: _Task | None) -> Receipt:
+    if to_signal is None:
+        return Receipt(row_id, state, duplicate)
+    return Receipt(row_id, state, duplicate, workflow_id=to_signal.workflow_id, tenant_id=to_signal.tenant_id,
+                   task_id=to_signal.task_id)
 
 
 def mark_signaled(session: Session, row_id: int) -> None:
@@ -155,9 +165,14 @@ def orphan_counts(session: Session, ttl_s: float) -> OrphanCounts:
 
 
 @dataclass(frozen=True)
-class _Target:
+class _Task:
     task_id: str
+    tenant_id: str
     workflow_id: str
+
+
+@dataclass(frozen=True)
+class _Target(_Task):
     by: MatchedBy
 
 
@@ -165,18 +180,18 @@ def _find_target(session: Session, provider: str, event: WebhookEvent) -> _Targe
     """The task whose attempt recorded this job; by our request key only once that attempt recorded
     a job (a job of the same request that is not the recorded one still concerns that task)."""
     base = (
-        select(Attempt.task_id, Task.workflow_id).join(Task, Task.id == Attempt.task_id)
+        select(Attempt.task_id, Task.tenant_id, Task.workflow_id).join(Task, Task.id == Attempt.task_id)
         .where(Attempt.provider == provider).limit(1)
     )
     row = session.execute(base.where(Attempt.provider_job_id == event.job_id)).first()
     if row is not None:
-        return _Target(row.task_id, row.workflow_id, MatchedBy.JOB_ID)
+        return _Target(row.task_id, row.tenant_id, row.workflow_id, MatchedBy.JOB_ID)
     if event.request_key:
         row = session.execute(
             base.where(Attempt.request_key == event.request_key, Attempt.provider_job_id.is_not(None))
         ).first()
         if row is not None:
-            return _Target(row.task_id, row.workflow_id, MatchedBy.REQUEST_KEY)
+            return _Target(row.task_id, row.tenant_id, row.workflow_id, MatchedBy.REQUEST_KEY)
     return None
 
 
@@ -193,15 +208,16 @@ def _status_signaled(session: Session, provider: str, job_id: str, status: str |
     ) is not None
 
 
-def _unsignaled(session: Session, row: ProviderEvent) -> str | None:
-    """The workflow of an event matched on arrival whose signal never went out (the first delivery
+def _unsignaled(session: Session, row: ProviderEvent) -> _Task | None:
+    """The task and workflow of an event matched on arrival whose signal never went out (the first delivery
     found Temporal unavailable): a retried delivery sends it, unless another event has told the
     workflow the same status meanwhile (or had already, when this one was stored and not sent)."""
     if row.state != EventState.MATCHED.value or row.matched_by not in SIGNALED_ON_ARRIVAL or row.signaled_at:
         return None
     if _status_signaled(session, row.provider, row.provider_job_id, (row.payload or {}).get("status")):
         return None
-    return session.scalar(select(Task.workflow_id).where(Task.id == row.task_id))
+    task = session.execute(select(Task.tenant_id, Task.workflow_id).where(Task.id == row.task_id)).first()
+    return _Task(row.task_id, task.tenant_id, task.workflow_id) if task is not None else None
 
 
 def _lock(session: Session, provider: str, job_id: str, request_key: str | None) -> None:

@@ -31,12 +31,15 @@ from adapters.providers.emulator_api import JobOut
 from adapters.storage import ObjectStorage
 from config.settings import Settings
 from contracts.messages import AttemptRef, GenerationInput, ProviderUpdate, SubmitActivityResult
+from contracts.task import TaskEvent
 from contracts.workflow_api import SIGNAL_PROVIDER_UPDATE, WORKFLOW_NAME
 from emulator.config import new_webhook_secret
 from emulator.signing import webhook_headers
-from schema import queries
+from schema import event_feed, queries
 from schema.db import Database
-from schema.models import Attempt, ProviderEvent, Task
+from schema.models import Attempt, ProviderEvent, StateEvent, Task
+from schema.quiet_progress import mark_quiet_progress
+from schema.task_store import transition
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
@@ -200,6 +203,67 @@ async def test_a_chatty_provider_gets_one_signal_per_status(stack, client, parke
     # A stored repeat delivered again is still no news: the workflow has its status.
     assert (await deliver(stack, job_json(parked.job_id, parked.key, "running"), ids[1])).status_code == 200
     assert await signaled_event_ids(client, parked.task.workflow_id) == [ids[0], ended]
+
+
+def submitted(stack: Settings, task: Task, *, quiet: bool) -> None:
+    """The parked task where its workflow has it once the provider accepted attempt 1 (SUBMITTED),
+    opted in to quiet progress as a run's prepare step does, or not (a run from before)."""
+    with Database(stack.database_url).transaction() as session:
+        for n, event in enumerate([TaskEvent.VALIDATION_STARTED, TaskEvent.VALIDATION_PASSED, TaskEvent.QUEUED,
+                                   TaskEvent.DISPATCH_CLAIMED, TaskEvent.PROVIDER_ACCEPTED]):
+            assert transition(session, task.id, event, source="test", source_event_id=f"{task.id}:{n}").applied
+        session.execute(update(Task).where(Task.id == task.id).values(current_attempt_no=1))
+        if quiet:
+            mark_quiet_progress(session, task.tenant_id, task.id)
+
+
+def webhook_moves(stack: Settings, task: Task) -> list[tuple[str, str, bool]]:
+    """The task's state events written by the gateway, and the tenant's event feed's view of them."""
+    with Database(stack.database_url).transaction() as session:
+        rows = session.execute(select(StateEvent.event, StateEvent.to_status, StateEvent.applied)
+                               .where(StateEvent.task_id == task.id, StateEvent.source == "webhook")).all()
+        feed, _ = event_feed.read(session, task.tenant_id, event_feed.Cursor(seen=event_feed.EMPTY), task_id=task.id)
+    assert [(e.event, e.to_status) for e in feed if e.version > 5] == [(r[0], r[1]) for r in rows if r[2]]
+    return [tuple(r) for r in rows]
+
+
+async def test_a_signed_running_of_a_run_that_opted_in_is_recorded_not_signaled(stack, client, parked: Parked):
+    """Issue 45, item 3: the gateway moves the row SUBMITTED -> RUNNING (its state event in the feed)
+    in the transaction that stores the event, and the workflow gets no signal; a final still signals."""
+    submitted(stack, parked.task, quiet=True)
+    msg = "msg_quiet_" + uuid.uuid4().hex
+    body = job_json(parked.job_id, parked.key, "running")
+    assert (await deliver(stack, body, msg)).status_code == 200
+    assert task_state(stack, parked.task.id) == ("RUNNING", 6)
+    assert webhook_moves(stack, parked.task) == [("provider_running", "RUNNING", True)]
+    (row,) = event_rows(stack, event_id=msg)
+    assert (row.state, row.task_id, row.signaled_at) == ("matched", parked.task.id, None)
+    assert await signaled_event_ids(client, parked.task.workflow_id) == []
+
+    # Delivered again, and another running of the job: no signal, no second move.
+    again = "msg_quiet_again_" + uuid.uuid4().hex
+    assert (await deliver(stack, body, msg)).status_code == 200
+    assert (await deliver(stack, body, again)).status_code == 200
+    assert task_state(stack, parked.task.id) == ("RUNNING", 6)
+    assert webhook_moves(stack, parked.task) == [("provider_running", "RUNNING", True)]
+
+    # A duplicate job of the same request is not the task's job: the workflow decides, as before.
+    stray = "msg_quiet_stray_" + uuid.uuid4().hex
+    assert (await deliver(stack, job_json("job_stray_" + uuid.uuid4().hex, parked.key), stray)).status_code == 200
+    ended = "msg_quiet_end_" + uuid.uuid4().hex
+    assert (await deliver(stack, job_json(parked.job_id, parked.key, "succeeded"), ended)).status_code == 200
+    assert await signaled_event_ids(client, parked.task.workflow_id) == [stray, ended]
+    assert task_state(stack, parked.task.id) == ("RUNNING", 6)  # the final waits for the workflow's status call
+
+
+async def test_a_signed_running_of_a_run_from_before_is_signaled_as_today(stack, client, parked: Parked):
+    submitted(stack, parked.task, quiet=False)
+    msg = "msg_loud_" + uuid.uuid4().hex
+    assert (await deliver(stack, job_json(parked.job_id, parked.key, "running"), msg)).status_code == 200
+    assert await signaled_event_ids(client, parked.task.workflow_id) == [msg]
+    assert event_rows(stack, event_id=msg)[0].signaled_at is not None
+    assert task_state(stack, parked.task.id) == ("SUBMITTED", 5)  # the workflow moves it (parked here)
+    assert webhook_moves(stack, parked.task) == []
 
 
 async def test_an_event_for_a_closed_workflow_is_stored_and_answered(stack, client, parked: Parked):
