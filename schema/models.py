@@ -278,7 +278,8 @@ class Task(Base):
     run_no: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))  # +1 per redrive
     # the run asked for quiet progress (migration 0022): the gateway records a signed RUNNING on this row
     # instead of signaling the workflow (schema/quiet_progress.py)
-    quiet_progress: Mapped[bool] = mapped_column(default=False, server_default=text("false"))
+    # deferred, no ORM default: loading or inserting a task does not name it (read where it is needed)
+    quiet_progress: Mapped[bool] = mapped_column(server_default=text("false"), deferred=True)
     output_asset_id: Mapped[str | None] = mapped_column(ForeignKey("assets.id"))
     deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     next_retry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
