@@ -72,6 +72,11 @@ class TaskActivities:
     @classified
     def validate_task(self, ref: TaskRef) -> ValidationResult:
         """Check inputs before anything costs money: image stored intact, route supported."""
+        return self.check(ref)
+
+    def check(self, ref: TaskRef) -> ValidationResult:
+        """validate_task's checks (the prepare step's first part): reads in short transactions, the
+        image fetch and the storage check outside any."""
         with self.db.transaction() as session:
             task = session.get(Task, ref.task_id)
             if task is None:
