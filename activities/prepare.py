@@ -2,10 +2,10 @@
 activity, where they were a validation activity, a reservation step and their moves.
 
 The checks run first with no transaction open (the image fetch and the storage check are external
-calls); then one transaction records VALIDATION_STARTED and, for a valid task, VALIDATION_PASSED, the
-hold of its estimate and QUEUED with its deadline. A tenant whose credit cannot hold the estimate is
-an answer (`credit_short`), not a failure: the task is left VALIDATED, the hold not written, and the
-workflow ends it. A task that already ended is found by the state machine (its moves are refused).
+calls); then one transaction records VALIDATION_STARTED and, for a valid task, the hold of its estimate,
+VALIDATION_PASSED (QUOTA_RESERVED) and QUEUED with its deadline. A tenant whose credit cannot hold the
+estimate is an answer (`credit_short`), not a failure: the task is left VALIDATING, the hold not
+written, and the workflow ends it. A task that already ended is found by the state machine (its moves are refused).
 Idempotent: the moves are once per source id and the hold once per business key, so a repeated step
 writes nothing new and answers the same deadline (the one on the task's row).
 """
@@ -38,11 +38,11 @@ class PrepareActivities:
         deadline_at = activity.info().scheduled_time + timedelta(seconds=checked.info.task_deadline_s)
         short, deadline = None, None
         with self.tasks.db.transaction() as session:
-            done = apply_moves(session, [started, passed] if checked.ok else [started])
-            if checked.ok and all(out.applied for _, out in done):
+            done = apply_moves(session, [started])
+            if checked.ok and done[0][1].applied:
                 short = self.ledger.hold(session, ref)
                 if short is None:
-                    done += apply_moves(session, [queued.model_copy(update={"deadline_at": deadline_at})])
+                    done += apply_moves(session, [passed, queued.model_copy(update={"deadline_at": deadline_at})])
                     deadline = session.get(Task, ref.task_id, populate_existing=True).deadline_at
         return PrepareResult(**checked.model_dump(), credit_short=short, task_deadline_at=deadline,
                              moved=moved(done))

@@ -219,6 +219,13 @@ class World:
     def called(self, name: str) -> list[Any]:
         return [arg for n, arg in self.calls if n == name]
 
+    def checked(self) -> list[CheckInput]:
+        """The checks asked for, by check_output or (lean-path-v1) of the media step."""
+        return [arg if name == "check_output" else CheckInput(
+                    task_id=arg.task_id, attempt_no=arg.attempt_no, proxy_asset_id="p", **arg.checks.model_dump())
+                for name, arg in self.calls
+                if name == "check_output" or (name == "make_media" and arg.checks is not None)]
+
     def times(self, name: str) -> list[datetime]:
         return [at for n, at in self.called_at if n == name]
 
@@ -288,11 +295,12 @@ class World:
         self.seen[req.source_event_id] = result
         return result
 
-    def carried(self, moves: list[TransitionInput]) -> list[TransitionResult]:
+    def carried(self, moves: list[TransitionInput], *, always: bool = False) -> list[TransitionResult]:
         """The moves an activity commits with its own write (transition-in-work-v1): in order, up to
-        the first the table refuses."""
+        the first the table refuses. `always`: a step that has carried its moves since it exists
+        (lean-path-v1's), whatever `carries` says of the older ones."""
         done: list[TransitionResult] = []
-        for req in moves if self.carries else []:
+        for req in moves if self.carries or always else []:
             done.append(self.transition(req))
             if not done[-1].applied:
                 break
@@ -338,9 +346,9 @@ class World:
                 raise world.valid
             return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=task_info(ref))
 
-        def hold(ref: TaskRef) -> bool:
+        def hold(ref: TaskRef, *, scripted: bool = True) -> bool:
             """reserve_credit's hold: False without credit; a scripted failure raises."""
-            if world.reserves:
+            if scripted and world.reserves:
                 world._next(world.reserves, "reserve_credit")
             if not world.credit:
                 return False
@@ -363,18 +371,20 @@ class World:
 
         @activity.defn(name="prepare_task")
         async def prepare_task(ref: TaskRef) -> PrepareResult:
-            """lean-path-v1: validate_task, then (valid) reserve_credit's hold and QUEUED, in one step."""
+            """lean-path-v1: validate_task, then (valid) reserve_credit's hold, VALIDATION_PASSED and QUEUED."""
             await world._enter("prepare_task", ref)
             checked = validated(ref)
             started, passed, queued = ref.moves
-            moved = world.carried([started, passed] if checked.ok else [started])
+            if checked.ok and world.reserves:  # a scripted failure of the step's transaction: nothing is kept
+                world._next(world.reserves, "reserve_credit")
+            moved = world.carried([started], always=True)
             short, deadline = None, None
-            if checked.ok and len(moved) == 2 and all(m.applied for m in moved):
-                if not hold(ref):
+            if checked.ok and moved and moved[0].applied:
+                if not hold(ref, scripted=False):
                     short = "tenant has 0 credits"
                 else:
                     deadline = activity.info().scheduled_time + timedelta(seconds=world.task_deadline_s)
-                    moved += world.carried([queued.model_copy(update={"deadline_at": deadline})])
+                    moved += world.carried([passed, queued.model_copy(update={"deadline_at": deadline})], always=True)
             return PrepareResult(**checked.model_dump(), credit_short=short, task_deadline_at=deadline, moved=moved)
 
         @activity.defn(name="settle")
@@ -495,15 +505,15 @@ class World:
             made = proxy()
             try:
                 summary = renditions().summary()
-            except ApplicationError as exc:
-                summary = {"HLS": "FAILED", "THUMBNAIL": "FAILED", "error": exc.message}
+            except Exception as exc:  # noqa: BLE001 - a failed rendition is recorded, the step goes on
+                summary = {"HLS": "FAILED", "THUMBNAIL": "FAILED", "error": str(exc)}
             checks = None if req.checks is None else world._next(world.checks, "check_output")
             closed = None
             if req.close is not None and (checks is None or checks.passed) and not world.strays:
                 facts = {"proxy": made.key, "renditions": summary}
                 balance = world.settle(req.close)
                 closed = balance.model_copy(update={"moved": world.carried(
-                    [m.with_facts(**facts) for m in req.close.moves])})
+                    [m.with_facts(**facts) for m in req.close.moves], always=True)})
             return MediaStepResult(proxy=made, renditions=summary, checks=checks, closed=closed)
 
         @activity.defn(name="choose_route")

@@ -159,7 +159,7 @@ class GenerationWorkflow(Admission, Routing, Attempts, Following, Delivery, Revi
             await self._carried(moves[:1], prepared.moved)
             await self._end(TaskEvent.VALIDATION_FAILED, error=prepared.reason, error_class="invalid_input")
         if prepared.credit_short is not None:
-            await self._carried(moves[:2], prepared.moved)
+            await self._carried(moves[:1], prepared.moved)
             await self._end(TaskEvent.FINAL_FAILURE, error=f"{INSUFFICIENT_CREDIT}: {prepared.credit_short}",
                             error_class="credit")
         await self._carried(moves[:len(prepared.moved)], prepared.moved)
