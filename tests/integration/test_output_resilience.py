@@ -96,7 +96,7 @@ async def test_a_transcode_slower_than_the_old_heartbeat_timeout_succeeds(
     history = await client.get_workflow_handle(task.workflow_id).fetch_history()
     scheduled = {e.event_id: e for e in history.events
                  if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-                 and e.activity_task_scheduled_event_attributes.activity_type.name == "transcode_proxy"}
+                 and e.activity_task_scheduled_event_attributes.activity_type.name == "make_media"}
     (start,) = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
                 and e.activity_task_started_event_attributes.scheduled_event_id in scheduled]
     (done,) = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
