@@ -5,9 +5,11 @@ The checks run first with no transaction open (the image fetch and the storage c
 calls); then one transaction records VALIDATION_STARTED and, for a valid task, the hold of its estimate,
 VALIDATION_PASSED (QUOTA_RESERVED) and QUEUED with its deadline. A tenant whose credit cannot hold the
 estimate is an answer (`credit_short`), not a failure: the task is left VALIDATING, the hold not
-written, and the workflow ends it. A task that already ended is found by the state machine (its moves are refused).
-Idempotent: the moves are once per source id and the hold once per business key, so a repeated step
-writes nothing new and answers the same deadline (the one on the task's row).
+written, and the workflow ends it. A task that already ended is found by the state machine (its moves
+are refused). The run opts in to quiet progress there (schema/quiet_progress.py): the gateway records
+its job's signed RUNNING on the task row instead of waking the workflow. Idempotent: the moves are once
+per source id and the hold once per business key, so a repeated step writes nothing new and answers
+the same deadline (the one on the task's row).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from activities.ledger import LedgerActivities
 from activities.tasks import TaskActivities, apply_moves, moved
 from contracts.messages import PrepareResult, TaskRef
 from schema.models import Task
+from schema.quiet_progress import mark_quiet_progress
 
 
 class PrepareActivities:
@@ -43,6 +46,8 @@ class PrepareActivities:
                 short = self.ledger.hold(session, ref)
                 if short is None:
                     done += apply_moves(session, [passed, queued.model_copy(update={"deadline_at": deadline_at})])
-                    deadline = session.get(Task, ref.task_id, populate_existing=True).deadline_at
+                    task = session.get(Task, ref.task_id, populate_existing=True)
+                    deadline = task.deadline_at
+                    mark_quiet_progress(session, task.tenant_id, task.id)  # its signed RUNNING need not wake it
         return PrepareResult(**checked.model_dump(), credit_short=short, task_deadline_at=deadline,
                              moved=moved(done))
