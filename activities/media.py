@@ -55,6 +55,7 @@ from schema.renditions import record_rendition
 PIPELINE_VERSION = "v1"
 _Maker = Callable[[Task, Asset, Path, MediaInfo, Path], AssetRef]
 PROFILES = ("proxy", "hls", "thumbnail")
+RENDITION_TRIES = 3  # in the media step, a failed HLS or thumbnail is made again this many times in all
 RENDITION_FAILED = "RenditionFailed"  # retryable: the renditions step runs again for what failed
 
 
@@ -122,9 +123,15 @@ class MediaActivities:
         return proxy, local if local.exists() else None
 
     def renditions_in(self, req: TranscodeInput, work: Path, proxy: Path | None) -> RenditionsResult:
-        """HLS and thumbnail from the local proxy when there is one; each outcome recorded on its row,
-        none failing the step (the media step, lean-path-v1)."""
-        return self._renditions(req, work, proxy)
+        """HLS and thumbnail from the local proxy when there is one, a failed one tried again up to
+        RENDITION_TRIES in all; each outcome recorded on its row, none failing the step (the media step,
+        lean-path-v1: `reelqueue renditions --retry` makes later what still failed)."""
+        made = self._renditions(req, work, proxy)
+        for _ in range(RENDITION_TRIES - 1):
+            if all(r.status is RenditionStatus.READY for r in made.renditions):
+                break
+            made = self._renditions(req, work, proxy)  # only what is not READY is made again
+        return made
 
     @activity.defn(name="make_renditions")
     @classified
