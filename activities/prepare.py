@@ -22,8 +22,10 @@ from activities.errors import classified
 from activities.ledger import LedgerActivities
 from activities.tasks import TaskActivities, apply_moves, moved
 from contracts.messages import PrepareResult, TaskRef
+from contracts.task import TaskStatus
 from schema.models import Task
 from schema.quiet_progress import mark_quiet_progress
+from schema.task_store import TransitionOutcome
 
 
 class PrepareActivities:
@@ -42,7 +44,7 @@ class PrepareActivities:
         short, deadline = None, None
         with self.tasks.db.transaction() as session:
             done = apply_moves(session, [started])
-            if checked.ok and done[0][1].applied:
+            if checked.ok and _validating(done[0][1]):
                 short = self.ledger.hold(session, ref)
                 if short is None:
                     done += apply_moves(session, [passed, queued.model_copy(update={"deadline_at": deadline_at})])
@@ -51,3 +53,9 @@ class PrepareActivities:
                     mark_quiet_progress(session, task.tenant_id, task.id)  # its signed RUNNING need not wake it
         return PrepareResult(**checked.model_dump(), credit_short=short, task_deadline_at=deadline,
                              moved=moved(done))
+
+
+def _validating(started: TransitionOutcome) -> bool:
+    """The task is being validated: just moved there, or there already (a task revalidated by `reelqueue
+    retry --status INVALID`, whose own move refuses the run's validation_started)."""
+    return started.applied or started.status == TaskStatus.VALIDATING.value

@@ -91,3 +91,12 @@ async def test_a_cancel_during_the_media_step_is_too_late(world, run_world):
     world.release("make_media")
     assert await ending(handle) == "completed"
     assert world.status is S.SUCCEEDED and world.balanced() and not world.called("cancel_job")
+
+
+async def test_a_revalidated_task_is_prepared_from_validating(world, run_world):
+    """`retry --status INVALID` moved the task back to VALIDATING itself: the run's validation_started is
+    refused there, and the step goes on to hold and queue it."""
+    world.status = S.VALIDATING
+    assert await ending(await run_world()) == "completed"
+    assert world.moves() == ["QUOTA_RESERVED", "QUEUED", "DISPATCHING", "SUBMITTED", "RUNNING", "OUTPUT_FETCHING",
+                             "POST_PROCESSING", "SUCCEEDED"] and world.balanced()

@@ -379,7 +379,7 @@ class World:
                 world._next(world.reserves, "reserve_credit")
             moved = world.carried([started], always=True)
             short, deadline = None, None
-            if checked.ok and moved and moved[0].applied:
+            if checked.ok and moved and (moved[0].applied or moved[0].status is TaskStatus.VALIDATING):
                 if not hold(ref, scripted=False):
                     short = "tenant has 0 credits"
                 else:
