@@ -19,7 +19,9 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     from activities.fetch import FetchActivities
     from activities.ledger import LedgerActivities
     from activities.media import MediaActivities
+    from activities.media_step import MediaStepActivities
     from activities.poll import PollActivities
+    from activities.prepare import PrepareActivities
     from activities.review import ReviewActivities
     from activities.routing import RoutingActivities
     from activities.status_calls import StatusCalls
@@ -61,6 +63,7 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
     return [
         routing.choose_route,
         admission.request_slot,
+        PrepareActivities(tasks, ledger).prepare_task,
         tasks.validate_task,
         tasks.record_transition,
         ledger.reserve_credit,
@@ -78,4 +81,5 @@ def build_activities(settings, client) -> list[Callable[..., Any]]:  # noqa: ANN
         media.transcode_proxy,
         media.make_renditions,
         review.check_output,
+        MediaStepActivities(media, review, ledger).make_media,
     ]

@@ -18,7 +18,7 @@ from temporalio import activity
 
 from activities.errors import INSUFFICIENT_CREDIT, business_failure, classified
 from activities.failpoints import failpoint
-from activities.tasks import apply_moves, moved
+from activities.tasks import Applied, apply_moves, moved
 from contracts.messages import LedgerResult, SettleInput, TaskRef, run_suffix
 from metrics import CREDIT_SPENT
 from schema.db import Database
@@ -47,19 +47,25 @@ class LedgerActivities:
         hold of the run)."""
         with self.db.transaction() as session:
             ledger = _TaskLedger.read(session, ref.task_id, ref.run)
-            hold = Hold.TASK if ref.hold_for_attempt is None else Hold(ref.hold)
-            reserve_key = hold_key(ref.task_id, ref.run, hold, attempt_no=ref.hold_for_attempt)
-            if reserve_key not in ledger.entries:
-                available = available_credit(session, ledger.tenant_id)  # locks the tenant row: check and insert agree
-                if available < ledger.estimated_cost:
-                    raise business_failure(
-                        f"tenant {ledger.tenant_id} has {available} credits, task needs {ledger.estimated_cost}",
-                        INSUFFICIENT_CREDIT,
-                    )
-                ledger.append(session, [_Entry("RESERVE", ledger.estimated_cost, reserve_key, ref.hold_for_attempt)])
+            short = hold_estimate(session, ledger, ref)
+            if short is not None:
+                raise business_failure(short, INSUFFICIENT_CREDIT)
             done = apply_moves(session, ref.moves)
             balance = ledger.balance()
         return balance.model_copy(update={"moved": moved(done)})
+
+    @staticmethod
+    def hold(session: Session, ref: TaskRef) -> str | None:
+        """reserve_credit's hold in the caller's transaction (the prepare step's, lean-path-v1); why not
+        when the tenant's credit cannot cover it."""
+        return hold_estimate(session, _TaskLedger.read(session, ref.task_id, ref.run), ref)
+
+    def close(self, session: Session, req: SettleInput) -> tuple[LedgerResult, Applied]:
+        """settle's rows and moves in the caller's transaction (also the media step's last, lean-path-v1);
+        the caller reports the moves with `moved` once committed."""
+        ledger = _TaskLedger.read(session, req.task_id, req.run)
+        ledger.append(session, _closing(req, ledger) + _unverifiable_risks(session, req, ledger, self.unlisted))
+        return ledger.balance(), apply_moves(session, req.moves)
 
     @activity.defn(name="settle")
     @classified
@@ -71,11 +77,22 @@ class LedgerActivities:
         ending) are committed with the ledger's rows."""
         failpoint("before_settle")
         with self.db.transaction() as session:
-            ledger = _TaskLedger.read(session, req.task_id, req.run)
-            ledger.append(session, _closing(req, ledger) + _unverifiable_risks(session, req, ledger, self.unlisted))
-            done = apply_moves(session, req.moves)
-            balance = ledger.balance()
+            balance, done = self.close(session, req)
         return balance.model_copy(update={"moved": moved(done)})
+
+
+def hold_estimate(session: Session, ledger: _TaskLedger, ref: TaskRef) -> str | None:
+    """Hold the task's estimate (or, with `hold_for_attempt`, one more for that attempt) unless held
+    already; why not when the tenant's credit cannot cover it (nothing is written then)."""
+    hold = Hold.TASK if ref.hold_for_attempt is None else Hold(ref.hold)
+    reserve_key = hold_key(ref.task_id, ref.run, hold, attempt_no=ref.hold_for_attempt)
+    if reserve_key in ledger.entries:
+        return None
+    available = available_credit(session, ledger.tenant_id)  # locks the tenant row: check and insert agree
+    if available < ledger.estimated_cost:
+        return f"tenant {ledger.tenant_id} has {available} credits, task needs {ledger.estimated_cost}"
+    ledger.append(session, [_Entry("RESERVE", ledger.estimated_cost, reserve_key, ref.hold_for_attempt)])
+    return None
 
 
 def _closing(req: SettleInput, ledger: _TaskLedger) -> list[_Entry]:

@@ -14,6 +14,7 @@ a full disk is. The old `transcode` activity stays for workflows started before 
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +55,7 @@ from schema.renditions import record_rendition
 PIPELINE_VERSION = "v1"
 _Maker = Callable[[Task, Asset, Path, MediaInfo, Path], AssetRef]
 PROFILES = ("proxy", "hls", "thumbnail")
+RENDITION_TRIES = 3  # in the media step, a failed HLS or thumbnail is made again this many times in all
 RENDITION_FAILED = "RenditionFailed"  # retryable: the renditions step runs again for what failed
 
 
@@ -113,6 +115,24 @@ class MediaActivities:
         """The proxy MP4 of the raw output: what the task needs to succeed."""
         return self._proxy(req)
 
+    def proxy_in(self, req: TranscodeInput, work: Path) -> tuple[AssetRef, Path | None]:
+        """The proxy, made in `work` (the media step's folder, lean-path-v1); its local copy when this run
+        made it (None: an earlier run did, and it is in storage)."""
+        proxy = self._proxy(req, work)
+        local = work / "main.mp4"
+        return proxy, local if local.exists() else None
+
+    def renditions_in(self, req: TranscodeInput, work: Path, proxy: Path | None) -> RenditionsResult:
+        """HLS and thumbnail from the local proxy when there is one, a failed one tried again up to
+        RENDITION_TRIES in all; each outcome recorded on its row, none failing the step (the media step,
+        lean-path-v1: `reelqueue renditions --retry` makes later what still failed)."""
+        made = self._renditions(req, work, proxy)
+        for _ in range(RENDITION_TRIES - 1):
+            if all(r.status is RenditionStatus.READY for r in made.renditions):
+                break
+            made = self._renditions(req, work, proxy)  # only what is not READY is made again
+        return made
+
     @activity.defn(name="make_renditions")
     @classified
     def make_renditions(self, req: TranscodeInput) -> RenditionsResult:
@@ -136,16 +156,18 @@ class MediaActivities:
     def _options(self, step: str, read_rate: float | None = None) -> RunOptions:
         return RunOptions(limits=self.limits, on_progress=_heartbeat(step), read_rate=read_rate)
 
-    def _proxy(self, req: TranscodeInput) -> AssetRef:
+    def _proxy(self, req: TranscodeInput, work: Path | None = None) -> AssetRef:
+        """The proxy, made in `work` (kept there for the media step's next parts) or a folder of its own."""
         business_key = rendition_key(req.raw_asset_id, "proxy")
         with self.db.transaction() as session:
             done = find_asset(session, business_key)
             if done is not None:
                 return asset_ref(done)
         task, raw = self._load(req)
-        with tempfile.TemporaryDirectory(prefix="rq-media-") as tmp:
-            src = self.storage.get_to_file(raw.key, Path(tmp) / "raw.mp4")
-            dst = Path(tmp) / "main.mp4"
+        with contextlib.ExitStack() as stack:
+            tmp = work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rq-media-")))
+            src = self.storage.get_to_file(raw.key, tmp / "raw.mp4")
+            dst = tmp / "main.mp4"
             try:
                 source = probe(src, self.limits)
                 check_input_caps(source, max_pixels=self.max_input_pixels, max_duration_s=self.max_input_duration_s)
@@ -154,6 +176,8 @@ class MediaActivities:
             except MediaError as exc:
                 self._failed(task, raw, RenditionProfile.PROXY, exc)
                 raise _media_failure("raw output cannot be transcoded", exc) from exc
+            finally:
+                src.unlink(missing_ok=True)
             proxy = self.storage.put_file(f"{rendition_prefix(task, raw, 'proxy')}/main.mp4", dst, "video/mp4")
         failpoint("after_transcode_before_db")
         with self.db.transaction() as session:
@@ -167,7 +191,8 @@ class MediaActivities:
             session.get(Task, task.id).output_asset_id = row.id
             return asset_ref(row)
 
-    def _renditions(self, req: TranscodeInput) -> RenditionsResult:
+    def _renditions(self, req: TranscodeInput, work: Path | None = None, local: Path | None = None) -> RenditionsResult:
+        """HLS and thumbnail of the proxy (`local`, or downloaded once into `work` or a folder of its own)."""
         task, raw = self._load(req)
         makers: dict[RenditionProfile, _Maker] = {RenditionProfile.HLS: self._hls,
                                                    RenditionProfile.THUMBNAIL: self._thumbnail}
@@ -178,16 +203,16 @@ class MediaActivities:
         if proxy is None:
             raise ApplicationError(f"no proxy for raw output {raw.id} yet", type=RENDITION_FAILED)
         out: list[RenditionOut] = []
-        with tempfile.TemporaryDirectory(prefix="rq-renditions-") as tmp:
-            local: Path | None = None
+        with contextlib.ExitStack() as stack:
+            tmp = work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rq-renditions-")))
             for profile, make in makers.items():
                 if done[profile] is not None:
                     out.append(RenditionOut(profile=profile, status=RenditionStatus.READY,
                                             asset=asset_ref(done[profile])))
                     continue
                 try:
-                    local = local or self.storage.get_to_file(proxy.key, Path(tmp) / "main.mp4")
-                    asset = make(task, raw, local, stored_media_info(proxy), Path(tmp))
+                    local = local or self.storage.get_to_file(proxy.key, tmp / "main.mp4")
+                    asset = make(task, raw, local, stored_media_info(proxy), tmp)
                 except CancelledError:
                     raise
                 except Exception as exc:  # recorded on its row; the proxy and the task are unaffected

@@ -32,12 +32,17 @@ class ReviewActivities:
     @activity.defn(name="check_output")
     @classified
     def check_output(self, req: CheckInput) -> CheckResult:
+        return self.checked(req)
+
+    def checked(self, req: CheckInput, local: Path | None = None) -> CheckResult:
+        """The proxy's checks as stored, or run now on `local` (the media step's copy, lean-path-v1) or a
+        downloaded one, and stored."""
         with self.db.transaction() as session:
             stored = session.scalar(select(ReviewCheck).where(ReviewCheck.asset_id == req.proxy_asset_id))
             if stored is not None:
                 return CheckResult.model_validate(stored.results)
             key = session.get(Asset, req.proxy_asset_id).key
-        result = self._inspect(key, req)
+        result = self._inspect(key, req, local)
         with self.db.transaction() as session:
             session.execute(
                 insert(ReviewCheck)
@@ -47,14 +52,14 @@ class ReviewActivities:
             )
         return result
 
-    def _inspect(self, key: str, req: CheckInput) -> CheckResult:
+    def _inspect(self, key: str, req: CheckInput, local: Path | None) -> CheckResult:
         policy = req.policy
         expect = Expectations(aspect_ratio=req.aspect_ratio, duration_s=req.duration_s,
                               duration_tolerance_s=policy.duration_tolerance_s, audio_expected=policy.audio_expected,
                               max_black_ratio=policy.max_black_ratio, max_frozen_ratio=policy.max_frozen_ratio)
         heartbeat = QuietHeartbeat()
         with tempfile.TemporaryDirectory(prefix="rq-check-") as tmp:
-            path = self.storage.get_to_file(key, Path(tmp) / "proxy.mp4")
+            path = local or self.storage.get_to_file(key, Path(tmp) / "proxy.mp4")
             heartbeat("checks")
             try:
                 found = [CheckOutcome(name=c.name, passed=c.passed, detail=c.detail) for c in check_video(path, expect)]

@@ -34,8 +34,9 @@ from contracts.messages import (
     ValidationResult,
 )
 from contracts.routing import Route
+from contracts.task import TaskEvent
 from metrics import STATE_SECONDS, TRANSITION_CONFLICTS, TRANSITIONS
-from schema import task_store
+from schema import quiet_progress, task_store
 from schema.db import Database
 from schema.import_scope import api_request, import_paused_by, priority_of
 from schema.models import Asset, Plan, Product, Task, Tenant
@@ -72,6 +73,11 @@ class TaskActivities:
     @classified
     def validate_task(self, ref: TaskRef) -> ValidationResult:
         """Check inputs before anything costs money: image stored intact, route supported."""
+        return self.check(ref)
+
+    def check(self, ref: TaskRef) -> ValidationResult:
+        """validate_task's checks (the prepare step's first part): reads in short transactions, the
+        image fetch and the storage check outside any."""
         with self.db.transaction() as session:
             task = session.get(Task, ref.task_id)
             if task is None:
@@ -201,6 +207,8 @@ def apply_transition(session: Session, req: TransitionInput) -> task_store.Trans
         updates["prompt_override"] = req.prompt_override
     if req.deadline_at is not None:
         updates["deadline_at"] = req.deadline_at
+    if req.event is TaskEvent.PROVIDER_RUNNING and (already := quiet_progress.running_already(session, req.task_id)):
+        return already  # the gateway recorded it (lean-path-v1's quiet progress)
     payload = dict(req.payload)
     if req.error:
         payload.setdefault("error", req.error)

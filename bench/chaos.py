@@ -38,15 +38,15 @@ STACK = ["postgres", "s3", "temporal", "emulator", "gateway"]  # `make chaos` st
 ACTIVITIES: dict[str, tuple[str, ...]] = {
     "submit": ("DISPATCHING",),
     "fetch_output": ("OUTPUT_FETCHING",),
-    "transcode_proxy": ("POST_PROCESSING",),
+    "make_media": ("POST_PROCESSING",),
     "reconcile_submit": ("SUBMIT_UNKNOWN",),
-    "make_renditions": ("POST_PROCESSING",),
     "poll_job": ("SUBMITTED", "RUNNING"),
     "request_slot": ("QUOTA_RESERVED", "QUEUED"),
-    "validate_task": ("CREATED", "VALIDATING"),
+    "prepare_task": ("CREATED", "VALIDATING"),
 }
-# reserve_credit and settle run as local activities (local-db-steps-v1): Temporal lists no pending activity
-# for them, so they cannot be aimed at; a kill of a worker in the middle of one is a kill of the workflow's.
+# lean-path-v1: validation, the reservation, the renditions and the settle of a task without review run inside
+# prepare_task and make_media. A review's settle (and older runs' steps) run as local activities: Temporal lists
+# no pending activity for them, so they cannot be aimed at; a kill of a worker in one is a kill of the workflow's.
 ANY_STATUS = tuple(sorted({s for statuses in ACTIVITIES.values() for s in statuses}))
 SAMPLE = 12  # workflows described per status group at each kill
 SPAWN_TIMEOUT_S = 300.0  # a replacement worker must serve within this (restarts of Temporal included)

@@ -425,3 +425,43 @@ class GenerationOutcome(BaseModel):
     attempts: int
     cost: float
     error: str | None = None
+
+
+# -- lean-path-v1: the prepare step and the media step --------------------------------------------------
+
+
+class PrepareResult(ValidationResult):
+    """prepare_task's answer: the validation, the reservation and the moves to QUEUED in one step.
+    `credit_short` (the tenant's credit cannot hold the estimate) is an answer, not a failure;
+    `task_deadline_at` is the deadline recorded with QUEUED (None when the task did not get there)."""
+
+    credit_short: str | None = None
+    task_deadline_at: datetime | None = None
+    moved: list[TransitionResult] = Field(default_factory=list)
+
+
+class MediaChecks(BaseModel):
+    """The automatic checks the media step runs on the proxy it made (the plan's expectations)."""
+
+    aspect_ratio: str
+    duration_s: float
+    policy: ReviewPolicy
+
+
+class MediaStepInput(BaseModel):
+    """make_media: proxy, HLS, thumbnail and the automatic checks of one raw output, downloaded once.
+    With `close`, the step also settles the ledger and commits the task's ending (the settle request's
+    move) in its last transaction, when the checks passed and no duplicate job of the task is open."""
+
+    task_id: str
+    attempt_no: int
+    raw_asset_id: str
+    checks: MediaChecks | None = None
+    close: SettleInput | None = None
+
+
+class MediaStepResult(BaseModel):
+    proxy: AssetRef
+    renditions: dict[str, str]  # profile -> READY / FAILED (a failure stays recorded on its row)
+    checks: CheckResult | None = None
+    closed: LedgerResult | None = None  # the ledger as the step closed it; None: the workflow closes it

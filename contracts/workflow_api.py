@@ -15,7 +15,7 @@ WORKFLOW_NAME = "GenerationWorkflow"
 # steps (download, ffmpeg, checks) go to the media queue named after it, so every deployment and every
 # test queue has its own pair without a second setting to keep in step.
 IO, MEDIA = "io", "media"
-MEDIA_ACTIVITIES = ("fetch_output", "transcode", "transcode_proxy", "make_renditions", "check_output")
+MEDIA_ACTIVITIES = ("fetch_output", "transcode", "transcode_proxy", "make_renditions", "check_output", "make_media")
 
 
 def media_queue(task_queue: str) -> str:

@@ -62,6 +62,18 @@ def decide(update: ProviderUpdate, *, status: TaskStatus, opted_in: bool, curren
     return Quiet.RECORD if status in QUIET_FROM else Quiet.KEEP
 
 
+def running_already(session: Session, task_id: str) -> task_store.TransitionOutcome | None:
+    """A PROVIDER_RUNNING the workflow offers for a task the gateway already moved to RUNNING (the run
+    never heard of it): taken as done, nothing written, rather than refused (an audit event, a warning
+    and an illegal-transition count for news the row already holds). None: the move goes on as usual."""
+    # locked: a gateway's transaction under way on the row is waited for, and its RUNNING seen
+    row = session.execute(select(Task.status, Task.version).where(Task.id == task_id).with_for_update()).first()
+    if row is None or row.status != S.RUNNING.value:
+        return None
+    return task_store.TransitionOutcome(applied=True, duplicate=True, from_status=row.status, status=row.status,
+                                        version=row.version)
+
+
 def mark_quiet_progress(session: Session, tenant_id: str, task_id: str) -> None:
     """Opt the task's run in (its prepare step's transaction): from now on the gateway records its
     signed running webhooks instead of signaling the workflow. Written once; repeating it writes nothing."""

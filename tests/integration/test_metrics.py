@@ -46,8 +46,7 @@ async def test_worker_and_gateway_metrics_follow_the_run(stack, client, tmp_path
 
     jobs = [j for j in emulator_jobs() if j["request_key"].split("-a")[0] in {t.id for t in tasks}]
     assert moved("reelqueue_submits_total", provider="emulator", outcome="accepted") == len(jobs) == 4
-    assert moved("reelqueue_activity_seconds_count", activity="transcode_proxy", result="ok") == 4
-    assert moved("reelqueue_activity_seconds_count", activity="make_renditions", result="ok") == 4
+    assert moved("reelqueue_activity_seconds_count", activity="make_media", result="ok") == 4
     assert moved("reelqueue_activity_seconds_count", activity="fetch_output", result="ok") == 4
     assert moved("reelqueue_task_state_seconds_count", state="QUEUED") >= 4  # each task left QUEUED
     assert moved("reelqueue_transitions_total", applied="true") >= 4 * 8

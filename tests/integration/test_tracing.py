@@ -15,9 +15,8 @@ from telemetry.redaction import secrets_of
 
 pytestmark = pytest.mark.integration
 
-# validate, reserve, submit, status, fetch, transcode (the proxy, then the renditions) and settle
-STEPS = {"validate_task", "reserve_credit", "submit", "poll_job", "fetch_output", "transcode_proxy",
-         "make_renditions", "settle"}
+# prepare (validate and reserve), submit, status, fetch, and the media step (proxy, renditions, settle)
+STEPS = {"prepare_task", "submit", "poll_job", "fetch_output", "make_media"}
 
 
 @pytest.fixture

@@ -104,15 +104,3 @@ def test_every_later_move_of_the_workflow_is_legal_from_running_too():
         assert sm.target(S.RUNNING, event) is sm.target(S.SUBMITTED, event), event
         assert sm.needs_past(S.RUNNING, event) == sm.needs_past(S.SUBMITTED, event), event
 
-
-@pytest.mark.xfail(strict=True, reason="workflow side, issue 45 item 3: a status call that sees the job running "
-                   "still offers provider_running while the run believes SUBMITTED; after a gateway-recorded "
-                   "RUNNING the table has no such row, so it is recorded as not applied (an audit event, a "
-                   "warning, an illegal-transition count). See the report: poll_job / _reductions must change.")
-def test_what_a_status_call_may_commit_applies_after_a_gateway_recorded_running():
-    from workflows.generation.following import Following
-
-    run = Following()
-    run._task_id, run._status = "t", S.SUBMITTED  # what the run believes: it never heard of RUNNING
-    for offer in run._reductions().values():
-        sm.apply(S.RUNNING, 2, offer.event)  # the row as the gateway left it

@@ -39,7 +39,10 @@ from contracts.messages import (
     GenerationInput,
     JobRef,
     LedgerResult,
+    MediaStepInput,
+    MediaStepResult,
     PollResult,
+    PrepareResult,
     ReconcileOutcome,
     ReconcileResult,
     RenditionsResult,
@@ -153,8 +156,7 @@ class Fleet:
             answer = await fleet.client.test_service.get_current_time(Empty())
             return answer.time.ToDatetime().replace(tzinfo=UTC)
 
-        @activity.defn(name="record_transition")
-        async def record_transition(req: TransitionInput) -> TransitionResult:
+        def transition(req: TransitionInput) -> TransitionResult:
             if req.source_event_id in fleet.seen:  # idempotent per source event, as in Postgres
                 return fleet.seen[req.source_event_id]
             to = sm.target(fleet.status[req.task_id], req.event)
@@ -164,8 +166,42 @@ class Fleet:
             fleet.seen[req.source_event_id] = result
             return result
 
+        def settled(req: SettleInput) -> LedgerResult:
+            rows = fleet.ledger[req.task_id]
+            fleet.settled_at.setdefault(req.task_id, now())
+            if "SETTLE" not in rows and "RELEASE" not in rows:
+                cost = min(Decimal(str(req.cost)), rows["RESERVE"])
+                rows["SETTLE"], rows["RELEASE"] = cost, rows["RESERVE"] - cost
+            return LedgerResult(reserved=float(rows["RESERVE"]), settled=float(rows["SETTLE"]),
+                                released=float(rows["RELEASE"]))
+
+        @activity.defn(name="record_transition")
+        async def record_transition(req: TransitionInput) -> TransitionResult:
+            return transition(req)
+
         @activity.defn(name="validate_task")
         async def validate_task(ref: TaskRef) -> ValidationResult:
+            return validated(ref)
+
+        @activity.defn(name="prepare_task")
+        async def prepare_task(ref: TaskRef) -> PrepareResult:
+            """lean-path-v1: validated, the estimate held, the three moves to QUEUED."""
+            checked = validated(ref)
+            fleet.ledger[ref.task_id].setdefault("RESERVE", RESERVED)
+            return PrepareResult(**checked.model_dump(), moved=[transition(m) for m in ref.moves],
+                                 task_deadline_at=now() + timedelta(seconds=fleet.task_deadline_s))
+
+        @activity.defn(name="make_media")
+        async def make_media(req: MediaStepInput) -> MediaStepResult:
+            """lean-path-v1: the proxy, no renditions, and the close when asked (one job per task: no strays)."""
+            closed = None
+            if req.close is not None:
+                closed = settled(req.close).model_copy(update={"moved": [transition(m) for m in req.close.moves]})
+            return MediaStepResult(proxy=AssetRef(asset_id=f"p-{req.task_id}", kind="PROXY",
+                                                  key=f"proxy/{req.task_id}.mp4", sha256="1" * 64, size=5),
+                                   renditions={}, closed=closed)
+
+        def validated(ref: TaskRef) -> ValidationResult:
             fleet.validated_at.setdefault(ref.task_id, now())
             info = TaskInfo(task_id=ref.task_id, tenant_id=fleet.tenants.get(ref.task_id, "default"),
                             status=fleet.status[ref.task_id].value, provider=PROVIDER,
@@ -186,13 +222,7 @@ class Fleet:
 
         @activity.defn(name="settle")
         async def settle(req: SettleInput) -> LedgerResult:
-            rows = fleet.ledger[req.task_id]
-            fleet.settled_at.setdefault(req.task_id, now())
-            if "SETTLE" not in rows and "RELEASE" not in rows:
-                cost = min(Decimal(str(req.cost)), rows["RESERVE"])
-                rows["SETTLE"], rows["RELEASE"] = cost, rows["RESERVE"] - cost
-            return LedgerResult(reserved=float(rows["RESERVE"]), settled=float(rows["SETTLE"]),
-                                released=float(rows["RELEASE"]))
+            return settled(req)
 
         @activity.defn(name="request_slot")
         async def request_slot(inp: AdmissionInput) -> SlotGrant | None:
@@ -304,9 +334,9 @@ class Fleet:
         async def make_renditions(req: TranscodeInput) -> RenditionsResult:
             return RenditionsResult(renditions=[])
 
-        return [record_transition, validate_task, reserve_credit, settle, request_slot, submit, poll_job,
-                reconcile_submit, cancel_job, fetch_output, transcode_proxy, make_renditions, unaccounted_strays,
-                choose_route_]
+        return [record_transition, validate_task, reserve_credit, prepare_task, settle, request_slot, submit, poll_job,
+                reconcile_submit, cancel_job, fetch_output, transcode_proxy, make_renditions, make_media,
+                unaccounted_strays, choose_route_]
 
 
 @dataclass

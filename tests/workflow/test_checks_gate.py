@@ -68,7 +68,7 @@ async def test_checks_passed_succeed(env, world, run_world):
     handle = await run_world()
     assert await ending(handle) == "completed"
     assert world.moves() == [*TO_CHECKS, "SUCCEEDED"]
-    [checked] = world.called("check_output")
+    [checked] = world.checked()
     assert checked.attempt_no == 1 and checked.policy.audio_expected is False
     assert world.sums() == {"RESERVE": RESERVED, "SETTLE": Decimal(str(JOB_COST)),
                             "RELEASE": RESERVED - Decimal(str(JOB_COST))}
@@ -82,8 +82,10 @@ async def test_a_failed_check_regenerates_once_then_succeeds(env, world, run_wor
     assert [r.attempt_no for r in world.called("submit")] == [1, 2]
     assert payload(world, "checks_failed")["failed_checks"] == ["black"]
     # Both jobs were paid: the regeneration's estimate was held before its submit, both holds settled.
-    assert [r.hold_for_attempt for r in world.called("reserve_credit")] == [None, 2]
-    assert world.times("reserve_credit")[1] < world.times("submit")[1]
+    # (the task's own hold is the prepare step's, lean-path-v1)
+    assert len(world.called("prepare_task")) == 1
+    assert [r.hold_for_attempt for r in world.called("reserve_credit")] == [2]
+    assert world.times("reserve_credit")[0] < world.times("submit")[1]
     assert world.sums() == {"RESERVE": 2 * RESERVED, "SETTLE": TWO_JOBS, "RELEASE": 2 * RESERVED - TWO_JOBS}
     assert world.balanced()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from workflow_fakes import World, accepted, ending, unavailable, until
 
 from activities.fetch import FetchActivities
-from activities.ledger import LedgerActivities
+from activities.prepare import PrepareActivities
 from activities.submit import SubmitActivities
 from contracts.task import TaskStatus as S
 from workflows.generation.patches import DEGRADATION
@@ -42,8 +42,8 @@ async def outage_past_budget(env, world: World, run_world, step, script: list, w
 
 async def test_a_ledger_refusing_writes_past_the_budget_delays_the_reservation_and_nothing_is_submitted(
         env, world: World, run_world):
-    submitted = await outage_past_budget(env, world, run_world, LedgerActivities.reserve_credit, world.reserves,
-                                         S.VALIDATING, "the database refused the statement: lock not available")
+    submitted = await outage_past_budget(env, world, run_world, PrepareActivities.prepare_task, world.reserves,
+                                         S.CREATED, "the database refused the statement: lock not available")
     assert submitted == [], "no job is submitted before its reservation is written"
 
 

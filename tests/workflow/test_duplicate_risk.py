@@ -27,8 +27,8 @@ async def accept_the_risk(env, world, run_world) -> str:
 
 async def test_accepting_the_risk_holds_the_first_jobs_estimate_before_a_new_submit(env, world, run_world):
     assert await accept_the_risk(env, world, run_world) == "completed"
-    assert [r.hold_for_attempt for r in world.called("reserve_credit")] == [None, 1]
-    assert world.times("reserve_credit")[1] < world.times("submit")[1]
+    assert [r.hold_for_attempt for r in world.called("reserve_credit")] == [1]  # the task's own: prepare_task's
+    assert world.times("reserve_credit")[0] < world.times("submit")[1]
     decided = next(t.payload for t in world.transitions if t.event.value == "attention_resolved")
     assert decided["risk_held_for_attempt"] == 1
     # Both holds closed when the task settled: the new job's cost, the rest released.

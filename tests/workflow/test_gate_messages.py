@@ -68,14 +68,15 @@ async def test_the_status_call_that_sees_the_job_end_gives_the_slot_back(world: 
 @pytest.mark.histories(LOCAL_DB_STEPS)
 async def test_the_database_steps_run_as_local_activities(world: World, run_world):
     """local-db-steps-v1: reserve_credit and settle are markers of the workflow task that asked for
-    them, not activities of their own; the ledger closes as before."""
+    them, not activities of their own; lean-path-v1 (which stands for it) folds them into the prepare
+    and media steps. The ledger closes as before."""
     handle = await run_world()
     assert await ending(handle) == "completed"
     history = await handle.fetch_history()
     scheduled = {e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
                  if e.HasField("activity_task_scheduled_event_attributes")}
-    assert scheduled.isdisjoint({"reserve_credit", "settle"}) and "validate_task" in scheduled
-    assert world.called("reserve_credit") and world.called("settle") and world.balanced()
+    assert scheduled.isdisjoint({"reserve_credit", "settle", "validate_task"}) and "prepare_task" in scheduled
+    assert world.called("prepare_task") and world.called("make_media") and world.balanced()
 
 
 async def test_a_step_that_could_not_tell_the_gate_leaves_the_renewal_to_the_workflow(world: World, run_world):

@@ -250,7 +250,7 @@ async def test_a_long_retry_wait_leaves_the_next_job_its_whole_deadline(world, r
     world.submits = [refused(retry_after_s=900.0), accepted("job-2")]
     world.polls = [RUNNING, SUCCEEDED]
     assert await ending(await run_world()) == "completed"
-    waited = world.times("submit")[1] - world.times("validate_task")[0]
+    waited = world.times("submit")[1] - world.times("prepare_task")[0]
     assert waited.total_seconds() > world.deadline_s  # the job came after its old deadline had passed
     assert cancelled_jobs(world) == [] and world.status is S.SUCCEEDED
 
@@ -263,7 +263,7 @@ async def test_an_earlier_attempt_does_not_shorten_the_next_jobs_deadline(world,
     failed = job(JobStatus.FAILED, cost=0.0, error_class=ErrorClass.RETRYABLE, error="INTERNAL.GPU")
     world.polls = [runs_for(world, 50, {1: failed, 2: SUCCEEDED})]
     assert await ending(await run_world()) == "completed"
-    assert world.times("poll_job")[-1] - world.times("validate_task")[0] > timedelta(seconds=world.deadline_s)
+    assert world.times("poll_job")[-1] - world.times("prepare_task")[0] > timedelta(seconds=world.deadline_s)
     assert cancelled_jobs(world) == [] and [r.job_id for r in world.called("fetch_output")] == ["job-2"]
 
 
@@ -275,7 +275,7 @@ async def test_a_job_found_late_by_reconcile_gets_its_whole_deadline(world, run_
     world.submits = [unknown()]
     world.reconciles = [outage()] * 6 + [FOUND]
     assert await ending(await run_world()) == "completed"
-    found_after = world.times("poll_job")[0] - world.times("validate_task")[0]
+    found_after = world.times("poll_job")[0] - world.times("prepare_task")[0]
     assert found_after > timedelta(seconds=world.deadline_s) and cancelled_jobs(world) == []
 
 
@@ -293,7 +293,7 @@ def runs_for(world: World, seconds: float, endings: dict[int, PollResult]):
 
 @pytest.mark.parametrize("how", ["signal", "temporal"])
 async def test_cancel_in_queued(world, run_world, how):
-    handle = await cancel_during(world, run_world, "reserve_credit", how)
+    handle = await cancel_during(world, run_world, "prepare_task", how)
     assert await ending(handle) == closed_as_canceled(how)
     assert world.status is S.CANCELED and not world.called("submit")
     assert world.sums() == {"RESERVE": 4, "RELEASE": 4}  # the reserve committed during the cancel is released
@@ -378,7 +378,7 @@ async def test_cancel_with_the_provider_down_holds_the_reservation(env, world, r
 async def test_task_cancelled_before_its_workflow_ran(world, run_world):
     world.status = S.CANCELED  # `reelqueue cancel` while `run` was still starting workflows
     assert await ending(await run_world()) == "completed"
-    assert not world.called("validate_task") and not world.called("reserve_credit")
+    assert world.moves() == [] and not world.called("reserve_credit")  # prepare_task found it ended
     assert not world.called("submit") and world.ledger == []
 
 
@@ -408,4 +408,4 @@ async def test_duplicate_jobs_are_cancelled_and_costed(world, run_world):
 async def test_task_not_found_is_not_retried(world, run_world):
     world.valid = ApplicationError("task t1 not found", type="TaskNotFound", non_retryable=True)
     assert await ending(await run_world()) == "failed:FAILED_FINAL"
-    assert len(world.called("validate_task")) == 1 and not world.called("submit")
+    assert len(world.called("prepare_task")) == 1 and not world.called("submit")

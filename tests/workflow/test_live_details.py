@@ -43,17 +43,13 @@ async def test_details_follow_the_job_and_every_activity_has_a_summary(env, worl
     assert (await details(handle)).step == "ended"
     history = await handle.fetch_history()
     summaries = {}
-    local = set()  # the steps run as local activities (local-db-steps-v1): a marker each, its summary on it
-    for e in history.events:
+    for e in history.events:  # lean-path-v1: no local step on a straight run (prepare and media steps)
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             summary = e.user_metadata.summary
             summaries[e.activity_task_scheduled_event_attributes.activity_type.name] = summary.data.decode()
-        elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and e.user_metadata.summary.data:
-            local.add(e.user_metadata.summary.data.decode().strip('"'))
     assert summaries["submit"] == '"submit · attempt 1"'
     assert summaries["poll_job"] == '"poll_job · attempt 1 · job job-1"'
-    assert set(summaries) >= {"validate_task", "request_slot", "fetch_output"}
-    assert {"reserve_credit", "settle · attempt 1"} <= local, local
+    assert set(summaries) >= {"prepare_task", "request_slot", "fetch_output", "make_media"}
 
 
 @pytest.mark.histories(IMPORT_PAUSE)

@@ -256,7 +256,7 @@ async def test_failing_a_task_whose_job_cannot_be_cancelled_abandons_it(env, wor
 
 
 @pytest.mark.histories(LATE_CANCEL_DELIVERS)
-@pytest.mark.parametrize("step", ["fetch_output", "transcode_proxy"])
+@pytest.mark.parametrize("step", ["fetch_output", "make_media"])
 async def test_a_cancel_during_delivery_of_a_review_template_is_too_late(world, run_world, step):
     world.review = review_policy()
     world.hold(step)

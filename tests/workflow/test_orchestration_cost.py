@@ -18,7 +18,7 @@ from contracts import workflow_api as api
 from contracts.messages import ResolveAction
 from contracts.provider import ErrorClass, JobStatus
 from contracts.task import TaskStatus as S
-from workflows.generation.patches import BASELINES, COARSE_STATUS, PATCH_BASELINE, TRANSITIONS_IN_WORK
+from workflows.generation.patches import BASELINES, COARSE_STATUS, LEAN_PATH, PATCH_BASELINE
 from workflows.search_attributes import TASK_STATUS
 
 HISTORY_FOLDER = COARSE_STATUS
@@ -58,7 +58,7 @@ async def test_a_run_records_one_patch_for_all_the_earlier_ones(world: World, ru
     assert await ending(handle) == "completed"
     assert world.moves()[-1] == "SUCCEEDED" and world.balanced()
     assert [r.job_id for r in world.called("poll_job")] == ["job-1", "job-1"], "the media and gate paths still run"
-    assert len(world.called("request_slot")) == 1 and len(world.called("make_renditions")) == 1
+    assert len(world.called("request_slot")) == 1 and len(world.called("make_media")) == 1
     assert await patches_asked(handle) == (1, [BASELINES[0][0]]), \
         "the newest baseline stands for every patch before it; a later one is asked on its own"
 
@@ -99,39 +99,33 @@ async def test_a_task_waiting_for_a_person_shows_it_and_then_running_again(env, 
     assert await shown_statuses(handle) == ["RUNNING", "NEEDS_ATTENTION", "RUNNING", "SUCCEEDED"]
 
 
-async def local_moves_before_the_gate(handle) -> int:  # noqa: ANN001
-    """record_transition markers (moves recorded on their own) between validate_task's completion and
-    request_slot's scheduling (reserve_credit itself is a local step since local-db-steps-v1: not counted)."""
+async def local_activities(handle) -> list[str]:  # noqa: ANN001
+    """The local activities the run recorded (a marker each), in order."""
     history = await handle.fetch_history()
-    count, after_validate = 0, False
-    for e in history.events:
-        if e.HasField("activity_task_scheduled_event_attributes"):
-            name = e.activity_task_scheduled_event_attributes.activity_type.name
-            if name == "request_slot":
-                return count
-            after_validate = after_validate or name == "validate_task"
-        elif after_validate and e.HasField("marker_recorded_event_attributes") and (
-                e.marker_recorded_event_attributes.marker_name == "core_local_activity"):
-            marker = json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)
-            count += marker["activity_type"] == "record_transition"
-    return count
+    return [json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)["activity_type"]
+            for e in history.events if e.HasField("marker_recorded_event_attributes")
+            and e.marker_recorded_event_attributes.marker_name == "core_local_activity"]
 
 
-@pytest.mark.histories(TRANSITIONS_IN_WORK)
-async def test_reserve_credit_commits_validation_passed_and_queued_with_its_hold(world: World, run_world):
+@pytest.mark.histories(LEAN_PATH)
+async def test_the_prepare_step_commits_the_moves_to_queued_with_its_hold(world: World, run_world):
+    """lean-path-v1: one step validates, holds the estimate and moves the task to QUEUED (with its
+    deadline); the media step settles and ends it: no move and no ledger step of their own."""
     handle = await run_world()
     assert await ending(handle) == "completed"
     assert world.moves()[:3] == ["VALIDATING", "QUOTA_RESERVED", "QUEUED"] and world.moves()[-1] == "SUCCEEDED"
-    [reserve] = world.called("reserve_credit")
-    assert [m.event.value for m in reserve.moves] == ["validation_passed", "queued"]
-    assert reserve.moves[1].deadline_at is not None, "QUEUED records the task's deadline, as before"
-    assert await local_moves_before_the_gate(handle) == 0
+    [prepare] = world.called("prepare_task")
+    assert [m.event.value for m in prepare.moves] == ["validation_started", "validation_passed", "queued"]
+    queued = next(t for t in world.transitions if t.event.value == "queued")
+    assert queued.deadline_at is not None, "QUEUED records the task's deadline, as before"
+    assert await local_activities(handle) == []
+    assert not world.called("validate_task") and not world.called("reserve_credit") and not world.called("settle")
     assert world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1}
 
 
-@pytest.mark.histories(TRANSITIONS_IN_WORK)
-async def test_without_credit_no_carried_move_is_applied(world: World, run_world):
+@pytest.mark.histories(LEAN_PATH)
+async def test_without_credit_the_task_ends_from_validating(world: World, run_world):
     world.credit = False
     handle = await run_world()
     assert await ending(handle) == "failed:FAILED_FINAL"
-    assert world.moves() == ["VALIDATING", "FAILED_FINAL"]
+    assert world.moves() == ["VALIDATING", "FAILED_FINAL"] and world.ledger == []

@@ -1,7 +1,8 @@
-"""GenerationWorkflow with renditions-v1, on the time-skipping server with fake activities.
+"""GenerationWorkflow's media step, on the time-skipping server with fake activities.
 
-The proxy MP4 decides SUCCEEDED; HLS and thumbnail are a step of their own with its own retries,
-and its failure is recorded (the step's rows, the SUCCEEDED payload), never the task's.
+The proxy MP4 decides SUCCEEDED; HLS and thumbnail are made in the same step (lean-path-v1: make_media;
+renditions-v1 made them a step of their own), and a failure of theirs is recorded (their rows, the
+SUCCEEDED payload), never the task's.
 RenditionsWorkflow runs that step again on an operator's request.
 """
 
@@ -36,20 +37,20 @@ def _ready_payload(world) -> dict:
 async def test_proxy_then_renditions_then_succeeded(world, run_world):
     assert await ending(await run_world()) == "completed"
     assert world.moves() == MAIN_LINE
-    assert len(world.called("transcode_proxy")) == 1 and len(world.called("make_renditions")) == 1
-    assert world.called("transcode") == []  # the all-in-one step is for workflows started before the patch
+    assert len(world.called("make_media")) == 1
+    # the separate steps are for workflows started before lean-path-v1 (and renditions-v1)
+    assert world.called("transcode_proxy") == world.called("make_renditions") == world.called("transcode") == []
     assert _ready_payload(world) == {"proxy": "proxy/main.mp4", "renditions": {"HLS": "READY", "THUMBNAIL": "READY"}}
     assert world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1}
 
 
-async def test_a_failing_hls_is_retried_on_its_own_and_never_fails_the_task(world, run_world):
+async def test_a_failing_hls_is_recorded_and_never_fails_the_task(world, run_world):
     world.renditions = [outage("HLS of main.mp4: exit 1")]  # every try fails
     assert await ending(await run_world()) == "completed"
     assert world.moves() == MAIN_LINE
-    assert len(world.called("make_renditions")) == 4  # its own retry budget, used up
-    assert len(world.called("transcode_proxy")) == 1  # the proxy is not made again
+    assert len(world.called("make_media")) == 1  # a failed rendition does not fail the step
     payload = _ready_payload(world)
-    assert payload["proxy"] == "proxy/main.mp4" and "HLS of main.mp4" in payload["renditions"]["failed"]
+    assert payload["proxy"] == "proxy/main.mp4" and payload["renditions"]["HLS"] == "FAILED"
     assert world.balanced()
 
 
@@ -57,8 +58,8 @@ async def test_an_unreadable_output_fails_the_task_without_renditions(world, run
     world.proxies = [ApplicationError("raw output cannot be transcoded: cannot probe", type=OUTPUT_INVALID,
                                       non_retryable=True)]
     assert await ending(await run_world()) == "failed:FAILED_FINAL"
-    assert world.moves()[-1] == "FAILED_FINAL" and world.called("make_renditions") == []
-    assert len(world.called("transcode_proxy")) == 1  # not retried
+    assert world.moves()[-1] == "FAILED_FINAL"
+    assert len(world.called("make_media")) == 1  # not retried
     assert world.balanced()
 
 

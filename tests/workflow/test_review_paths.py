@@ -63,7 +63,7 @@ async def test_required_review_settles_then_waits_for_approval(env, world, run_w
     handle = await in_review(env, world, run_world)
     assert world.moves() == TO_REVIEW
     assert world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1}  # the provider already charged
-    [checked] = world.called("check_output")
+    [checked] = world.checked()
     assert checked.proxy_asset_id == "p" and checked.attempt_no == 1
     assert "needs a reason" in await refusal_of(handle, ReviewAction.REJECT, "  ")
     result = await review(handle, ReviewAction.APPROVE)
@@ -76,11 +76,11 @@ async def test_required_review_settles_then_waits_for_approval(env, world, run_w
 
 async def test_a_decision_before_review_is_refused(env, world, run_world):
     world.review = review_policy()
-    world.hold("transcode_proxy")
+    world.hold("make_media")
     handle = await run_world()
-    await asyncio.wait_for(world.entered["transcode_proxy"].wait(), timeout=30)
+    await asyncio.wait_for(world.entered["make_media"].wait(), timeout=30)
     assert "not in REVIEW" in await refusal_of(handle, ReviewAction.APPROVE)
-    world.release("transcode_proxy")
+    world.release("make_media")
     await until(env, lambda: world.status is S.REVIEW)
     await review(handle, ReviewAction.APPROVE)
     assert await ending(handle) == "completed"
@@ -100,7 +100,7 @@ async def test_regenerate_with_an_edited_prompt_is_a_new_paid_attempt(env, world
     handle = await in_review(env, world, run_world)
     result = await review(handle, ReviewAction.REGENERATE, by="carol", prompt="Brighter light, slower zoom")
     assert result.status is S.QUEUED
-    await until(env, lambda: world.status is S.REVIEW and len(world.called("check_output")) == 2)
+    await until(env, lambda: world.status is S.REVIEW and len(world.checked()) == 2)
     regen = next(t for t in world.transitions if t.event.value == "review_regenerate")
     assert regen.prompt_override == "Brighter light, slower zoom" and regen.payload["by"] == "carol"
     assert [r.attempt_no for r in world.called("submit")] == [1, 2]
@@ -120,7 +120,7 @@ async def test_regenerate_after_a_long_review_gets_fresh_deadlines(env, world, r
     await until(env, lambda: world.status is S.REVIEW)
     await env.sleep(30 * 3600)  # past the job deadline (1 h) and the task deadline (24 h) of the first run
     await review(handle, ReviewAction.REGENERATE, prompt="Closer framing")
-    await until(env, lambda: world.status is S.REVIEW and len(world.called("check_output")) == 2)
+    await until(env, lambda: world.status is S.REVIEW and len(world.checked()) == 2)
     assert world.called("cancel_job") == [] and "EXPIRED" not in world.moves()
     await review(handle, ReviewAction.APPROVE)
     assert await ending(handle) == "completed"
@@ -131,7 +131,7 @@ async def test_regenerate_is_refused_when_no_paid_attempt_is_left(env, world, ru
     handle = await in_review(env, world, run_world)
     for n in (2, 3):
         await review(handle, ReviewAction.REGENERATE)
-        await until(env, lambda n=n: world.status is S.REVIEW and len(world.called("check_output")) == n)
+        await until(env, lambda n=n: world.status is S.REVIEW and len(world.checked()) == n)
     assert "no paid attempt left" in await refusal_of(handle, ReviewAction.REGENERATE)
     await review(handle, ReviewAction.REJECT, reason="still wrong after 3 attempts")
     assert await ending(handle) == "completed" and world.status is S.REJECTED
@@ -188,7 +188,7 @@ async def test_cancel_in_review(env, world, run_world):
 async def test_sample_not_drawn_and_checks_pass_needs_no_review(world, run_world):
     world.review = review_policy(required=False)
     assert await ending(await run_world()) == "completed"
-    assert "REVIEW" not in world.moves() and len(world.called("check_output")) == 1
+    assert "REVIEW" not in world.moves() and len(world.checked()) == 1
 
 
 async def test_failed_checks_send_an_undrawn_task_to_review(env, world, run_world):
@@ -204,4 +204,4 @@ async def test_failed_checks_send_an_undrawn_task_to_review(env, world, run_worl
 
 async def test_no_review_runs_no_checks(world, run_world):
     assert await ending(await run_world()) == "completed"
-    assert world.called("check_output") == [] and "REVIEW" not in world.moves()
+    assert world.checked() == [] and "REVIEW" not in world.moves()

@@ -18,7 +18,7 @@ from contracts.messages import RenditionOut, RenditionProfile, RenditionsResult,
 from workflows.renditions import RenditionsWorkflow
 
 HISTORY_FOLDER = "task-queues-v1"
-MEDIA_STEPS = {"fetch_output", "transcode_proxy", "make_renditions", "check_output"}
+MEDIA_STEPS = {"fetch_output", "make_media"}  # lean-path-v1: proxy, renditions and checks are one step
 
 
 async def test_media_steps_run_on_the_media_queue_and_the_rest_on_the_workflow_queue(world, run_world):

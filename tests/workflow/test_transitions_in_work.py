@@ -1,6 +1,7 @@
 """transition-in-work-v2 on the time-skipping server: the main line's moves ride on the steps they follow
 (submit's transactions A and B, the status call, the output's fetch, the settle that ends the task), so
-a task that goes straight through records only two local activities; a step that does not commit a
+a task that goes straight through records no local activity (lean-path-v1: the prepare step carries the
+first moves, the media step the strays read, the settle and the ending); a step that does not commit a
 move it was given (an activity worker from before the patch) leaves it to record_transition, and the
 task goes through the same states with the same state events.
 
@@ -46,12 +47,11 @@ def state_events(world: World) -> list[tuple[str, str, dict]]:
     return [(t.source_event_id, t.event.value, t.payload) for t in world.transitions]
 
 
-async def test_a_task_that_goes_straight_through_records_two_local_activities(world: World, run_world):
+async def test_a_task_that_goes_straight_through_records_no_local_activity(world: World, run_world):
     handle = await run_world()
     assert await ending(handle) == "completed"
     assert world.moves() == MAIN_LINE and world.sums() == {"RESERVE": 4, "SETTLE": 3, "RELEASE": 1}
-    assert await local_activities(handle) == ["record_transition", "unaccounted_strays"], \
-        "validation_started (nothing runs before it) and the strays read before the ledger closes"
+    assert await local_activities(handle) == [], "the prepare and media steps carry the first and last moves"
     assert [(source, event) for source, event, _ in state_events(world)] == [
         (f"{TASK_ID}:{n}:{event}", event) for n, event in enumerate(MAIN_EVENTS, start=1)], \
         "the same state events, numbered as when each was recorded on its own"
@@ -63,8 +63,8 @@ async def test_a_task_that_goes_straight_through_records_two_local_activities(wo
     assert [m.event.value for m in sent.moves] == ["dispatch_claimed"]
     assert sent.accepted.event.value == "provider_accepted"
     assert [sorted(p.move_on) for p in world.called("poll_job")] == [["running", "succeeded"], ["succeeded"]]
-    [settled] = world.called("settle")
-    assert [m.event.value for m in settled.moves] == ["playable_asset_ready"]
+    [media] = world.called("make_media")
+    assert [m.event.value for m in media.close.moves] == ["playable_asset_ready"] and not world.called("settle")
 
 
 async def test_a_failure_is_committed_with_the_ledger_that_closes_it(world: World, run_world):
@@ -75,7 +75,7 @@ async def test_a_failure_is_committed_with_the_ledger_that_closes_it(world: Worl
     [settled] = world.called("settle")
     [final] = settled.moves
     assert (final.event.value, final.error_class, final.error) == ("final_failure", "moderation", "SAFETY.INPUT")
-    assert await local_activities(handle) == ["record_transition", "unaccounted_strays"]
+    assert await local_activities(handle) == ["unaccounted_strays"]
 
 
 async def test_activity_workers_from_before_the_patch_leave_the_moves_to_the_workflow(world: World, run_world):
@@ -90,7 +90,8 @@ async def test_activity_workers_from_before_the_patch_leave_the_moves_to_the_wor
     assert {event: payload for _, event, payload in state_events(world)}["provider_accepted"] == {"job_id": "job-1"}
     assert [len(s.moves) for s in world.called("submit")] == [1, 0], "refused once, then sent once"
     assert len(world.called("request_slot")) == 1
-    assert await local_activities(handle) == ["record_transition"] * 8 + ["unaccounted_strays", "record_transition"]
+    # the prepare and media steps (lean-path-v1) are new: they carry theirs on any worker that has them
+    assert await local_activities(handle) == ["record_transition"] * 5
 
 
 async def test_a_dispatch_the_table_refuses_in_the_submit_step_sends_nothing(env, world: World, run_world):
@@ -116,4 +117,4 @@ async def test_a_status_call_commits_only_the_move_its_status_calls_for(world: W
     assert await ending(handle) == "completed"
     running = ["RUNNING"] if status is JobStatus.RUNNING else []
     assert world.moves() == MAIN_LINE[:5] + running + MAIN_LINE[6:]
-    assert await local_activities(handle) == ["record_transition", "unaccounted_strays"]
+    assert await local_activities(handle) == []

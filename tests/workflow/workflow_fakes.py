@@ -45,7 +45,10 @@ from contracts.messages import (
     FetchedAsset,
     JobRef,
     LedgerResult,
+    MediaStepInput,
+    MediaStepResult,
     PollResult,
+    PrepareResult,
     ProviderUpdate,
     ReconcileResult,
     RenditionOut,
@@ -216,6 +219,13 @@ class World:
     def called(self, name: str) -> list[Any]:
         return [arg for n, arg in self.calls if n == name]
 
+    def checked(self) -> list[CheckInput]:
+        """The checks asked for, by check_output or (lean-path-v1) of the media step."""
+        return [arg if name == "check_output" else CheckInput(
+                    task_id=arg.task_id, attempt_no=arg.attempt_no, proxy_asset_id="p", **arg.checks.model_dump())
+                for name, arg in self.calls
+                if name == "check_output" or (name == "make_media" and arg.checks is not None)]
+
     def times(self, name: str) -> list[datetime]:
         return [at for n, at in self.called_at if n == name]
 
@@ -285,11 +295,12 @@ class World:
         self.seen[req.source_event_id] = result
         return result
 
-    def carried(self, moves: list[TransitionInput]) -> list[TransitionResult]:
+    def carried(self, moves: list[TransitionInput], *, always: bool = False) -> list[TransitionResult]:
         """The moves an activity commits with its own write (transition-in-work-v1): in order, up to
-        the first the table refuses."""
+        the first the table refuses. `always`: a step that has carried its moves since it exists
+        (lean-path-v1's), whatever `carries` says of the older ones."""
         done: list[TransitionResult] = []
-        for req in moves if self.carries else []:
+        for req in moves if self.carries or always else []:
             done.append(self.transition(req))
             if not done[-1].applied:
                 break
@@ -321,31 +332,60 @@ class World:
         async def record_transition(req: TransitionInput) -> TransitionResult:
             return world.transition(req)
 
-        @activity.defn(name="validate_task")
-        async def validate_task(ref: TaskRef) -> ValidationResult:
-            await world._enter("validate_task", ref)
-            if isinstance(world.valid, BaseException):
-                raise world.valid
-            info = TaskInfo(task_id=ref.task_id, tenant_id="default", status=world.status.value, provider="fake",
+        def task_info(ref: TaskRef) -> TaskInfo:
+            return TaskInfo(task_id=ref.task_id, tenant_id="default", status=world.status.value, provider="fake",
                             model="m", aspect_ratio="9:16", duration_s=2.0, estimated_cost=float(RESERVED),
                             min_poll_interval_s=1.0, deadline_s=world.deadline_s, current_attempt_no=0,
                             task_deadline_s=world.task_deadline_s,
                             plan_limits=world.plan_limits, review=world.review, checks=world.checks_policy,
                             paused_by=world.paused_by, routes=world.routes, lock_model=world.lock_model,
                             tenant_max_concurrent=world.tenant_limit, platform_max_concurrent=world.platform_limit)
-            return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=info)
+
+        def validated(ref: TaskRef) -> ValidationResult:
+            if isinstance(world.valid, BaseException):
+                raise world.valid
+            return ValidationResult(ok=world.valid, reason=None if world.valid else "empty prompt", info=task_info(ref))
+
+        def hold(ref: TaskRef, *, scripted: bool = True) -> bool:
+            """reserve_credit's hold: False without credit; a scripted failure raises."""
+            if scripted and world.reserves:
+                world._next(world.reserves, "reserve_credit")
+            if not world.credit:
+                return False
+            key = "reserve" if ref.hold_for_attempt is None else f"reserve:a{ref.hold_for_attempt}"
+            if not any(k == key for _, _, k in world.ledger):
+                world.ledger.append(("RESERVE", RESERVED, key))
+            return True
+
+        @activity.defn(name="validate_task")
+        async def validate_task(ref: TaskRef) -> ValidationResult:
+            await world._enter("validate_task", ref)
+            return validated(ref)
 
         @activity.defn(name="reserve_credit")
         async def reserve_credit(ref: TaskRef) -> LedgerResult:
             await world._enter("reserve_credit", ref)
-            if world.reserves:
-                world._next(world.reserves, "reserve_credit")
-            if not world.credit:
+            if not hold(ref):
                 raise ApplicationError("tenant has 0 credits", type=INSUFFICIENT_CREDIT, non_retryable=True)
-            key = "reserve" if ref.hold_for_attempt is None else f"reserve:a{ref.hold_for_attempt}"
-            if not any(k == key for _, _, k in world.ledger):
-                world.ledger.append(("RESERVE", RESERVED, key))
             return LedgerResult(reserved=float(RESERVED), settled=0, released=0, moved=world.carried(ref.moves))
+
+        @activity.defn(name="prepare_task")
+        async def prepare_task(ref: TaskRef) -> PrepareResult:
+            """lean-path-v1: validate_task, then (valid) reserve_credit's hold, VALIDATION_PASSED and QUEUED."""
+            await world._enter("prepare_task", ref)
+            checked = validated(ref)
+            started, passed, queued = ref.moves
+            if checked.ok and world.reserves:  # a scripted failure of the step's transaction: nothing is kept
+                world._next(world.reserves, "reserve_credit")
+            moved = world.carried([started], always=True)
+            short, deadline = None, None
+            if checked.ok and moved and (moved[0].applied or moved[0].status is TaskStatus.VALIDATING):
+                if not hold(ref, scripted=False):
+                    short = "tenant has 0 credits"
+                else:
+                    deadline = activity.info().scheduled_time + timedelta(seconds=world.task_deadline_s)
+                    moved += world.carried([passed, queued.model_copy(update={"deadline_at": deadline})], always=True)
+            return PrepareResult(**checked.model_dump(), credit_short=short, task_deadline_at=deadline, moved=moved)
 
         @activity.defn(name="settle")
         async def settle(req: SettleInput) -> LedgerResult:
@@ -429,16 +469,12 @@ class World:
             ref = AssetRef(asset_id="p", kind="PROXY", key="proxy/main.mp4", sha256="1" * 64, size=5)
             return TranscodeResult(proxy=ref, hls=ref, thumbnail=ref)
 
-        @activity.defn(name="transcode_proxy")
-        async def transcode_proxy(req: TranscodeInput) -> AssetRef:
-            await world._enter("transcode_proxy", req)
+        def proxy() -> AssetRef:
             if world.proxies:
                 world._next(world.proxies, "transcode_proxy")
             return AssetRef(asset_id="p", kind="PROXY", key="proxy/main.mp4", sha256="1" * 64, size=5)
 
-        @activity.defn(name="make_renditions")
-        async def make_renditions(req: TranscodeInput) -> RenditionsResult:
-            await world._enter("make_renditions", req)
+        def renditions() -> RenditionsResult:
             if world.renditions:
                 return world._next(world.renditions, "make_renditions")
             return RenditionsResult(renditions=[
@@ -446,9 +482,39 @@ class World:
                              asset=AssetRef(asset_id=p.value, kind=p.value, key=p.value, sha256="2" * 64, size=1))
                 for p in (RenditionProfile.HLS, RenditionProfile.THUMBNAIL)])
 
+        @activity.defn(name="transcode_proxy")
+        async def transcode_proxy(req: TranscodeInput) -> AssetRef:
+            await world._enter("transcode_proxy", req)
+            return proxy()
+
+        @activity.defn(name="make_renditions")
+        async def make_renditions(req: TranscodeInput) -> RenditionsResult:
+            await world._enter("make_renditions", req)
+            return renditions()
+
         @activity.defn(name="check_output")
         async def check_output(req: CheckInput) -> CheckResult:
             return await world._answer("check_output", req, world.checks)
+
+        @activity.defn(name="make_media")
+        async def make_media(req: MediaStepInput) -> MediaStepResult:
+            """lean-path-v1: the proxy (its script's failures fail the step), the renditions (a failed one is
+            recorded, not raised), the checks when asked, and the close when asked, the checks passed and no
+            stray is open."""
+            await world._enter("make_media", req)
+            made = proxy()
+            try:
+                summary = renditions().summary()
+            except Exception as exc:  # noqa: BLE001 - a failed rendition is recorded, the step goes on
+                summary = {"HLS": "FAILED", "THUMBNAIL": "FAILED", "error": str(exc)}
+            checks = None if req.checks is None else world._next(world.checks, "check_output")
+            closed = None
+            if req.close is not None and (checks is None or checks.passed) and not world.strays:
+                facts = {"proxy": made.key, "renditions": summary}
+                balance = world.settle(req.close)
+                closed = balance.model_copy(update={"moved": world.carried(
+                    [m.with_facts(**facts) for m in req.close.moves], always=True)})
+            return MediaStepResult(proxy=made, renditions=summary, checks=checks, closed=closed)
 
         @activity.defn(name="choose_route")
         async def choose_route_(req: RouteRequest) -> RouteTaken:
@@ -475,9 +541,9 @@ class World:
             return await ask_gate(world.client, inp if world.carries else inp.model_copy(update={"at_once": False}),
                                   inp.plan_limits.max_concurrent if tenant_gate else world.limit)
 
-        return [choose_route_, request_slot, record_transition, validate_task, reserve_credit, settle, submit,
-                reconcile_submit, abandon_attempt, poll_job, cancel_job, account_stray_job, unaccounted_strays,
-                accept_stray_cost, fetch_output, transcode, transcode_proxy, make_renditions, check_output]
+        return [choose_route_, request_slot, record_transition, validate_task, reserve_credit, prepare_task, settle,
+                submit, reconcile_submit, abandon_attempt, poll_job, cancel_job, account_stray_job, unaccounted_strays,
+                accept_stray_cost, fetch_output, transcode, transcode_proxy, make_renditions, check_output, make_media]
 
 
 def media_worker(client: Any, queue: str, activities: list[Callable[..., Any]]) -> Worker:

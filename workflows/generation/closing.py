@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.errors import INSUFFICIENT_CREDIT
     from activities.ledger import LedgerActivities
     from activities.poll import PollActivities
-    from contracts.messages import SettleInput, TaskRef
+    from contracts.messages import LedgerResult, SettleInput, TaskRef
     from contracts.task import TaskEvent
 
 from workflows.generation.patches import STRAYS, TAKEOVER_FOLLOWS
@@ -26,13 +26,18 @@ class Closing(RunState):
     clean-up after a takeover, and the ledger's settlement."""
 
     async def _end(self, event: TaskEvent, *, error: str | None = None, error_class: str | None = None,
-                   payload: dict | None = None, cancel_outcome: str | None = None) -> NoReturn:
-        """The one way a task ends: stop any live job, close the ledger, record the final move."""
+                   payload: dict | None = None, cancel_outcome: str | None = None,
+                   closed: LedgerResult | None = None) -> NoReturn:
+        """The one way a task ends: stop any live job, close the ledger, record the final move. `closed`:
+        the media step already settled and committed the move it was offered (lean-path-v1)."""
         if self._live is not None:
             await self._stop_live(self._live)
         await self._release_slot()
         ending = {"error": error, "error_class": error_class, "payload": payload, "cancel_outcome": cancel_outcome}
-        event = await self._close_ledger(event, ending if self._carry else None)
+        if closed is not None:
+            await self._take(self._offer(event, **ending), closed.moved)
+        else:
+            event = await self._close_ledger(event, ending if self._carry else None)
         self._error = error
         if not self._carry:
             await self._move(event, **ending)

@@ -121,9 +121,16 @@ STALE_LAYER_RECHECK = "stale-layer-recheck-v1"
 # its routes every LONG_LOOK_EVERY and asks its gate again every LONG_REASK_EVERY whatever their health, so a
 # wait of task_hours' 720 keeps its history a bounded size (docs/architecture.md, "Long waits")
 LONG_WAIT_SPACING = "long-wait-spacing-v1"
+# workflow.patched, asked first as a run starts (it stands for local-db-steps-v1 and every patch before, and for
+# checks-gate-success-v1): one prepare step (validation, the credit hold and the moves to QUEUED: prepare_task) and
+# one media step (proxy, HLS, thumbnail and the checks, and, for a task with no review to wait for, the settle and
+# the ending in its last transaction: make_media) instead of two steps and their moves at each end of the task
+LEAN_PATH = "lean-path-v1"
+_LOCAL_DB_IMPLIED = IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT, GRANT_AT_ONCE,
+                               RELEASE_IN_STEP}
 # Patches a run asks first, newest first: the first it has stands for the patches listed with it.
-BASELINES = ((LOCAL_DB_STEPS, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT,
-                                         GRANT_AT_ONCE, RELEASE_IN_STEP}),
+BASELINES = ((LEAN_PATH, _LOCAL_DB_IMPLIED | {LOCAL_DB_STEPS, CHECKS_GATE}),
+             (LOCAL_DB_STEPS, _LOCAL_DB_IMPLIED),
              (GRANT_AT_ONCE, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED, RENEW_IN_SUBMIT}),
              (RENEW_IN_SUBMIT, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK, TRANSITIONS_CARRIED}),
              (TRANSITIONS_CARRIED, IMPLIED | {PATCH_BASELINE, TRANSITIONS_IN_WORK}),

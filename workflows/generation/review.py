@@ -9,7 +9,15 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.review import ReviewActivities
-    from contracts.messages import AssetRef, CheckInput, CheckOutcome, ReviewAction, ReviewRequest
+    from contracts.messages import (
+        AssetRef,
+        CheckInput,
+        CheckOutcome,
+        CheckResult,
+        ReviewAction,
+        ReviewPolicy,
+        ReviewRequest,
+    )
     from contracts.task import TaskEvent
 
 from workflows.generation.patches import CHECKS_GATE, DECISION_WINS, JOB_DEADLINE, LATE_CANCEL_DELIVERS, REVIEW
@@ -23,20 +31,26 @@ class Review(RunState):
     """The review step when the plan asks for one, and a reviewer's decision: approve and reject end
     the task, regenerate runs a new paid attempt."""
 
-    async def _review(self, proxy: AssetRef) -> None:
-        """Checks, then REVIEW until a person decides, when the plan asks for it; returns when it
-        does not. The provider already charged, so the credit is settled on entering REVIEW; a
-        regenerate runs a new paid attempt and comes back here with its video."""
-        policy, gate = self._info.review, False
+    def _checks_policy(self) -> ReviewPolicy | None:
+        """The checks the task's video gets: its review's, or (checks-gate-success-v1) those that gate
+        success for a template without review; None for none."""
+        policy = self._info.review
         if policy is None and self._info.checks is not None and self._cancel is None:
-            gate = self._patched(CHECKS_GATE)  # without review, success needs the checks passed
-            policy = self._info.checks if gate else None
+            policy = self._info.checks if self._patched(CHECKS_GATE) else None  # success needs the checks passed
+        return policy
+
+    async def _review(self, proxy: AssetRef, made: CheckResult | None = None) -> None:
+        """Checks (`made`: those the media step ran, lean-path-v1), then REVIEW until a person decides,
+        when the plan asks for it; returns when it does not. The provider already charged, so the credit
+        is settled on entering REVIEW; a regenerate runs a new paid attempt and comes back here with its video."""
+        policy = self._checks_policy()
+        gate = policy is not None and self._info.review is None
         if policy is None or not self._patched(REVIEW):
             return
         if self._cancel is not None and self._patched(LATE_CANCEL_DELIVERS):
             return  # a cancel that came while the paid video was delivered is too late (completion wins)
         self._tell("checking", "automatic checks of the video (black, frozen, duration, audio)")
-        checks = await self._run(ReviewActivities.check_output, CheckInput(
+        checks = made or await self._run(ReviewActivities.check_output, CheckInput(
             task_id=self._task_id, attempt_no=self._attempt_no, proxy_asset_id=proxy.asset_id,
             aspect_ratio=self._info.aspect_ratio, duration_s=self._info.duration_s, policy=policy))
         if not policy.required and checks.passed:

@@ -17,7 +17,9 @@ with workflow.unsafe.imports_passed_through():
     from activities.fetch import FetchActivities
     from activities.ledger import LedgerActivities
     from activities.media import MediaActivities
+    from activities.media_step import MediaStepActivities
     from activities.poll import PollActivities
+    from activities.prepare import PrepareActivities
     from activities.review import ReviewActivities
     from activities.routing import RoutingActivities
     from activities.submit import SubmitActivities
@@ -47,6 +49,7 @@ def retry_policy(attempts: int | None, *, first_s: float = 1.0, max_s: float = 3
 # infrastructure trouble; what happens when one runs out is the workflow's decision below.
 STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]] = {
     TaskActivities.validate_task: (timedelta(seconds=30), retry_policy(20), None),
+    PrepareActivities.prepare_task: (timedelta(seconds=30), retry_policy(20), None),
     LedgerActivities.reserve_credit: (timedelta(seconds=30), retry_policy(20), None),
     # A re-run of submit never sends twice (the attempt row says SENDING -> unknown outcome).
     SubmitActivities.submit: (timedelta(seconds=40), retry_policy(20), None),
@@ -69,6 +72,8 @@ STEPS: dict[Callable[..., Any], tuple[timedelta, RetryPolicy, timedelta | None]]
     MediaActivities.transcode_proxy: (timedelta(minutes=30), retry_policy(6, first_s=2.0), timedelta(seconds=30)),
     MediaActivities.make_renditions: (timedelta(minutes=20), retry_policy(4, first_s=2.0), timedelta(seconds=30)),
     ReviewActivities.check_output: (timedelta(minutes=5), retry_policy(6), timedelta(seconds=60)),
+    # the proxy's budget and the checks' heartbeat timeout (a decode of the whole proxy beats once)
+    MediaStepActivities.make_media: (timedelta(minutes=30), retry_policy(6, first_s=2.0), timedelta(seconds=60)),
     LedgerActivities.settle: (timedelta(seconds=30), retry_policy(None), None),
 }
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -28,6 +28,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.errors import INSUFFICIENT_CREDIT
     from activities.ledger import LedgerActivities
+    from activities.prepare import PrepareActivities
     from activities.tasks import TaskActivities
     from contracts import workflow_api as api
     from contracts.admission import SlotGrant
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         ReviewAction,
         ReviewRequest,
         ReviewResult,
+        TaskInfo,
         TaskRef,
     )
     from contracts.task import TaskEvent, TaskStatus
@@ -58,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.generation.patches import (
         ADMISSION_BOUNDED,
         BASELINES,
+        LEAN_PATH,
         STALE_GRANT,
         STALE_LAYER_GRANT,
         STALE_LAYER_RECHECK,
@@ -119,14 +122,11 @@ class GenerationWorkflow(Admission, Routing, Attempts, Following, Delivery, Revi
 
     async def _validate_and_reserve(self) -> None:
         self._tell("validating", "checking the inputs and reserving credit")
+        if self._patched(LEAN_PATH):
+            return await self._prepare()
         await self._move(TaskEvent.VALIDATION_STARTED)
         checked = await self._run(TaskActivities.validate_task, TaskRef(task_id=self._task_id, run=self._run_no))
-        self._info = checked.info
-        if not self._pause_told:
-            self._paused_by = checked.info.paused_by
-        self._attempt_no = checked.info.current_attempt_no  # a re-driven task continues its numbering
-        self._deadline = workflow.now() + timedelta(seconds=checked.info.deadline_s)
-        self._task_deadline = workflow.now() + timedelta(seconds=checked.info.task_deadline_s)
+        self._learn(checked.info)
         if not checked.ok:
             await self._end(TaskEvent.VALIDATION_FAILED, error=checked.reason, error_class="invalid_input")
         in_work = self._patched(TRANSITIONS_IN_WORK)
@@ -147,6 +147,33 @@ class GenerationWorkflow(Admission, Routing, Attempts, Following, Delivery, Revi
         await self._move(TaskEvent.VALIDATION_PASSED)
         bounded = self._patched(ADMISSION_BOUNDED)
         await self._move(TaskEvent.QUEUED, deadline_at=self._task_deadline if bounded else None)
+
+    async def _prepare(self) -> None:
+        """lean-path-v1: validation, the credit hold and the moves to QUEUED in one step."""
+        moves = [self._request(TaskEvent.VALIDATION_STARTED), self._request(TaskEvent.VALIDATION_PASSED),
+                 self._request(TaskEvent.QUEUED)]
+        prepared = await self._run(PrepareActivities.prepare_task,
+                                   TaskRef(task_id=self._task_id, run=self._run_no, moves=moves))
+        self._learn(prepared.info, prepared.task_deadline_at)
+        if not prepared.ok:
+            await self._carried(moves[:1], prepared.moved)
+            await self._end(TaskEvent.VALIDATION_FAILED, error=prepared.reason, error_class="invalid_input")
+        if prepared.credit_short is not None:
+            await self._carried(moves[:1], prepared.moved)
+            await self._end(TaskEvent.FINAL_FAILURE, error=f"{INSUFFICIENT_CREDIT}: {prepared.credit_short}",
+                            error_class="credit")
+        await self._carried(moves[:len(prepared.moved)], prepared.moved)
+        if len(prepared.moved) < len(moves):  # a move was refused: the task is someone else's now
+            raise TaskTakenOver(self._status)
+
+    def _learn(self, info: TaskInfo, task_deadline: datetime | None = None) -> None:
+        """What validation read of the task: its facts, its pause, its attempt numbering and deadlines."""
+        self._info = info
+        if not self._pause_told:
+            self._paused_by = info.paused_by
+        self._attempt_no = info.current_attempt_no  # a re-driven task continues its numbering
+        self._deadline = workflow.now() + timedelta(seconds=info.deadline_s)
+        self._task_deadline = task_deadline or workflow.now() + timedelta(seconds=info.task_deadline_s)
 
     def _close(self) -> GenerationOutcome:
         """How the workflow itself closes: Canceled / Failed (with the task's reason) / Completed."""
