@@ -112,12 +112,15 @@ def success_by_the_status_call(task: Submitted, session) -> bool:  # noqa: ANN00
     return status_call(task, E.PROVIDER_SUCCEEDED, session)
 
 
+def both(task: Submitted, first: Callable, second: Callable, *, together: bool) -> tuple:
+    """`first`'s transaction, then `second`'s: one after the other, or at once (`second` waits for the
+    row `first` holds)."""
+    return first_holds(task, first, second) if together else (one(task, first), one(task, second))
+
+
 @pytest.mark.parametrize("together", [False, True], ids=["one-after-the-other", "at-once"])
 def test_the_gateway_first_then_a_status_call_that_sees_running(task: Submitted, together: bool):
-    if together:
-        quiet, applied = first_holds(task, webhook, running_by_the_status_call)
-    else:
-        quiet, applied = one(task, webhook), one(task, running_by_the_status_call)
+    quiet, applied = both(task, webhook, running_by_the_status_call, together=together)
     assert quiet is Quiet.RECORD
     status, version, events = row(task)
     assert (status, version) == ("RUNNING", 6)
@@ -128,30 +131,21 @@ def test_the_gateway_first_then_a_status_call_that_sees_running(task: Submitted,
 
 @pytest.mark.parametrize("together", [False, True], ids=["one-after-the-other", "at-once"])
 def test_a_status_call_that_sees_running_first_then_the_gateway(task: Submitted, together: bool):
-    if together:
-        applied, quiet = first_holds(task, running_by_the_status_call, webhook)
-    else:
-        applied, quiet = one(task, running_by_the_status_call), one(task, webhook)
+    applied, quiet = both(task, running_by_the_status_call, webhook, together=together)
     assert applied and quiet is Quiet.KEEP
     assert row(task) == ("RUNNING", 6, [("workflow", "provider_running", "RUNNING", True)])
 
 
 @pytest.mark.parametrize("together", [False, True], ids=["one-after-the-other", "at-once"])
 def test_a_success_seen_first_is_never_undone_by_a_late_running(task: Submitted, together: bool):
-    if together:
-        applied, quiet = first_holds(task, success_by_the_status_call, webhook)
-    else:
-        applied, quiet = one(task, success_by_the_status_call), one(task, webhook)
+    applied, quiet = both(task, success_by_the_status_call, webhook, together=together)
     assert applied and quiet is Quiet.KEEP
     assert row(task) == ("OUTPUT_FETCHING", 6, [("workflow", "provider_succeeded", "OUTPUT_FETCHING", True)])
 
 
 @pytest.mark.parametrize("together", [False, True], ids=["one-after-the-other", "at-once"])
 def test_a_running_recorded_first_leaves_the_success_legal(task: Submitted, together: bool):
-    if together:
-        quiet, applied = first_holds(task, webhook, success_by_the_status_call)
-    else:
-        quiet, applied = one(task, webhook), one(task, success_by_the_status_call)
+    quiet, applied = both(task, webhook, success_by_the_status_call, together=together)
     assert quiet is Quiet.RECORD and applied
     assert row(task) == ("OUTPUT_FETCHING", 7, [("webhook", "provider_running", "RUNNING", True),
                                                 ("workflow", "provider_succeeded", "OUTPUT_FETCHING", True)])
