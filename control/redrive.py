@@ -82,7 +82,10 @@ async def redrive(settings: Settings, import_id: str, statuses: list[str], *, ta
                 payload={"by": by, "reason": reason, "run": run},
                 task_updates={"run_no": run, "workflow_id": api.workflow_id(task.id, run),
                               "last_error": None, "last_error_class": None, "cancel_outcome": None,
-                              "finished_at": None},
+                              "finished_at": None,
+                              # the new run opts in again in its prepare step (a worker of older code
+                              # would otherwise miss its job's RUNNING signals)
+                              "quiet_progress": False},
             )
         if out.applied and out.status == begins:
             moved.append(task.id)
