@@ -24,14 +24,16 @@ OLD_STACK = {  # what an older `dev up` kept: the public defaults
 
 
 @pytest.fixture(autouse=True)
-def no_stack_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_stack_in_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """What `dev up` makes depends on the settings it starts from: not on a stack an earlier test
-    (the integration suite, in the same session) pointed the environment at."""
+    (the integration suite, in the same session) pointed the environment at, nor on the one `make demo`
+    left in the checkout (its .reelqueue/stack.json, which Settings finds from the current directory)."""
     import os
 
     for key in list(os.environ):
         if key.startswith("REELQUEUE_") or key in ("DATABASE_URL", "DATABASE_URL_FILE"):
             monkeypatch.delenv(key)
+    monkeypatch.setenv("REELQUEUE_HOME", str(tmp_path_factory.mktemp("no-stack")))  # holds no stack.json
 
 
 def _mode(path: Path) -> int:
