@@ -47,7 +47,7 @@ class LedgerActivities:
         hold of the run)."""
         with self.db.transaction() as session:
             ledger = _TaskLedger.read(session, ref.task_id, ref.run)
-            short = hold_estimate(session, ledger, ref)
+            short = _hold_estimate(session, ledger, ref)
             if short is not None:
                 raise business_failure(short, INSUFFICIENT_CREDIT)
             done = apply_moves(session, ref.moves)
@@ -58,7 +58,7 @@ class LedgerActivities:
     def hold(session: Session, ref: TaskRef) -> str | None:
         """reserve_credit's hold in the caller's transaction (the prepare step's, lean-path-v1); why not
         when the tenant's credit cannot cover it."""
-        return hold_estimate(session, _TaskLedger.read(session, ref.task_id, ref.run), ref)
+        return _hold_estimate(session, _TaskLedger.read(session, ref.task_id, ref.run), ref)
 
     def close(self, session: Session, req: SettleInput) -> tuple[LedgerResult, Applied]:
         """settle's rows and moves in the caller's transaction (also the media step's last, lean-path-v1);
@@ -81,7 +81,7 @@ class LedgerActivities:
         return balance.model_copy(update={"moved": moved(done)})
 
 
-def hold_estimate(session: Session, ledger: _TaskLedger, ref: TaskRef) -> str | None:
+def _hold_estimate(session: Session, ledger: _TaskLedger, ref: TaskRef) -> str | None:
     """Hold the task's estimate (or, with `hold_for_attempt`, one more for that attempt) unless held
     already; why not when the tenant's credit cannot cover it (nothing is written then)."""
     hold = Hold.TASK if ref.hold_for_attempt is None else Hold(ref.hold)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from temporalio import activity
 
 from activities.errors import classified
@@ -34,7 +34,8 @@ from contracts.messages import (
     RenditionsResult,
     TranscodeInput,
 )
-from schema.models import StrayJob, Task
+from schema.models import Task
+from schema.strays import unaccounted
 
 
 class MediaStepActivities:
@@ -67,8 +68,7 @@ class MediaStepActivities:
         failpoint("before_settle")
         with self.ledger.db.transaction() as session:
             session.execute(select(Task.id).where(Task.id == req.task_id).with_for_update())
-            if session.scalar(select(StrayJob.id).where(StrayJob.task_id == req.task_id,
-                                                        StrayJob.accounted.is_(False)).limit(1)) is not None:
+            if session.scalar(select(exists().where(unaccounted(req.task_id)))):
                 return None
             balance, done = self.ledger.close(session, settle)
         return balance.model_copy(update={"moved": moved(done)})

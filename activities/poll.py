@@ -32,7 +32,7 @@ from contracts.provider import TERMINAL_JOB_STATUSES, JobStatus
 from schema.db import Database
 from schema.models import Attempt, StrayJob, Task
 from schema.state_machine import ATTEMPT_SETTLED, AttemptState
-from schema.strays import book_stray
+from schema.strays import book_stray, unaccounted
 from schema.task_store import TaskNotFound
 from telemetry.logs import bind
 from telemetry.tracing import annotate
@@ -137,7 +137,7 @@ class PollActivities:
         with self.db.transaction() as session:
             rows = session.execute(
                 select(StrayJob.attempt_no, StrayJob.provider_job_id)
-                .where(StrayJob.task_id == ref.task_id, StrayJob.accounted.is_(False)).order_by(StrayJob.id)
+                .where(unaccounted(ref.task_id)).order_by(StrayJob.id)
             ).all()
         return [StrayJobRef(task_id=ref.task_id, attempt_no=no, job_id=job) for no, job in rows]
 

@@ -197,6 +197,8 @@ def _policy(plan: PlanSpec, *, required: bool) -> ReviewPolicy:
 def apply_transition(session: Session, req: TransitionInput) -> task_store.TransitionOutcome:
     """One state-machine event in the caller's transaction (record_transition's, or that of an activity
     whose own write the move follows: transition-in-work-v1); idempotent per source_event_id."""
+    if req.event is TaskEvent.PROVIDER_RUNNING and (already := quiet_progress.running_already(session, req.task_id)):
+        return already  # the gateway recorded it (lean-path-v1's quiet progress)
     updates: dict = {}
     if req.error_class is not None or req.error is not None:
         updates = {"last_error_class": req.error_class, "last_error": req.error}
@@ -207,8 +209,6 @@ def apply_transition(session: Session, req: TransitionInput) -> task_store.Trans
         updates["prompt_override"] = req.prompt_override
     if req.deadline_at is not None:
         updates["deadline_at"] = req.deadline_at
-    if req.event is TaskEvent.PROVIDER_RUNNING and (already := quiet_progress.running_already(session, req.task_id)):
-        return already  # the gateway recorded it (lean-path-v1's quiet progress)
     payload = dict(req.payload)
     if req.error:
         payload.setdefault("error", req.error)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from sqlalchemy import ColumnElement, and_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -20,6 +21,12 @@ from schema.models import CreditEntry, StrayJob, Task
 # rule is frozen in migration 0020's triggers; tests/unit/test_import_totals_columns.py holds them equal.
 STRAY_ADJUSTMENT = ("{row}.entry_type = 'ADJUSTMENT' AND {row}.provider_job_id IS NOT NULL "
                     "AND {row}.business_key = 'adjustment:' || {row}.task_id || ':job:' || {row}.provider_job_id")
+
+
+def unaccounted(task_id: str) -> ColumnElement[bool]:
+    """The task's duplicate jobs not accounted yet (not cancelled and costed): what must be settled
+    before its ledger closes, and what keeps its route pinned."""
+    return and_(StrayJob.task_id == task_id, StrayJob.accounted.is_(False))
 
 
 def stray_key(stray: StrayJob) -> str:

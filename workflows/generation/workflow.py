@@ -155,14 +155,12 @@ class GenerationWorkflow(Admission, Routing, Attempts, Following, Delivery, Revi
         prepared = await self._run(PrepareActivities.prepare_task,
                                    TaskRef(task_id=self._task_id, run=self._run_no, moves=moves))
         self._learn(prepared.info, prepared.task_deadline_at)
+        await self._carried(moves[:len(prepared.moved)], prepared.moved)  # what the step committed, no more
         if not prepared.ok:
-            await self._carried(moves[:1], prepared.moved)
             await self._end(TaskEvent.VALIDATION_FAILED, error=prepared.reason, error_class="invalid_input")
         if prepared.credit_short is not None:
-            await self._carried(moves[:1], prepared.moved)
             await self._end(TaskEvent.FINAL_FAILURE, error=f"{INSUFFICIENT_CREDIT}: {prepared.credit_short}",
                             error_class="credit")
-        await self._carried(moves[:len(prepared.moved)], prepared.moved)
         if len(prepared.moved) < len(moves):  # a move was refused: the task is someone else's now
             raise TaskTakenOver(self._status)
 
